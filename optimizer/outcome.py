@@ -1,0 +1,73 @@
+"""A trial's outcome -> its Optuna state, in exactly one function.
+
+    measured, objective finite          -> COMPLETE with the objective's value
+    could not start / died under load   -> PRUNED (TPE learns from PRUNED, ignores FAIL)
+    infrastructure fault (`infra`)      -> FAIL   (not the configuration's fault)
+
+Everything the trial measured or found goes into user attributes first (they cannot be
+set after tell): metrics, phase times, failure kind, evidence and remedy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+
+from .engine.failures import Failure
+from .trial import TrialResult
+
+METRIC_KEYS = (
+    "output_throughput", "request_throughput", "total_token_throughput", "error_rate", "completed",
+    "ttft_ms_p50", "ttft_ms_p95", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p95", "itl_ms_p50", "itl_ms_p95",
+    "e2el_ms_p50", "e2el_ms_p95", "e2el_ms_p99", "schedule_lag_p50_ms", "duration_s",
+)
+
+
+def _clean(value):
+    if isinstance(value, float):
+        return None if not math.isfinite(value) else round(value, 4)
+    return value
+
+
+def record(trial: optuna.Trial, result: TrialResult) -> None:
+    """Store what the trial measured as user attributes."""
+    trial.set_user_attr("phases_s", {k: round(v, 2) for k, v in result.phases.items()})
+    trial.set_user_attr("metrics", {k: _clean(result.metrics[k]) for k in METRIC_KEYS if k in result.metrics})
+    trial.set_user_attr("host", result.host)
+    if result.stop is not None:
+        trial.set_user_attr("stop", {"killed": result.stop.killed, "leftover_pids": list(result.stop.leftover_pids),
+                                     "port_free": result.stop.port_free})
+    if result.failure:
+        trial.set_user_attr("failure_kind", result.failure.kind)
+        trial.set_user_attr("evidence", result.failure.evidence[:1000])
+        trial.set_user_attr("remedy", result.failure.remedy)
+        if result.failure.fits_max_model_len:
+            trial.set_user_attr("fits_max_model_len", result.failure.fits_max_model_len)
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult, objective) -> optuna.trial.TrialState:
+    """Record the result and tell Optuna; returns the state told."""
+    failure = result.failure
+    value = None
+    if failure is None:
+        try:
+            value = objective.score(result.metrics)
+        except ValueError as exc:
+            failure = Failure("crash", str(exc), "no request completed: read the server log")
+            result = TrialResult(**{**result.__dict__, "failure": failure})
+    record(trial, result)
+    if failure is None:
+        study.tell(trial, value, skip_if_finished=True)
+        return optuna.trial.TrialState.COMPLETE
+    state = optuna.trial.TrialState.FAIL if failure.kind == "infra" else optuna.trial.TrialState.PRUNED
+    study.tell(trial, state=state, skip_if_finished=True)
+    return state
+
+
+def tell_infra(study: optuna.Study, trial: optuna.Trial, reason: str, evidence: str) -> None:
+    """A fault outside the configuration (Ray lost the task, the driver was interrupted): FAIL."""
+    trial.set_user_attr("failure_kind", "infra")
+    trial.set_user_attr("evidence", evidence[:1000])
+    trial.set_user_attr("remedy", reason)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)

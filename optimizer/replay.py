@@ -1,0 +1,120 @@
+"""Replay a workload against an OpenAI-compatible server over streaming HTTP, the way
+vLLM's own benchmark measures (FACTS.md):
+
+- every request streams (`stream: true`, `include_usage`), with `ignore_eos` so output
+  lengths are the workload's, not the random model's;
+- the clock starts just before the POST; the intended send time is kept too, so a
+  lagging client is visible (open loop: precomputed absolute schedule);
+- TTFT is the first chunk with choices, E2E the last; output tokens come from the
+  server's usage chunk, never from re-tokenizing;
+- a failed request is a record with `ok=False`, not an exception.
+
+aiohttp's connector limit (100 by default) would silently cap concurrency: limit=0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from .workload import Request
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    id: str
+    intended_s: float  # intended send time, seconds after the phase start
+    sent_s: float  # actual send time (just before the POST)
+    first_chunk_s: float | None
+    end_s: float | None  # last chunk with choices
+    chunk_s: tuple[float, ...]  # arrival time of every chunk with choices
+    prompt_tokens: int
+    output_tokens: int  # from the server's usage chunk
+    expected_output_tokens: int
+    ok: bool
+    status: int
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    records: tuple[RequestRecord, ...]
+    window_s: float  # first send -> last completion
+
+
+def _body(model: str, req: Request) -> dict:
+    return {"model": model, "prompt": list(req.prompt_token_ids), "max_tokens": req.max_tokens,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
+            "temperature": 0.0}
+
+
+async def _one(session: aiohttp.ClientSession, url: str, model: str, req: Request, intended: float,
+               t0: float) -> RequestRecord:
+    sent = time.perf_counter() - t0
+    chunks: list[float] = []
+    usage: dict = {}
+    status = 0
+    try:
+        async with session.post(url, json=_body(model, req)) as resp:
+            status = resp.status
+            if status != 200:
+                text = (await resp.text())[:300]
+                return RequestRecord(req.id, intended, sent, None, None, (), len(req.prompt_token_ids), 0,
+                                     req.max_tokens, False, status, text)
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                data = json.loads(payload)
+                if data.get("choices"):
+                    chunks.append(time.perf_counter() - t0)
+                if data.get("usage"):
+                    usage = data["usage"]
+    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
+        return RequestRecord(req.id, intended, sent, chunks[0] if chunks else None, chunks[-1] if chunks else None,
+                             tuple(chunks), len(req.prompt_token_ids), 0, req.max_tokens, False, status,
+                             f"{type(exc).__name__}: {exc}"[:300])
+    out = int(usage.get("completion_tokens", 0))
+    ok = bool(chunks) and out > 0
+    return RequestRecord(req.id, intended, sent, chunks[0] if chunks else None, chunks[-1] if chunks else None,
+                         tuple(chunks), int(usage.get("prompt_tokens", len(req.prompt_token_ids))), out,
+                         req.max_tokens, ok, status, "" if ok else "no tokens streamed")
+
+
+async def replay(base_url: str, model: str, requests: tuple[Request, ...], concurrency: int | None,
+                 request_timeout: float = 600.0) -> ReplayResult:
+    """Send `requests` (closed loop with `concurrency` in flight, else on their offsets)."""
+    url = base_url.rstrip("/") + "/v1/completions"
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=request_timeout)
+    gate = asyncio.Semaphore(concurrency) if concurrency else None
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=1 << 20) as session:
+        t0 = time.perf_counter()
+
+        async def run(req: Request) -> RequestRecord:
+            if gate is None:
+                delay = req.offset_s - (time.perf_counter() - t0)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                return await _one(session, url, model, req, req.offset_s, t0)
+            async with gate:
+                # Closed loop: the request is intended the moment its slot frees.
+                return await _one(session, url, model, req, time.perf_counter() - t0, t0)
+
+        records = await asyncio.gather(*(run(r) for r in requests))
+    first = min((r.sent_s for r in records), default=0.0)
+    last = max((r.end_s or r.sent_s for r in records), default=0.0)
+    return ReplayResult(tuple(records), max(last - first, 1e-9))
+
+
+def run_replay(base_url: str, model: str, requests: tuple[Request, ...], concurrency: int | None,
+               request_timeout: float = 600.0) -> ReplayResult:
+    """Synchronous entry point (Ray tasks cannot be `async def`)."""
+    return asyncio.run(replay(base_url, model, requests, concurrency, request_timeout))

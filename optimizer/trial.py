@@ -1,0 +1,111 @@
+"""One trial: boot vLLM with the chosen flags, warm up, replay the workload, stop, report.
+
+`execute_trial` is a plain function (tests call it directly); `run_trial` is the same
+function as a Ray task. A trial gets a frozen `TrialSpec` and returns a frozen
+`TrialResult`: never an Optuna trial, a study or a database session. Whatever happens,
+the server's whole process group is stopped before the task returns.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .engine.failures import Failure, classify_runtime
+from .engine.vllm import StopReport, VllmServer
+from .metrics import summarize
+from .replay import RequestRecord, run_replay
+from .workload import Workload
+
+LOG_TAIL_LINES = 120
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    number: int
+    model: str
+    params: dict  # the knobs Optuna chose, by vLLM flag name
+    vllm_args: tuple[str, ...]  # every flag after --model (knobs + fixed flags)
+    workload: Workload
+    log_path: str
+    env: tuple[tuple[str, str], ...] = ()
+    startup_timeout: float = 300.0
+    shutdown_timeout: float = 30.0
+    request_timeout: float = 600.0
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    number: int
+    failure: Failure | None  # None: the trial ran and was measured
+    metrics: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)  # seconds: startup, warmup, replay, shutdown
+    records: tuple[RequestRecord, ...] = ()
+    stop: StopReport | None = None
+    log_tail: str = ""
+    host: str = ""
+    omp_threads: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase: None) -> TrialResult:
+    """Run one trial end to end; failures come back in the result, never as exceptions."""
+    phases: dict[str, float] = {}
+    server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=dict(spec.env),
+                        startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout)
+    failure, metrics, records = None, {}, ()
+    try:
+        report("starting")
+        t = time.monotonic()
+        started = server.start()
+        phases["startup_s"] = time.monotonic() - t
+        if not started:
+            failure = server.failure
+        else:
+            report("warming up")
+            t = time.monotonic()
+            if spec.workload.warmup:
+                run_replay(server.base_url, spec.model, spec.workload.warmup, len(spec.workload.warmup),
+                           spec.request_timeout)
+            phases["warmup_s"] = time.monotonic() - t
+            report("replaying")
+            t = time.monotonic()
+            result = run_replay(server.base_url, spec.model, spec.workload.requests, spec.workload.concurrency,
+                                spec.request_timeout)
+            phases["replay_s"] = time.monotonic() - t
+            records = result.records
+            metrics = summarize(result)
+            failure = _runtime_failure(server, records)
+    finally:
+        report("stopping")
+        t = time.monotonic()
+        stop = server.stop()
+        phases["shutdown_s"] = time.monotonic() - t
+    tail = "\n".join(server.log_text().splitlines()[-LOG_TAIL_LINES:])
+    return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
+                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""))
+
+
+def _runtime_failure(server: VllmServer, records) -> Failure | None:
+    if not server.alive():
+        return classify_runtime(server.log_text(), server.proc.poll())
+    if records and not any(r.ok for r in records):
+        first = next(r for r in records if not r.ok)
+        return Failure("crash", f"every request failed; first: HTTP {first.status} {first.error}",
+                       "the server answers but serves nothing: read the server log")
+    return None
+
+
+def remote_trial(spec: TrialSpec, board=None) -> TrialResult:
+    """The body of the Ray task: phases go to the driver through the `board` actor."""
+    def report(phase: str) -> None:
+        if board is not None:
+            board.set.remote(spec.number, phase)
+    return execute_trial(spec, report)
