@@ -39,7 +39,10 @@ def free_port(host: str = HOST) -> int:
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
+    """True when nothing listens on the port. SO_REUSEADDR as servers use it: connections
+    left in TIME_WAIT by the replay do not stop a new server from binding."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
