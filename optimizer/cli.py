@@ -37,10 +37,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(ns: argparse.Namespace, console: Console) -> int:
+    import optuna
+
     from .config import load_config
     from .progress import Progress
     from .report import print_report
     from .study import prepare, run
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     overrides = {key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag) is not None}
     cfg = load_config(ns.config, overrides)
@@ -52,7 +56,8 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
-    console = Console(highlight=False)
+    # soft_wrap: never break a line (a wrapped `vllm serve` command cannot be pasted)
+    console = Console(highlight=False, soft_wrap=True)
     try:
         if ns.command == "tiny-model":
             from .tinymodel import write_tiny_model

@@ -112,6 +112,9 @@ class StudyConfig(_Strict):
     baseline: dict[str, Scalar] | None = Field(
         None, description="the configuration in production today; none means vLLM's defaults"
     )
+    enqueue: list[dict[str, Scalar]] = Field(
+        default_factory=list, description="configurations to try right after the baseline (warm starts)"
+    )
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     ray: RaySpec = Field(default_factory=RaySpec)

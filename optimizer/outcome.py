@@ -35,8 +35,10 @@ def record(trial: optuna.Trial, result: TrialResult) -> None:
     trial.set_user_attr("phases_s", {k: round(v, 2) for k, v in result.phases.items()})
     trial.set_user_attr("metrics", {k: _clean(result.metrics[k]) for k in METRIC_KEYS if k in result.metrics})
     trial.set_user_attr("host", result.host)
+    trial.set_user_attr("omp_threads", result.omp_threads)
     if result.stop is not None:
-        trial.set_user_attr("stop", {"killed": result.stop.killed, "leftover_pids": list(result.stop.leftover_pids),
+        trial.set_user_attr("stop", {"port": result.port, "killed": result.stop.killed,
+                                     "leftover_pids": list(result.stop.leftover_pids),
                                      "port_free": result.stop.port_free})
     if result.failure:
         trial.set_user_attr("failure_kind", result.failure.kind)

@@ -126,9 +126,10 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
     for name in cfg.space:
         if name not in KNOBS:
             raise ConfigError(f"space: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
-    for name in cfg.baseline or {}:
-        if name not in KNOBS:
-            raise ConfigError(f"baseline: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
+    for where, params in [("baseline", cfg.baseline or {})] + [(f"enqueue.{i}", p) for i, p in enumerate(cfg.enqueue)]:
+        for name in params:
+            if name not in KNOBS:
+                raise ConfigError(f"{where}: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
     dims, notes = [], []
     names = list(cfg.space) or list(KNOBS)
     for name in names:

@@ -126,9 +126,12 @@ def _recover(study: optuna.Study) -> int:
 
 
 def _ensure_baseline(study: optuna.Study, plan: Plan) -> None:
+    """Queue the baseline first, then the configured warm starts (once per study)."""
     if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
         return
     study.enqueue_trial(_baseline_params(plan), user_attrs={"baseline": True})
+    for params in plan.cfg.enqueue:
+        study.enqueue_trial(dict(params), user_attrs={"enqueued": True}, skip_if_exists=True)
 
 
 def _trial_params(trial: optuna.Trial, plan: Plan) -> dict:

@@ -49,6 +49,7 @@ class TrialResult:
     log_tail: str = ""
     host: str = ""
     omp_threads: str = ""
+    port: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -90,7 +91,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase:
         phases["shutdown_s"] = time.monotonic() - t
     tail = "\n".join(server.log_text().splitlines()[-LOG_TAIL_LINES:])
     return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
-                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""))
+                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port)
 
 
 def _runtime_failure(server: VllmServer, records) -> Failure | None:

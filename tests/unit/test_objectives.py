@@ -1,0 +1,76 @@
+"""objectives/: lookup by name, and one shared suite run over every objective in OBJECTIVES."""
+
+import math
+
+import pytest
+
+from objectives import OBJECTIVES, get_objective
+from objectives.latency import ALLOWED
+from optimizer.metrics import summarize
+from optimizer.replay import ReplayResult, RequestRecord
+
+
+def result(scale: float) -> ReplayResult:
+    """Two completed requests; `scale` stretches every time (2.0 = a server twice as slow)."""
+    recs = tuple(RequestRecord(f"r{i}", 0.0, 0.0, 0.1 * scale, 0.5 * scale,
+                               tuple(0.1 * scale * k for k in range(1, 6)), 10, 5, 5, True, 200)
+                 for i in range(2))
+    return ReplayResult(recs, window_s=0.5 * scale)
+
+
+FAST, SLOW = summarize(result(1.0)), summarize(result(2.0))
+
+
+def test_lookup_by_name_and_directions():
+    assert get_objective("throughput").direction == "maximize"
+    assert get_objective("latency").direction == "minimize"
+    assert (get_objective("throughput").metric, get_objective("latency").metric) == ("output_throughput", "ttft_p95")
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(ValueError) as err:
+        get_objective("goodness")
+    assert "goodness" in str(err.value)
+    assert all(name in str(err.value) for name in OBJECTIVES)
+
+
+def test_latency_metric_option():
+    obj = get_objective("latency", "e2el_p95")
+    assert obj.metric == "e2el_p95"
+    assert obj.score({"e2el_ms_p95": 812.5, "ttft_ms_p95": 40.0}) == 812.5
+    with pytest.raises(ValueError, match="ttft_p96"):
+        get_objective("latency", "ttft_p96")
+    with pytest.raises(ValueError, match="tokens_per_joule"):
+        get_objective("throughput", "tokens_per_joule")
+
+
+@pytest.mark.parametrize("metric", ALLOWED)
+def test_every_latency_metric_reads_a_key_the_replay_reports(metric):
+    assert get_objective("latency", metric).score(FAST) > 0
+
+
+@pytest.mark.parametrize("metric, unit", [("output_throughput", "tok/s"), ("total_token_throughput", "tok/s"),
+                                          ("request_throughput", "req/s")])
+def test_every_throughput_metric_reads_a_key_the_replay_reports(metric, unit):
+    obj = get_objective("throughput", metric)
+    assert obj.score(FAST) == FAST[metric] and obj.unit == unit
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+class TestEveryObjective:
+    def test_declares_its_interface(self, name):
+        obj = get_objective(name)
+        assert obj.name == name and obj.direction in ("maximize", "minimize") and obj.unit
+
+    def test_scores_real_metrics_and_prefers_the_faster_server(self, name):
+        obj = get_objective(name)
+        fast, slow = obj.score(FAST), obj.score(SLOW)
+        assert math.isfinite(fast) and math.isfinite(slow) and fast != slow
+        assert (fast > slow) == (obj.direction == "maximize")
+
+    def test_nan_or_missing_metric_is_a_value_error(self, name):
+        obj = get_objective(name)
+        with pytest.raises(ValueError):
+            obj.score({k: math.nan for k in FAST})
+        with pytest.raises(ValueError):
+            obj.score({})

@@ -1,0 +1,70 @@
+"""storage.py: never overwrite a file that is not ours; WAL on; SQLite paths made absolute."""
+
+import sqlite3
+
+import optuna
+import pytest
+
+from optimizer.errors import StorageError
+from optimizer.storage import normalize_url, open_storage, sqlite_path
+
+
+def test_garbage_file_is_refused_and_left_untouched(tmp_path):
+    db = tmp_path / "trials.db"
+    db.write_bytes(b"\x00\x13garbage, not a database\xff" * 40)
+    before = db.read_bytes()
+    with pytest.raises(StorageError, match="not a SQLite database"):
+        open_storage(f"sqlite:///{db}")
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trials.db"]
+
+
+def test_foreign_sqlite_database_is_refused_and_left_untouched(tmp_path):
+    db = tmp_path / "trials.db"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        con.execute("INSERT INTO invoices VALUES (1, 9.5)")
+    con.close()
+    before = db.read_bytes()
+    with pytest.raises(StorageError, match="not an Optuna one"):
+        open_storage(f"sqlite:///{db}")
+    assert db.read_bytes() == before
+
+
+def test_fresh_path_opens_in_wal_mode_and_reopens(tmp_path):
+    db = tmp_path / "trials.db"
+    storage = open_storage(f"sqlite:///{db}")
+    assert isinstance(storage, optuna.storages.RDBStorage)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.enqueue_trial({"x": 1})
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    con.close()
+    again = optuna.load_study(study_name="s", storage=open_storage(f"sqlite:///{db}"))
+    assert len(again.trials) == 1
+
+
+def test_relative_sqlite_url_becomes_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert normalize_url("sqlite:///trials.db") == f"sqlite:///{tmp_path.resolve() / 'trials.db'}"
+    assert normalize_url("sqlite:///sub/../t.db") == f"sqlite:///{tmp_path.resolve() / 't.db'}"
+
+
+def test_other_urls_are_left_alone():
+    url = "postgresql+psycopg2://u:p@db:5432/optuna"
+    assert normalize_url(url) == url
+    assert sqlite_path("sqlite://") is None and sqlite_path("sqlite:///:memory:") is None
+    with pytest.raises(StorageError, match="not a database URL"):
+        sqlite_path("trials.db")
+
+
+def test_missing_directory_is_refused(tmp_path):
+    with pytest.raises(StorageError, match="does not exist"):
+        open_storage(f"sqlite:///{tmp_path}/no/such/dir/trials.db")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_directory_given_as_the_database_is_a_storage_error(tmp_path):
+    (tmp_path / "studies").mkdir()
+    with pytest.raises(StorageError):
+        open_storage(f"sqlite:///{tmp_path / 'studies'}")
