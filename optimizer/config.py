@@ -138,6 +138,8 @@ def read_yaml(path: str | Path) -> dict:
         data = yaml.safe_load(p.read_text())
     except OSError as exc:
         raise ConfigError(f"config {p}: cannot read it ({exc.strerror}); check the path") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {p}: not a UTF-8 text file; pass the study YAML") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
@@ -164,6 +166,11 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> Study
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
-            node = node.setdefault(key, {})
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"config {path or '<flags>'}: field '{key}' must be a mapping to set '{dotted}'")
+            node = child
         node[leaf] = value
     return build_config(data, str(path) if path else "<flags>")

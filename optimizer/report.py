@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .progress import fmt_params
-from .space import KNOBS, from_cli_args
+from .space import KNOBS, from_cli_args, split_flags
 
 
 @dataclass(frozen=True)
@@ -31,19 +31,9 @@ def serve_command(model: str, args: list[str]) -> str:
 
 def serve_yaml(args: list[str]) -> dict:
     """`vllm serve --config` takes long-form flag names as keys."""
-    out, i = {}, 0
-    while i < len(args):
-        key = args[i].removeprefix("--")
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            value = args[i + 1]
-            knob = KNOBS.get(key)
-            if knob:
-                value = from_cli_args([args[i], value])[key]
-            out[key] = value
-            i += 2
-        else:
-            out[key] = True
-            i += 1
+    out = {}
+    for key, value in split_flags(args):
+        out[key] = from_cli_args([f"--{key}", value])[key] if key in KNOBS and value is not True else value
     return out
 
 

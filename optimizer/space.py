@@ -133,9 +133,17 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
     dims, notes = [], []
     names = list(cfg.space) or list(KNOBS)
     for name in names:
-        dim = _from_config(name, cfg.space[name], _default(name, device, model, longest_request)) \
-            if name in cfg.space else _default(name, device, model, longest_request)
+        spec = cfg.space.get(name)
+        if spec is not None and spec.low is not None and spec.high is not None:
+            # Fully given: do not derive (a derived memory range may refuse a small node).
+            default = Dimension(KNOBS[name], spec.low, spec.high, log=KNOBS[name].log)
+        else:
+            default = _default(name, device, model, longest_request)
+        dim = default if spec is None else _from_config(name, spec, default)
         if name == "max-model-len":
+            if dim.high > model.max_positions:
+                raise ConfigError(f"space.max-model-len: high ({int(dim.high)}) is above the model's "
+                                  f"max_position_embeddings ({model.max_positions}); lower it")
             if dim.high < longest_request:
                 raise ConfigError(
                     f"space.max-model-len: high ({int(dim.high)}) is below the workload's longest request "
@@ -172,6 +180,8 @@ def to_cli_args(params: dict) -> list[str]:
         value = params[name]
         if isinstance(value, bool):
             args.append(f"--{name}" if value else f"--no-{name}")
+        elif isinstance(value, float):
+            args += [f"--{name}", f"{value:.4g}"]  # 0.36, not 0.36000000000000004
         else:
             args += [f"--{name}", str(value)]
     return args
@@ -179,14 +189,26 @@ def to_cli_args(params: dict) -> list[str]:
 
 def from_cli_args(args: list[str]) -> dict:
     """The inverse of to_cli_args for the knobs this module knows."""
-    params, i = {}, 0
-    while i < len(args):
-        flag = args[i].removeprefix("--")
-        if flag in KNOBS and i + 1 < len(args):
-            raw = args[i + 1]
+    params = {}
+    for flag, raw in split_flags(args):
+        if flag in KNOBS and isinstance(raw, str):
             kind = KNOBS[flag].kind
             params[flag] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
+    return params
+
+
+def split_flags(args: list[str]) -> list[tuple[str, str | bool]]:
+    """['--a', '1', '--b=2', '--c'] -> [('a', '1'), ('b', '2'), ('c', True)]."""
+    out, i = [], 0
+    while i < len(args):
+        key, eq, inline = args[i].removeprefix("--").partition("=")
+        if eq:
+            out.append((key, inline))
+            i += 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out.append((key, args[i + 1]))
             i += 2
         else:
+            out.append((key, True))
             i += 1
-    return params
+    return out

@@ -41,6 +41,8 @@ def normalize_url(url: str) -> str:
 
 def check_sqlite_file(path: Path) -> None:
     """Raise StorageError if `path` exists but is not a SQLite database holding an Optuna study."""
+    if path.is_dir():
+        raise StorageError(f"storage {path} is a directory; name a database file, e.g. {path / 'trials.db'}")
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb") as f:

@@ -26,7 +26,7 @@ from .errors import ConfigError, OptimizerError
 from .modelinfo import ModelInfo, load_model_info
 from .progress import Progress
 from .runtime import PhaseBoard, ray_runtime, run_trial
-from .storage import normalize_url, open_storage, sqlite_path
+from .storage import check_sqlite_file, normalize_url, open_storage, sqlite_path
 from .tinymodel import write_tiny_model
 from .trial import TrialSpec
 from .workload import Workload, build_workload
@@ -70,6 +70,8 @@ def prepare(cfg: StudyConfig) -> Plan:
     db = sqlite_path(url)
     if db and not db.parent.is_dir():
         raise ConfigError(f"storage: directory {db.parent} does not exist; create it or pass another --storage")
+    if db:
+        check_sqlite_file(db)  # a damaged or foreign file is refused before anything runs
     if cfg.model.tiny:
         write_tiny_model(cfg.model.path)
     model = load_model_info(cfg.model.path, cfg.model.dtype)

@@ -1,4 +1,4 @@
-"""One vLLM OpenAI-compatible server process, with a visible lifecycle.
+r"""One vLLM OpenAI-compatible server process, with a visible lifecycle.
 
     new -> starting -> ready -> stopped
                    \-> failed (with a Failure: why it never became healthy)
