@@ -22,6 +22,7 @@ class NodeMemory:
 
     total: int
     available: int
+    machine_total: int = 0  # the whole machine's RAM (0: same as total)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ def read_node_memory(node: int = 0, root: Path = Path("/sys/devices/system/node"
     available = info["MemFree"] + info.get("Active(file)", 0) + info.get("Inactive(file)", 0) + info.get(
         "SReclaimable", 0
     )
-    return NodeMemory(total=info["MemTotal"], available=available)
+    import psutil
+
+    return NodeMemory(total=info["MemTotal"], available=available, machine_total=psutil.virtual_memory().total)
 
 
 def gpu_count() -> int:

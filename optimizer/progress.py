@@ -70,6 +70,3 @@ class Progress:
             self._best = f"trial {best.number}, {best.value:.1f} {objective.unit}"
         except ValueError:
             pass
-
-    def trial_lost(self, number: int, exc: Exception) -> None:
-        self.console.print(f"  [red]FAIL[/] infra: Ray lost trial {number}: {type(exc).__name__}")

@@ -8,10 +8,12 @@ tasks with `max_retries=0`: the driver decides what to retry, so no trial runs t
 from __future__ import annotations
 
 import os
+import socket
 from contextlib import contextmanager
 
 import ray
 
+from .engine.vllm import terminate_group
 from .errors import RayUnavailable
 from .trial import remote_trial
 
@@ -22,12 +24,33 @@ class PhaseBoard:
 
     def __init__(self):
         self.phases: dict[int, str] = {}
+        self.servers: dict[int, tuple[str, int]] = {}
 
     def set(self, number: int, phase: str) -> None:
         self.phases[number] = phase
 
     def get(self) -> dict[int, str]:
         return dict(self.phases)
+
+    def server(self, number: int, host: str, pgid: int) -> None:
+        self.servers[number] = (host, pgid)
+
+    def server_of(self, number: int) -> tuple[str, int] | None:
+        return self.servers.get(number)
+
+
+def reap_server(board, number: int, timeout: float = 10.0) -> bool:
+    """Stop the server of a trial whose worker died before stopping it; True if reaped.
+
+    This host only. Ray's own cleanup does not cover it: measured with ray 2.60, neither
+    `RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper` nor the worker's
+    direct-child cleanup kills a child that runs in its own process group, which the
+    server must (to be stopped as a whole)."""
+    where = ray.get(board.server_of.remote(number))
+    if where is None or where[0] != socket.gethostname():
+        return False
+    killed, leftovers = terminate_group(where[1], timeout)
+    return not leftovers
 
 
 run_trial = ray.remote(max_retries=0)(remote_trial)

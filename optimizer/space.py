@@ -24,7 +24,12 @@ from .modelinfo import ModelInfo
 # usages"; nearly all of that is the process itself, not the weights (~50 MB).
 CPU_PROCESS_OVERHEAD = 0.95 * GIB
 CPU_MIN_KV = 0.25 * GIB
-CPU_HEADROOM = 0.5 * GIB
+# Beside the KV cache, the machine must hold vLLM's API server and EngineCore (~0.5 GiB
+# each, measured), Ray and the driver (~1 GiB), and a margin below Ray's memory monitor,
+# which kills the trial above 95% use. Measured: fraction 0.89 of a 21 GiB node (24 GiB
+# machine) was killed by Ray with OutOfMemoryError while vLLM allocated its KV cache.
+CPU_HEADROOM = 2 * GIB
+CPU_HEADROOM_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ def cpu_memory_range(device: Device, model: ModelInfo) -> tuple[float, float]:
     """Memory fractions that can start on this CPU node now (see module docstring)."""
     total = device.memory.total
     low = (model.weight_bytes() + CPU_PROCESS_OVERHEAD + CPU_MIN_KV) / total
-    high = min(0.9, (device.memory.available - CPU_HEADROOM) / total)
+    machine = device.memory.machine_total or total
+    high = min(0.9, (device.memory.available - CPU_HEADROOM - CPU_HEADROOM_SHARE * machine) / total)
     low, high = round(low + 0.005, 2), round(high - 0.005, 2)
     if low >= high:
         raise ConfigError(

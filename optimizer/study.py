@@ -25,10 +25,10 @@ from .device import Device, detect
 from .errors import ConfigError, OptimizerError
 from .modelinfo import ModelInfo, load_model_info
 from .progress import Progress
-from .runtime import PhaseBoard, ray_runtime, run_trial
+from .runtime import PhaseBoard, ray_runtime, reap_server, run_trial
 from .storage import check_sqlite_file, normalize_url, open_storage, sqlite_path
 from .tinymodel import write_tiny_model
-from .trial import TrialSpec
+from .trial import TrialSpec, lost_trial_result
 from .workload import Workload, build_workload
 
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -208,13 +208,16 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
             ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15)
         except Exception:
             pass
+        reap_server(board, trial.number)
         outcome.tell_infra(study, trial, "interrupted: re-run to resume", "KeyboardInterrupt")
         raise
     except ray.exceptions.RayError as exc:
-        outcome.tell_infra(study, trial, "Ray lost the trial: check the worker node, then re-run",
-                           f"{type(exc).__name__}: {exc}")
-        progress.trial_lost(trial.number, exc)
-        return optuna.trial.TrialState.FAIL
+        reap_server(board, trial.number)
+        phase = ray.get(board.get.remote()).get(trial.number, "starting")
+        result = lost_trial_result(trial.number, exc, phase)
+        state = outcome.tell(study, trial, result, plan.objective)
+        progress.trial_done(study, trial.number, result, state, plan.objective)
+        return state
     state = outcome.tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
     return state

@@ -56,11 +56,14 @@ class TrialResult:
         return self.failure is None
 
 
-def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase: None) -> TrialResult:
-    """Run one trial end to end; failures come back in the result, never as exceptions."""
+def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase: None,
+                  on_spawn: Callable[[int], None] | None = None) -> TrialResult:
+    """Run one trial end to end; failures come back in the result, never as exceptions.
+    `on_spawn` gets the server's process group id as soon as it exists."""
     phases: dict[str, float] = {}
     server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=dict(spec.env),
-                        startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout)
+                        startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout,
+                        on_spawn=on_spawn)
     failure, metrics, records = None, {}, ()
     try:
         report("starting")
@@ -105,8 +108,23 @@ def _runtime_failure(server: VllmServer, records) -> Failure | None:
 
 
 def remote_trial(spec: TrialSpec, board=None) -> TrialResult:
-    """The body of the Ray task: phases go to the driver through the `board` actor."""
-    def report(phase: str) -> None:
-        if board is not None:
-            board.set.remote(spec.number, phase)
-    return execute_trial(spec, report)
+    """The body of the Ray task: phases, and the server's host and process group (so the
+    driver can reap it if this worker dies first), go to the driver through `board`."""
+    if board is None:
+        return execute_trial(spec)
+    host = socket.gethostname()
+    return execute_trial(spec, lambda phase: board.set.remote(spec.number, phase),
+                         lambda pgid: board.server.remote(spec.number, host, pgid))
+
+
+def lost_trial_result(number: int, exc: BaseException, phase: str) -> TrialResult:
+    """The result of a trial whose Ray worker died. Ray's memory monitor killing it means the
+    configuration took the machine's memory (a property of the configuration: pruned); any
+    other loss is an infrastructure fault."""
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+    if type(exc).__name__ == "OutOfMemoryError":
+        kind = "oom_startup" if phase == "starting" else "oom_runtime"
+        remedy = ("lower gpu-memory-utilization: the machine ran out of memory and Ray's memory monitor killed the trial"
+                  if kind == "oom_startup" else "lower max-num-seqs or gpu-memory-utilization: the machine ran out of memory")
+        return TrialResult(number, Failure(kind, text, remedy))
+    return TrialResult(number, Failure("infra", text, "Ray lost the trial: check the worker node, then re-run"))

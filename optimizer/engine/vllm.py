@@ -62,6 +62,36 @@ def group_pids(pgid: int) -> list[int]:
     return pids
 
 
+def terminate_group(pgid: int, timeout: float, leader: subprocess.Popen | None = None) -> tuple[bool, tuple[int, ...]]:
+    """SIGTERM the process group, wait up to `timeout`, then SIGKILL what is left.
+
+    Returns (SIGKILL was needed, pids still alive afterwards). `leader`, when given, is
+    reaped so it does not linger as a zombie. Also used by the driver to reap the server
+    of a trial whose Ray worker died before it could stop it.
+    """
+    def running() -> bool:
+        return (leader is not None and leader.poll() is None) or bool(group_pids(pgid))
+
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and running():
+        time.sleep(0.2)
+    killed = running()
+    if killed:
+        _signal_group(pgid, signal.SIGKILL)
+        end = time.monotonic() + 10
+        while running() and time.monotonic() < end:
+            time.sleep(0.2)
+    return killed, tuple(group_pids(pgid))
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 @dataclass(frozen=True)
 class StopReport:
     seconds: float
@@ -74,7 +104,8 @@ class VllmServer:
     """Context manager around one vLLM server; `start()` raises nothing, it sets `failure`."""
 
     def __init__(self, model: str, args: list[str], log_path: Path, *, env: dict[str, str] | None = None,
-                 startup_timeout: float = 300.0, shutdown_timeout: float = 30.0, python: str = sys.executable):
+                 startup_timeout: float = 300.0, shutdown_timeout: float = 30.0, python: str = sys.executable,
+                 on_spawn=None):
         self.model = model
         self.args = list(args)
         self.log_path = Path(log_path)
@@ -82,6 +113,7 @@ class VllmServer:
         self.startup_timeout = startup_timeout
         self.shutdown_timeout = shutdown_timeout
         self.python = python
+        self.on_spawn = on_spawn  # called with the process group id right after launch
         self.port: int | None = None
         self.state = "new"
         self.failure: Failure | None = None
@@ -105,6 +137,8 @@ class VllmServer:
         self.state = "starting"
         self.proc = subprocess.Popen(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        if self.on_spawn:
+            self.on_spawn(self.proc.pid)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -129,22 +163,8 @@ class VllmServer:
         t0 = time.monotonic()
         killed = False
         if self.proc is not None:
-            pgid = self.proc.pid  # start_new_session: the group id is the leader's pid
-            self._signal_group(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + self.shutdown_timeout
-            while time.monotonic() < deadline and (self.proc.poll() is None or group_pids(pgid)):
-                time.sleep(0.2)
-            if self.proc.poll() is None or group_pids(pgid):
-                killed = True
-                self._signal_group(pgid, signal.SIGKILL)
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
-                end = time.monotonic() + 10
-                while group_pids(pgid) and time.monotonic() < end:
-                    time.sleep(0.2)
-            leftovers = tuple(group_pids(pgid))
+            # start_new_session: the group id is the leader's pid
+            killed, leftovers = terminate_group(self.proc.pid, self.shutdown_timeout, self.proc)
         else:
             leftovers = ()
         if self._log_file:
@@ -174,13 +194,6 @@ class VllmServer:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
             return False
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: int) -> None:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _wait_port_free(port: int, seconds: float = 10.0) -> bool:
