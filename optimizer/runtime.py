@@ -46,7 +46,10 @@ def reap_server(board, number: int, timeout: float = 10.0) -> bool:
     `RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper` nor the worker's
     direct-child cleanup kills a child that runs in its own process group, which the
     server must (to be stopped as a whole)."""
-    where = ray.get(board.server_of.remote(number))
+    try:
+        where = ray.get(board.server_of.remote(number), timeout=10)
+    except (ray.exceptions.RayError, TimeoutError):
+        return False  # Ray itself is gone; a restart's recovery has to find the server
     if where is None or where[0] != socket.gethostname():
         return False
     killed, leftovers = terminate_group(where[1], timeout)
