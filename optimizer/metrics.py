@@ -31,6 +31,17 @@ def _dist(name: str, values: list[float]) -> dict[str, float]:
     return out
 
 
+def _itl(chunk_s: tuple[float, ...], output_tokens: int) -> list[float]:
+    """Per-token gaps in ms: a gap that delivered k tokens counts as k gaps of 1/k its length."""
+    gaps = [b - a for a, b in zip(chunk_s, chunk_s[1:])]
+    tokens = max(output_tokens - 1, len(gaps))
+    out = []
+    for i, gap in enumerate(gaps):
+        k = tokens // len(gaps) + (1 if i < tokens % len(gaps) else 0)
+        out += [gap * 1000 / k] * k
+    return out
+
+
 def summarize(result: ReplayResult) -> dict[str, float]:
     """The trial's headline metrics from its request records."""
     ok = [r for r in result.records if r.ok]
@@ -40,10 +51,7 @@ def summarize(result: ReplayResult) -> dict[str, float]:
     for r in ok:
         if r.output_tokens > 1:
             tpot.append((r.end_s - r.first_chunk_s) * 1000 / (r.output_tokens - 1))
-        gaps = [b - a for a, b in zip(r.chunk_s, r.chunk_s[1:])]
-        if gaps:
-            per_gap = max(1.0, (r.output_tokens - 1) / len(gaps))
-            itl += [g * 1000 / per_gap for g in gaps for _ in range(round(per_gap))]
+        itl += _itl(r.chunk_s, r.output_tokens)
     window = result.window_s
     out_tokens = sum(r.output_tokens for r in ok)
     in_tokens = sum(r.prompt_tokens for r in ok)

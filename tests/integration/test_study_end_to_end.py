@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import psutil
@@ -112,3 +113,35 @@ def test_rerun_resumes_the_finished_study_without_new_trials(finished_study):
     assert "3 of 3 trials done" in again.stdout
     study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{root / 'trials.db'}")
     assert len(study.trials) == 3
+
+
+def test_optuna_dashboard_reads_the_study(finished_study):
+    """The storage is a real database optuna-dashboard opens while nothing else changes."""
+    import json
+    import time
+    import urllib.request
+
+    from optimizer.engine.vllm import free_port
+
+    _, _, _, root = finished_study
+    port = free_port()
+    dashboard = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")),
+                                  f"sqlite:///{root / 'trials.db'}", "--host", "127.0.0.1", "--port", str(port)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        body = None
+        for _ in range(60):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as resp:
+                    body = json.load(resp)
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert body is not None, "optuna-dashboard did not answer"
+        names = [s["study_name"] for s in body["study_summaries"]]
+        assert names == ["e2e"]
+        attrs = {a["key"] for a in body["study_summaries"][0]["user_attrs"]}
+        assert {"objective", "workload_hash", "model"} <= attrs
+    finally:
+        dashboard.terminate()
+        dashboard.wait(timeout=10)

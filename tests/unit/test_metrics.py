@@ -69,3 +69,13 @@ def test_percentile_matches_numpy():
         for q in PERCENTILES:
             assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
     assert math.isnan(percentile([], 50))
+
+
+def test_itl_splits_a_multi_token_chunk_evenly_and_counts_every_token():
+    from optimizer.metrics import _itl
+
+    # 6 output tokens in 3 chunks: 5 tokens after the first arrive in 2 gaps (0.1 s, 0.2 s)
+    values = _itl((0.0, 0.1, 0.3), 6)
+    assert len(values) == 5
+    assert sum(values) == pytest.approx(300.0)
+    assert sorted(values) == pytest.approx([100 / 3] * 3 + [100.0] * 2)
