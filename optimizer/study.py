@@ -118,12 +118,22 @@ def _baseline_params(plan: Plan) -> dict:
     return dict(plan.cfg.baseline or {})
 
 
+def queue_again(study: optuna.Study, trial, always: bool = False) -> bool:
+    """Queue a FAIL trial's configuration once more: an infrastructure fault says nothing
+    about the configuration. Once per configuration, unless `always` (interrupted runs)."""
+    if not always and trial.user_attrs.get("retry_of") is not None:
+        return False
+    roles = {k: trial.user_attrs[k] for k in ("baseline", "enqueued") if k in trial.user_attrs}
+    study.enqueue_trial(dict(trial.params), user_attrs={**roles, "retry_of": trial.number})
+    return True
+
+
 def _recover(study: optuna.Study) -> int:
     """Trials a dead driver left RUNNING: FAIL them and queue their parameters again."""
     stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for t in stale:
         study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        study.enqueue_trial(t.params, user_attrs=dict(t.user_attrs), skip_if_exists=True)
+        queue_again(study, t, always=True)
     return len(stale)
 
 
@@ -210,6 +220,7 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
             pass
         reap_server(board, trial.number)
         outcome.tell_infra(study, trial, "interrupted: re-run to resume", "KeyboardInterrupt")
+        queue_again(study, trial, always=True)
         raise
     except ray.exceptions.RayError as exc:
         reap_server(board, trial.number)
@@ -217,7 +228,11 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
         result = lost_trial_result(trial.number, exc, phase)
         state = outcome.tell(study, trial, result, plan.objective)
         progress.trial_done(study, trial.number, result, state, plan.objective)
+        if state == optuna.trial.TrialState.FAIL:
+            queue_again(study, trial)
         return state
     state = outcome.tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
+    if state == optuna.trial.TrialState.FAIL:
+        queue_again(study, trial)
     return state

