@@ -7,6 +7,7 @@ nothing is written to the study before the configuration has been validated.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from rich.console import Console
@@ -47,6 +48,8 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     overrides = {key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag) is not None}
+    if ns.model is not None:
+        overrides["model.tiny"] = False  # a model named on the command line is never generated over
     cfg = load_config(ns.config, overrides)
     plan = prepare(cfg)
     study = run(plan, Progress(console))
@@ -54,8 +57,16 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     return 0 if summary.best is not None else 1
 
 
+def _terminate_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
+    # SIGTERM (kill, a CI cancel) and SIGHUP (a closed terminal) stop like Ctrl-C: the
+    # running server is stopped and the trial is told FAIL and queued again.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate_as_interrupt)
     # soft_wrap: never break a line (a wrapped `vllm serve` command cannot be pasted)
     console = Console(highlight=False, soft_wrap=True)
     try:

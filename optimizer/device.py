@@ -70,12 +70,13 @@ def gpu_memory_bytes() -> int:
     exe = shutil.which("nvidia-smi")
     if not exe:
         return 0
-    out = subprocess.run(
-        [exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, timeout=10, check=False,
-    )
-    first = out.stdout.strip().splitlines()[:1]
-    return int(float(first[0]) * 1024**2) if first else 0
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=False)
+        first = out.stdout.strip().splitlines()[:1]
+        return int(float(first[0]) * 1024**2) if first else 0
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return 0
 
 
 def detect(preference: str = "auto") -> Device:

@@ -12,6 +12,12 @@ exception: it is data in the trial's result.
 """
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message (its type name when the message is empty)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
 class OptimizerError(Exception):
     """Root of every error this project raises on purpose."""
 

@@ -49,7 +49,13 @@ def _read_config(source: str) -> dict:
         cfg = path / "config.json"
         if not cfg.is_file():
             raise ConfigError(f"model: {path} has no config.json; point --model at a Hugging Face model directory")
-        return json.loads(cfg.read_text())
+        try:
+            data = json.loads(cfg.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"model: {cfg} is not valid JSON; restore the model's config.json") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"model: {cfg} is not a JSON object; restore the model's config.json")
+        return data
     looks_local = source.startswith(("/", ".", "~")) or path.exists()
     if looks_local or not _HF_ID.match(source):
         raise ConfigError(

@@ -11,6 +11,7 @@ set after tell): metrics, phase times, failure kind, evidence and remedy.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import optuna
 
@@ -48,23 +49,39 @@ def record(trial: optuna.Trial, result: TrialResult) -> None:
             trial.set_user_attr("fits_max_model_len", result.failure.fits_max_model_len)
 
 
-def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult, objective) -> optuna.trial.TrialState:
-    """Record the result and tell Optuna; returns the state told."""
+def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
+         objective) -> tuple[optuna.trial.TrialState, TrialResult]:
+    """Record the result and tell Optuna; returns the state told and the result as judged
+    (a run with failed requests, or without a finite objective value, gains a failure)."""
     failure = result.failure
     value = None
+    if failure is None:
+        failure = request_errors(result)
     if failure is None:
         try:
             value = objective.score(result.metrics)
         except ValueError as exc:
-            failure = Failure("crash", str(exc), "no request completed: read the server log")
-            result = TrialResult(**{**result.__dict__, "failure": failure})
+            failure = Failure("crash", str(exc), "no usable measurement: read the server log")
+    if failure is not result.failure:
+        result = replace(result, failure=failure)
     record(trial, result)
     if failure is None:
         study.tell(trial, value, skip_if_finished=True)
-        return optuna.trial.TrialState.COMPLETE
+        return optuna.trial.TrialState.COMPLETE, result
     state = optuna.trial.TrialState.FAIL if failure.kind == "infra" else optuna.trial.TrialState.PRUNED
     study.tell(trial, state=state, skip_if_finished=True)
-    return state
+    return state, result
+
+
+def request_errors(result: TrialResult) -> Failure | None:
+    """A run where requests failed is not scored: dropping the slow requests would flatter it."""
+    failed = [r for r in result.records if not r.ok]
+    if not failed:
+        return None
+    first = failed[0]
+    return Failure("request_errors", f"{len(failed)} of {len(result.records)} requests failed; first: "
+                   f"HTTP {first.status} {first.error}"[:1000],
+                   "read the server log; a 400 usually means a request longer than max-model-len")
 
 
 def tell_infra(study: optuna.Study, trial: optuna.Trial, reason: str, evidence: str) -> None:

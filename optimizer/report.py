@@ -82,12 +82,18 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
         return s
     console.print(f"[bold]Best: trial {s.best.number}[/], {objective.metric} = {s.best.value:.1f} {objective.unit}")
     if s.baseline is None or s.baseline.state != optuna.trial.TrialState.COMPLETE:
-        why = s.baseline.user_attrs.get("failure_kind", "not run") if s.baseline else "not run"
-        console.print(f"Baseline could not be measured ({why}): no gain to report. "
-                      "That is itself a finding: your current configuration does not start here.")
+        if s.baseline is not None and s.baseline.state == optuna.trial.TrialState.PRUNED:
+            console.print(f"Baseline could not be measured ({s.baseline.user_attrs.get('failure_kind')}): "
+                          "no gain to report. That is itself a finding: your current configuration "
+                          f"fails here. Remedy: {s.baseline.user_attrs.get('remedy')}")
+        else:
+            console.print("Baseline not measured yet (it failed for reasons outside the configuration "
+                          "or did not run): no gain to report; re-run to measure it.")
     else:
         console.print(f"Gain over baseline (trial {s.baseline.number}, {s.baseline.value:.1f} {objective.unit}): "
                       f"{s.gain:.2f}x")
     console.print(f"Deploy with:\n  {s.command}")
+    if "--load-format" in s.command and "dummy" in s.command:
+        console.print("  (tuned with random weights: drop --load-format dummy to serve the real ones)")
     console.print(f"or: vllm serve {model} --config {s.yaml_path}")
     return s

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import ray
 
 from .engine.vllm import terminate_group
-from .errors import RayUnavailable
+from .errors import RayUnavailable, first_line
 from .trial import remote_trial
 
 
@@ -49,10 +49,10 @@ def reap_server(board, number: int, timeout: float = 10.0) -> bool:
     try:
         where = ray.get(board.server_of.remote(number), timeout=10)
     except (ray.exceptions.RayError, TimeoutError):
-        return False  # Ray itself is gone; a restart's recovery has to find the server
+        return False  # Ray itself is gone; the trial's user attrs still name the server
     if where is None or where[0] != socket.gethostname():
         return False
-    killed, leftovers = terminate_group(where[1], timeout)
+    _, leftovers = terminate_group(where[1], timeout)
     return not leftovers
 
 
@@ -70,8 +70,11 @@ def ray_runtime(address: str | None):
             ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
                      log_to_driver=False, object_store_memory=256 * 1024**2)
     except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise RayUnavailable(f"ray: cannot reach cluster at '{address}' ({str(exc).splitlines()[0][:160]}); "
-                             "check --ray-address, or leave it out to run on this machine") from exc
+        if address:
+            raise RayUnavailable(f"ray: cannot reach cluster at '{address}' ({first_line(exc)}); "
+                                 "check --ray-address, or leave it out to run on this machine") from exc
+        raise RayUnavailable(f"ray: the embedded local Ray did not start ({first_line(exc)}); "
+                             "check free memory and /tmp space, or run `ray stop --force`") from exc
     try:
         yield
     finally:

@@ -138,7 +138,8 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
     for name in cfg.space:
         if name not in KNOBS:
             raise ConfigError(f"space: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
-    for where, params in [("baseline", cfg.baseline or {})] + [(f"enqueue.{i}", p) for i, p in enumerate(cfg.enqueue)]:
+    fixed = [("baseline", cfg.baseline or {})] + [(f"enqueue.{i}", p) for i, p in enumerate(cfg.enqueue)]
+    for where, params in fixed:
         for name in params:
             if name not in KNOBS:
                 raise ConfigError(f"{where}: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
@@ -165,7 +166,32 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
                 notes.append(f"max-model-len low raised from {int(dim.low)} to {longest_request}, the longest request")
                 dim = Dimension(dim.knob, longest_request, dim.high, log=dim.log)
         dims.append(dim)
+    by_name = {d.knob.name: d for d in dims}
+    for where, params in fixed:
+        for name, value in params.items():
+            _check_fixed(f"{where}.{name}", value, by_name.get(name), device, model, longest_request)
+            if where != "baseline" and name not in by_name:
+                raise ConfigError(f"{where}.{name}: not in the search space; add it to `space` or drop it")
     return SearchSpace(tuple(dims), tuple(notes))
+
+
+def _check_fixed(where: str, value, dim: Dimension | None, device: Device, model: ModelInfo, longest: int) -> None:
+    """A baseline or warm-start value: the right type, allowed here, and one vLLM will accept."""
+    knob = KNOBS[where.rsplit(".", 1)[1]]
+    if knob.kind == "categorical":
+        allowed = dim.choices if dim is not None else KV_DTYPES[device.kind]
+        if value not in allowed:
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}")
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (knob.kind == "int" and value != int(value)):
+        raise ConfigError(f"{where}: {value!r} is not a {'whole number' if knob.kind == 'int' else 'number'}")
+    if knob.name == "gpu-memory-utilization" and not 0 < value <= 1:
+        raise ConfigError(f"{where}: {value} is not a fraction in (0, 1]")
+    if knob.name == "max-num-seqs" and value < 1:
+        raise ConfigError(f"{where}: {value} must be at least 1")
+    if knob.name == "max-model-len" and not longest <= value <= model.max_positions:
+        raise ConfigError(f"{where}: {value} must lie between the workload's longest request ({longest}) "
+                          f"and the model's max_position_embeddings ({model.max_positions})")
 
 
 def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:

@@ -16,7 +16,7 @@ import optuna
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from .errors import StorageError
+from .errors import StorageError, first_line
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 20
@@ -75,5 +75,5 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
     except (SQLAlchemyError, ImportError, ValueError, RuntimeError) as exc:
-        raise StorageError(f"storage '{url}' cannot be opened ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        raise StorageError(f"storage '{url}' cannot be opened ({type(exc).__name__}: {first_line(exc)})"
                            "; check the URL, the driver package and the server") from exc

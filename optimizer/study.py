@@ -86,13 +86,12 @@ def prepare(cfg: StudyConfig) -> Plan:
 
 def _open_study(plan: Plan) -> optuna.Study:
     storage = open_storage(plan.storage_url)
-    sampler = optuna.samplers.TPESampler(seed=plan.cfg.seed, constant_liar=True, n_startup_trials=4)
-    try:
-        study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage, sampler=sampler,
-                                    direction=plan.objective.direction, load_if_exists=True)
-    except ValueError as exc:
-        raise ConfigError(f"study '{plan.cfg.study_name}' exists with another direction ({exc}); "
-                          "pass --study-name NEW") from exc
+    # Optuna 5 keeps a stored study's direction silently; the stamp check catches an objective change.
+    study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage,
+                                direction=plan.objective.direction, load_if_exists=True)
+    # Seeded, but not the same seed on every resume: that would replay the same first draws.
+    study.sampler = optuna.samplers.TPESampler(seed=plan.cfg.seed + len(study.trials), constant_liar=True,
+                                               n_startup_trials=4)
     _check_or_stamp(study, plan)
     return study
 
@@ -203,36 +202,47 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
     position = finished_count(study) + 1
     progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
     ref = run_trial.options(**_resources(plan)).remote(spec, board)
-    started = time.monotonic()
     try:
-        while True:
-            ready, _ = ray.wait([ref], timeout=1.0)
-            phase = ray.get(board.get.remote()).get(trial.number, "queued")
-            progress.phase(trial.number, phase, time.monotonic() - started)
-            if ready:
-                break
-        result = ray.get(ref)
-    except KeyboardInterrupt:
+        result = _wait(ref, trial, board, progress)
+    except ray.exceptions.RayError as exc:
+        reap_server(board, trial.number)
+        result = lost_trial_result(trial.number, exc, _phase(board, trial.number))
+    except BaseException as exc:  # Ctrl-C, SIGTERM (made KeyboardInterrupt by the CLI), a broken pipe...
         ray.cancel(ref)  # raises KeyboardInterrupt in the task: its finally stops the server
         try:
             ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15)
-        except Exception:
+        except BaseException:
             pass
         reap_server(board, trial.number)
-        outcome.tell_infra(study, trial, "interrupted: re-run to resume", "KeyboardInterrupt")
+        outcome.tell_infra(study, trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
         queue_again(study, trial, always=True)
         raise
-    except ray.exceptions.RayError as exc:
-        reap_server(board, trial.number)
-        phase = ray.get(board.get.remote()).get(trial.number, "starting")
-        result = lost_trial_result(trial.number, exc, phase)
-        state = outcome.tell(study, trial, result, plan.objective)
-        progress.trial_done(study, trial.number, result, state, plan.objective)
-        if state == optuna.trial.TrialState.FAIL:
-            queue_again(study, trial)
-        return state
-    state = outcome.tell(study, trial, result, plan.objective)
+    state, result = outcome.tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
     if state == optuna.trial.TrialState.FAIL:
         queue_again(study, trial)
     return state
+
+
+def _phase(board, number: int, default: str = "starting") -> str:
+    try:
+        return ray.get(board.get.remote(), timeout=10).get(number, default)
+    except (ray.exceptions.RayError, TimeoutError):
+        return default
+
+
+def _wait(ref, trial: optuna.Trial, board, progress: Progress):
+    """Wait for the trial task, showing its phases; the server's host and process group go into
+    the trial's user attributes as soon as they are known (a restart can find it there)."""
+    started = time.monotonic()
+    recorded = False
+    while True:
+        ready, _ = ray.wait([ref], timeout=1.0)
+        progress.phase(trial.number, _phase(board, trial.number, "queued"), time.monotonic() - started)
+        if not recorded:
+            where = ray.get(board.server_of.remote(trial.number))
+            if where:
+                trial.set_user_attr("server_process", {"host": where[0], "pgid": where[1]})
+                recorded = True
+        if ready:
+            return ray.get(ref)

@@ -87,6 +87,11 @@ def write_tiny_model(directory: str | Path) -> Path:
     out = Path(directory).resolve()
     if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
         return out
+    if out.is_dir() and any(out.iterdir()):
+        from .errors import ConfigError
+
+        raise ConfigError(f"model: {out} is not empty and holds no complete model; "
+                          "the tiny model is only written into a new or empty directory")
     out.mkdir(parents=True, exist_ok=True)
     tok = _train_tokenizer()
     vocab = tok.get_vocab_size()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from .engine.failures import Failure, classify_runtime
+from .errors import first_line
 from .engine.vllm import StopReport, VllmServer
 from .metrics import summarize
 from .replay import RequestRecord, run_replay
@@ -121,7 +122,7 @@ def lost_trial_result(number: int, exc: BaseException, phase: str) -> TrialResul
     """The result of a trial whose Ray worker died. Ray's memory monitor killing it means the
     configuration took the machine's memory (a property of the configuration: pruned); any
     other loss is an infrastructure fault."""
-    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+    text = f"{type(exc).__name__}: {first_line(exc, 300)}"
     if type(exc).__name__ == "OutOfMemoryError":
         kind = "oom_startup" if phase == "starting" else "oom_runtime"
         remedy = ("lower gpu-memory-utilization: the machine ran out of memory and Ray's memory monitor killed the trial"

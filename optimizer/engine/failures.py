@@ -7,8 +7,9 @@ Kinds (what pruning records):
     crash           the server died (under load, or at start for an unknown reason)
     oom_runtime     the server ran out of memory under load
     timeout         no /health within the start-up deadline
+    request_errors  the server ran but some requests failed (the run is not scored)
     infra           not the configuration's fault (another process holds the device
-                    or port): retried, never held against the configuration
+                    or port): retried once, never held against the configuration
 
 Rules are tried in order; the first that matches a log line wins. The patterns are the
 messages vLLM prints (quoted in FACTS.md / DESIGN.md and collected from real runs in
@@ -20,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "infra")
+KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra")
 
 
 @dataclass(frozen=True)

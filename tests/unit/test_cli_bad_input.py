@@ -71,3 +71,11 @@ def test_damaged_study_database_is_left_alone_and_ray_never_starts(workdir, caps
     assert db.read_bytes() == before
     assert sorted(p.name for p in workdir.iterdir()) == ["study.db", "study.yaml"]
     assert not ray.is_initialized()
+
+
+def test_model_flag_is_never_generated_over(workdir, capsys):
+    # the config asks to generate a tiny model, but --model names another: nothing is written there
+    missing = workdir / "their-model"
+    code, err = run_cli(workdir, capsys, "model: {path: models/tiny, tiny: true}\n" + GOOD_SPACE, "--model", str(missing))
+    assert_refused(code, err, "does not exist")
+    assert not missing.exists() and not (workdir / "models").exists()

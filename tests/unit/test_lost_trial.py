@@ -30,7 +30,7 @@ def test_other_losses_are_infra_and_told_fail():
     study = optuna.create_study()
     trial = study.ask()
     r = lost_trial_result(trial.number, WorkerCrashedError("worker died"), "starting")
-    state = outcome.tell(study, trial, r, get_objective("throughput"))
+    state, _ = outcome.tell(study, trial, r, get_objective("throughput"))
     assert state == optuna.trial.TrialState.FAIL
     assert study.trials[0].user_attrs["failure_kind"] == "infra"
 
@@ -38,6 +38,20 @@ def test_other_losses_are_infra_and_told_fail():
 def test_oom_is_told_pruned_so_tpe_learns_from_it():
     study = optuna.create_study()
     trial = study.ask()
-    state = outcome.tell(study, trial, lost_trial_result(trial.number, OutOfMemoryError("x"), "starting"),
+    state, _ = outcome.tell(study, trial, lost_trial_result(trial.number, OutOfMemoryError("x"), "starting"),
                          get_objective("throughput"))
     assert state == optuna.trial.TrialState.PRUNED
+
+
+def test_a_run_with_failed_requests_is_pruned_not_scored():
+    from optimizer.replay import RequestRecord
+    from optimizer.trial import TrialResult
+
+    ok = RequestRecord("a", 0, 0, 0.1, 0.5, (0.1, 0.5), 10, 2, 2, True, 200)
+    bad = RequestRecord("b", 0, 0, None, None, (), 10, 0, 2, False, 400, "too long")
+    study = optuna.create_study()
+    trial = study.ask()
+    result = TrialResult(trial.number, None, {"output_throughput": 4.0}, records=(ok, bad))
+    state, judged = outcome.tell(study, trial, result, get_objective("throughput"))
+    assert state == optuna.trial.TrialState.PRUNED
+    assert judged.failure.kind == "request_errors" and "1 of 2 requests failed" in judged.failure.evidence

@@ -64,3 +64,14 @@ def test_config_json_that_is_not_a_decoder_is_a_config_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "resnet", "num_channels": 3}))
     with pytest.raises(ConfigError, match="lacks a usable"):
         load_model_info(str(tmp_path))
+
+
+def test_never_writes_into_a_directory_holding_something_else(tmp_path):
+    from optimizer.errors import ConfigError
+
+    own = tmp_path / "my-model"
+    own.mkdir()
+    (own / "tokenizer.model").write_bytes(b"precious")
+    with pytest.raises(ConfigError, match="not empty"):
+        write_tiny_model(own)
+    assert sorted(p.name for p in own.iterdir()) == ["tokenizer.model"]
