@@ -86,7 +86,5 @@ def request_errors(result: TrialResult) -> Failure | None:
 
 def tell_infra(study: optuna.Study, trial: optuna.Trial, reason: str, evidence: str) -> None:
     """A fault outside the configuration (Ray lost the task, the driver was interrupted): FAIL."""
-    trial.set_user_attr("failure_kind", "infra")
-    trial.set_user_attr("evidence", evidence[:1000])
-    trial.set_user_attr("remedy", reason)
+    record(trial, TrialResult(trial.number, Failure("infra", evidence, reason)))
     study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
