@@ -25,6 +25,14 @@ METRIC_KEYS = (
 )
 
 
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
+def finished_count(study: optuna.Study) -> int:
+    """Trials that count against the budget: COMPLETE or PRUNED (FAIL is retried)."""
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
 def _clean(value):
     if isinstance(value, float):
         return None if not math.isfinite(value) else round(value, 4)

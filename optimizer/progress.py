@@ -10,6 +10,7 @@ import optuna
 from rich.console import Console
 
 from .device import GIB
+from .outcome import finished_count
 
 
 def fmt_params(params: dict) -> str:
@@ -24,8 +25,7 @@ class Progress:
 
     def opened(self, plan, study: optuna.Study, recovered: int) -> None:
         c, cfg = self.console, plan.cfg
-        done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
-                                                            optuna.trial.TrialState.PRUNED)))
+        done = finished_count(study)
         c.print(f"[bold]Study '{cfg.study_name}'[/] in {plan.storage_url}: {done} of {cfg.n_trials} trials done")
         c.print(f"  model {plan.model.source} ({plan.model.layers} layers, "
                 f"{plan.model.kv_bytes_per_token() // 1024} KiB KV/token), device {plan.device.kind}"

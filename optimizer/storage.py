@@ -59,13 +59,21 @@ def check_sqlite_file(path: Path) -> None:
                            "pass --storage with another path")
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """An Optuna RDB storage for `url`; raises StorageError with the fix."""
+def check_storage(url: str) -> Path | None:
+    """Refuse, without writing anything, a SQLite path whose directory is missing or whose
+    file is damaged or foreign; returns the database file (None for other databases)."""
     path = sqlite_path(url)
     if path:
         if not path.parent.is_dir():
             raise StorageError(f"storage {path}: directory {path.parent} does not exist; create it first")
         check_sqlite_file(path)
+    return path
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An Optuna RDB storage for `url`; raises StorageError with the fix."""
+    path = check_storage(url)
+    if path:
         with sqlite3.connect(path) as con:
             con.execute("PRAGMA journal_mode=WAL")
         url = f"sqlite:///{path}"

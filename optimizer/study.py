@@ -20,18 +20,18 @@ import ray
 from objectives import get_objective
 
 from . import outcome, space as space_mod
+from .outcome import finished_count
 from .config import StudyConfig
 from .device import Device, detect
 from .errors import ConfigError, OptimizerError
 from .modelinfo import ModelInfo, load_model_info
 from .progress import Progress
 from .runtime import PhaseBoard, ray_runtime, reap_server, run_trial
-from .storage import check_sqlite_file, normalize_url, open_storage, sqlite_path
+from .storage import check_storage, normalize_url, open_storage
 from .tinymodel import write_tiny_model
 from .trial import TrialSpec, lost_trial_result
 from .workload import Workload, build_workload
 
-FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 MAX_CONSECUTIVE_INFRA = 3
 
 
@@ -67,11 +67,7 @@ def prepare(cfg: StudyConfig) -> Plan:
     if cfg.engine.device == "gpu" and device.kind != "gpu":
         raise ConfigError("engine.device: 'gpu' asked for but nvidia-smi sees no GPU; use 'auto' or 'cpu'")
     url = normalize_url(cfg.storage)
-    db = sqlite_path(url)
-    if db and not db.parent.is_dir():
-        raise ConfigError(f"storage: directory {db.parent} does not exist; create it or pass another --storage")
-    if db:
-        check_sqlite_file(db)  # a damaged or foreign file is refused before anything runs
+    check_storage(url)  # refused before anything runs
     if cfg.model.tiny:
         write_tiny_model(cfg.model.path)
     model = load_model_info(cfg.model.path, cfg.model.dtype)
@@ -169,10 +165,6 @@ def _resources(plan: Plan) -> dict:
     if plan.device.kind == "gpu":  # untested on a GPU
         return {"num_cpus": plan.cfg.ray.trial_cpus or 1, "num_gpus": 1}
     return {"num_cpus": plan.cfg.ray.trial_cpus or os.cpu_count()}
-
-
-def finished_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
 def run(plan: Plan, progress: Progress) -> optuna.Study:
