@@ -1,4 +1,4 @@
-"""Command line: `python -m optimizer run | tiny-model`.
+"""Command line: `python -m optimizer run | workload | tiny-model`.
 
 Every OptimizerError becomes one line on stderr and its exit code (2 for bad input);
 nothing is written to the study before the configuration has been validated.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
@@ -17,6 +18,7 @@ from .errors import OptimizerError
 RUN_FLAGS = {  # CLI flag -> dotted config key
     "model": "model.path", "objective": "objective.name", "metric": "objective.metric",
     "n_trials": "n_trials", "storage": "storage", "study_name": "study_name", "ray_address": "ray.address",
+    "skip_bad_rows": "workload.skip_bad_rows",
 }
 
 
@@ -32,6 +34,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///trials.db)")
     run.add_argument("--study-name")
     run.add_argument("--ray-address", help="join this Ray cluster (default: embedded local Ray)")
+    run.add_argument("--skip-bad-rows", action="store_true", default=None,
+                     help="replay a trace's good rows when some are malformed (they are listed)")
+    run.add_argument("--new-study", action="store_true",
+                     help="the study ran another workload/objective/model: start a separate one, keep the old")
+    show = sub.add_parser("workload", help="build the config's workload, write it to a file, print its shape")
+    show.add_argument("--config", required=True)
+    show.add_argument("--model", help="model directory or Hugging Face id")
+    show.add_argument("--skip-bad-rows", action="store_true", default=None)
+    show.add_argument("--out", default=".", help="directory for workload-<hash>.jsonl (default: here)")
     tiny = sub.add_parser("tiny-model", help="write the tiny local demo model")
     tiny.add_argument("directory")
     return p
@@ -47,14 +58,38 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-    overrides = {key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag) is not None}
-    if ns.model is not None:
-        overrides["model.tiny"] = False  # a model named on the command line is never generated over
-    cfg = load_config(ns.config, overrides)
-    plan = prepare(cfg)
-    study = run(plan, Progress(console))
+    cfg = load_config(ns.config, _overrides(ns))
+    plan = prepare(cfg, new_study=ns.new_study)
+    study, plan = run(plan, Progress(console))
     summary = print_report(study, plan.model.source, plan.artifacts, plan.objective, console)
     return 0 if summary.best is not None else 1
+
+
+def _overrides(ns: argparse.Namespace) -> dict:
+    out = {key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag, None) is not None}
+    if ns.model is not None:
+        out["model.tiny"] = False  # a model named on the command line is never generated over
+    return out
+
+
+def _workload(ns: argparse.Namespace, console: Console) -> int:
+    from .config import load_config
+    from .modelinfo import load_model_info
+    from .tinymodel import write_tiny_model
+    from .workload import Vocabulary, build_workload
+    from .workload.materialize import write_workload
+    from .workload.stats import describe
+
+    cfg = load_config(ns.config, _overrides(ns))
+    if cfg.model.tiny:
+        write_tiny_model(cfg.model.path)
+    model = load_model_info(cfg.model.path, cfg.model.dtype)
+    workload = build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source))
+    path = write_workload(workload, Path(ns.out))
+    for line in describe(workload):
+        console.print(line)
+    console.print(f"written to {path}")
+    return 0
 
 
 def _terminate_as_interrupt(signum, frame):
@@ -75,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print(write_tiny_model(ns.directory))
             return 0
+        if ns.command == "workload":
+            return _workload(ns, console)
         return _run(ns, console)
     except OptimizerError as exc:
         print(f"error: {exc}", file=sys.stderr)

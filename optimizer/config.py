@@ -7,18 +7,18 @@ and the fix; nothing is written anywhere before the configuration is valid.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from .errors import ConfigError
+from .strict import Strict as _Strict
+from .workload.spec import ChatSpec, WorkloadSpec, with_default_scenario
 
 Scalar = Union[int, float, str, bool]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class ModelSpec(_Strict):
@@ -56,38 +56,13 @@ class KnobRange(_Strict):
         return self
 
 
-class ArrivalSpec(_Strict):
-    process: Literal["poisson", "constant", "closed"] = "closed"
-    rate: float | None = Field(None, gt=0, description="requests/s for poisson and constant")
-    concurrency: int | None = Field(None, ge=1, description="requests in flight for closed")
+class ReplaySpec(_Strict):
+    """When a replay is trusted: a client that cannot keep the schedule measures itself, not vLLM."""
 
-    @model_validator(mode="after")
-    def _check(self) -> "ArrivalSpec":
-        if self.process == "closed" and self.concurrency is None:
-            raise ValueError("process 'closed' needs concurrency (requests in flight)")
-        if self.process != "closed" and self.rate is None:
-            raise ValueError(f"process '{self.process}' needs rate (requests/s)")
-        return self
-
-
-class WorkloadSpec(_Strict):
-    scenario: Literal["chat"] = "chat"
-    seed: int = 0
-    requests: int = Field(64, ge=1)
-    warmup_requests: int = Field(4, ge=0)
-    long_share: float = Field(0.2, ge=0, le=1, description="share of long-document prompts")
-    short_input: tuple[int, int] = (16, 128)
-    long_input: tuple[int, int] = (1024, 3072)
-    output: tuple[int, int] = (32, 128)
-    arrival: ArrivalSpec = Field(default_factory=lambda: ArrivalSpec(process="closed", concurrency=32))
-
-    @model_validator(mode="after")
-    def _check(self) -> "WorkloadSpec":
-        for name in ("short_input", "long_input", "output"):
-            low, high = getattr(self, name)
-            if low < 1 or low > high:
-                raise ValueError(f"{name} [{low}, {high}] must be 1 <= low <= high")
-        return self
+    max_lag_p50_ms: float = Field(10.0, gt=0, description="median lateness of sends against the schedule")
+    min_rate_ratio: float = Field(0.95, gt=0, le=1, description="achieved / scheduled send rate (open loop)")
+    request_timeout_s: float = Field(600.0, gt=0)
+    metrics_poll_s: float = Field(1.0, gt=0, description="how often /metrics is sampled (KV-cache usage peak)")
 
 
 class ObjectiveSpec(_Strict):
@@ -115,17 +90,23 @@ class StudyConfig(_Strict):
     enqueue: list[dict[str, Scalar]] = Field(
         default_factory=list, description="configurations to try right after the baseline (warm starts)"
     )
-    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    workload: Annotated[WorkloadSpec, BeforeValidator(with_default_scenario)] = Field(default_factory=ChatSpec)
+    replay: ReplaySpec = Field(default_factory=ReplaySpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     ray: RaySpec = Field(default_factory=RaySpec)
 
 
 def _first_error(exc: ValidationError, source: str) -> ConfigError:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    loc = list(err["loc"])
+    if len(loc) > 1 and loc[0] == "workload":
+        loc.pop(1)  # the scenario tag pydantic adds to a discriminated union's path
+    where = ".".join(str(p) for p in loc) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown key; remove it or check its spelling"
+    elif err["type"] == "union_tag_invalid":
+        msg = f"unknown scenario {err['ctx']['tag']!r}; use one of {err['ctx']['expected_tags']}"
     elif err["type"] == "missing":
         msg = "required key is missing; add it"
     return ConfigError(f"config {source}: field '{where}': {msg}")

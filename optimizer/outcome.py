@@ -2,7 +2,8 @@
 
     measured, objective finite          -> COMPLETE with the objective's value
     could not start / died under load   -> PRUNED (TPE learns from PRUNED, ignores FAIL)
-    infrastructure fault (`infra`)      -> FAIL   (not the configuration's fault)
+    infrastructure fault (`infra`),
+    untrustworthy replay (`replay_invalid`) -> FAIL (not the configuration's fault; retried)
 
 Everything the trial measured or found goes into user attributes first (they cannot be
 set after tell): metrics, phase times, failure kind, evidence and remedy.
@@ -15,7 +16,7 @@ from dataclasses import replace
 
 import optuna
 
-from .engine.failures import Failure
+from .engine.failures import RETRIED, Failure
 from .trial import TrialResult
 
 METRIC_KEYS = (
@@ -76,7 +77,7 @@ def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
     if failure is None:
         study.tell(trial, value, skip_if_finished=True)
         return optuna.trial.TrialState.COMPLETE, result
-    state = optuna.trial.TrialState.FAIL if failure.kind == "infra" else optuna.trial.TrialState.PRUNED
+    state = optuna.trial.TrialState.FAIL if failure.kind in RETRIED else optuna.trial.TrialState.PRUNED
     study.tell(trial, state=state, skip_if_finished=True)
     return state, result
 

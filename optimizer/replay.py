@@ -4,7 +4,8 @@ vLLM's own benchmark measures (FACTS.md):
 - every request streams (`stream: true`, `include_usage`), with `ignore_eos` so output
   lengths are the workload's, not the random model's;
 - the clock starts just before the POST; the intended send time is kept too, so a
-  lagging client is visible (open loop: precomputed absolute schedule);
+  lagging client is visible (open loop: precomputed absolute schedule; an agent's next
+  turn: the previous reply's end plus its think time);
 - TTFT is the first chunk with choices, E2E the last; output tokens come from the
   server's usage chunk, never from re-tokenizing;
 - a failed request is a record with `ok=False`, not an exception.
@@ -89,32 +90,55 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, req: Reques
 
 
 async def replay(base_url: str, model: str, requests: tuple[Request, ...], concurrency: int | None,
-                 request_timeout: float = 600.0) -> ReplayResult:
-    """Send `requests` (closed loop with `concurrency` in flight, else on their offsets)."""
+                 request_timeout: float = 600.0, during=None) -> ReplayResult:
+    """Send `requests` (closed loop with `concurrency` in flight, else on their offsets; a request
+    with `after` is sent its offset after that request ends). `during(t0)`, if given, is a
+    coroutine run alongside (the /metrics sampler) and cancelled when the last request ends."""
     url = base_url.rstrip("/") + "/v1/completions"
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=request_timeout)
     gate = asyncio.Semaphore(concurrency) if concurrency else None
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=1 << 20) as session:
+        loop = asyncio.get_running_loop()
+        ended = {r.id: loop.create_future() for r in requests}
         t0 = time.perf_counter()
 
-        async def run(req: Request) -> RequestRecord:
-            if gate is None:
-                delay = req.offset_s - (time.perf_counter() - t0)
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                return await _one(session, url, model, req, req.offset_s, t0)
-            async with gate:
-                # Closed loop: the request is intended the moment its slot frees.
-                return await _one(session, url, model, req, time.perf_counter() - t0, t0)
+        async def on_time(req: Request) -> float:
+            intended = req.offset_s
+            if req.after is not None:
+                intended = await ended[req.after] + req.offset_s
+            delay = intended - (time.perf_counter() - t0)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return intended
 
-        records = await asyncio.gather(*(run(r) for r in requests))
+        async def run(req: Request) -> RequestRecord:
+            try:
+                if gate is None:
+                    record = await _one(session, url, model, req, await on_time(req), t0)
+                else:
+                    await on_time(req)
+                    async with gate:
+                        # Closed loop: the request is intended the moment its slot frees.
+                        record = await _one(session, url, model, req, time.perf_counter() - t0, t0)
+            finally:
+                if not ended[req.id].done():
+                    ended[req.id].set_result(time.perf_counter() - t0)
+            return record
+
+        side = asyncio.ensure_future(during(t0)) if during else None
+        try:
+            records = await asyncio.gather(*(run(r) for r in requests))
+        finally:
+            if side is not None:
+                side.cancel()
+                await asyncio.gather(side, return_exceptions=True)
     first = min((r.sent_s for r in records), default=0.0)
     last = max((r.end_s or r.sent_s for r in records), default=0.0)
     return ReplayResult(tuple(records), max(last - first, 1e-9))
 
 
 def run_replay(base_url: str, model: str, requests: tuple[Request, ...], concurrency: int | None,
-               request_timeout: float = 600.0) -> ReplayResult:
+               request_timeout: float = 600.0, during=None) -> ReplayResult:
     """Synchronous entry point (Ray tasks cannot be `async def`)."""
-    return asyncio.run(replay(base_url, model, requests, concurrency, request_timeout))
+    return asyncio.run(replay(base_url, model, requests, concurrency, request_timeout, during))

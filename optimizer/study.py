@@ -9,9 +9,11 @@ runs trials until the budget of finished (COMPLETE or PRUNED) trials is reached.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -30,7 +32,8 @@ from .runtime import PhaseBoard, ray_runtime, reap_server, run_trial
 from .storage import check_storage, normalize_url, open_storage
 from .tinymodel import write_tiny_model
 from .trial import TrialSpec, lost_trial_result
-from .workload import Workload, build_workload
+from .workload import Vocabulary, Workload, build_workload
+from .workload.materialize import write_workload
 
 MAX_CONSECUTIVE_INFRA = 3
 
@@ -45,6 +48,7 @@ class Plan:
     objective: object
     storage_url: str
     artifacts: Path
+    new_study: bool = False  # a stamp mismatch opens a separate study instead of refusing
 
     def fixed_args(self) -> list[str]:
         """vLLM flags every trial gets: load format, dtype, the user's extra flags."""
@@ -56,7 +60,7 @@ class Plan:
         return args + list(self.cfg.engine.extra_args)
 
 
-def prepare(cfg: StudyConfig) -> Plan:
+def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     """Validate the config against the model, device and workload; raises ConfigError. Writes nothing
     except the tiny model directory when the config asks for it."""
     try:
@@ -71,41 +75,68 @@ def prepare(cfg: StudyConfig) -> Plan:
     if cfg.model.tiny:
         write_tiny_model(cfg.model.path)
     model = load_model_info(cfg.model.path, cfg.model.dtype)
-    workload = build_workload(cfg.workload, model.vocab_size)
+    workload = build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source))
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
                           f"max_position_embeddings ({model.max_positions}); shorten long_input or output")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
-    return Plan(cfg, model, device, space, workload, objective, url, artifacts)
+    return Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
 
 
-def _open_study(plan: Plan) -> optuna.Study:
+def _open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
+    """Open (or create) the study; with `new_study`, a study stamped with another workload,
+    objective or model is left as it is and a separate one, named after the new stamp, is opened."""
     storage = open_storage(plan.storage_url)
     # Optuna 5 keeps a stored study's direction silently; the stamp check catches an objective change.
     study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage,
                                 direction=plan.objective.direction, load_if_exists=True)
+    mismatch = _stamp_mismatch(study, plan)
+    if mismatch and plan.new_study:
+        name = f"{plan.cfg.study_name}-{_stamp_digest(plan)[:8]}"
+        cfg = plan.cfg.model_copy(update={"study_name": name})
+        plan = replace(plan, cfg=cfg, artifacts=plan.artifacts.parent / name, new_study=False)
+        return _open_study(plan)
+    if mismatch:
+        key, old = mismatch
+        raise ConfigError(f"study '{study.study_name}' was run with another {key.replace('_', ' ')} ({old}); "
+                          "pass --new-study to start a separate study (the old one is kept), or --study-name NEW")
     # Seeded, but not the same seed on every resume: that would replay the same first draws.
     study.sampler = optuna.samplers.TPESampler(seed=plan.cfg.seed + len(study.trials), constant_liar=True,
                                                n_startup_trials=4)
-    _check_or_stamp(study, plan)
-    return study
+    if not study.user_attrs.get("workload_hash"):
+        _stamp(study, plan)
+    return study, plan
 
 
-def _check_or_stamp(study: optuna.Study, plan: Plan) -> None:
-    """A resumed study must measure the same thing; a new one records what it measures."""
-    stamp = {"objective": f"{plan.objective.name}:{plan.objective.metric}",
-             "workload_hash": plan.workload.content_hash(), "model": plan.model.source}
+def _stamp_of(plan: Plan) -> dict:
+    return {"objective": f"{plan.objective.name}:{plan.objective.metric}",
+            "workload_hash": plan.workload.content_hash(), "model": plan.model.source}
+
+
+def _stamp_digest(plan: Plan) -> str:
+    return hashlib.sha256(json.dumps(_stamp_of(plan), sort_keys=True).encode()).hexdigest()
+
+
+def _stamp_mismatch(study: optuna.Study, plan: Plan) -> tuple[str, str] | None:
+    """A resumed study must measure the same thing: the first stamp key that differs, with its old value."""
     old = study.user_attrs
-    if old.get("workload_hash"):
-        for key, value in stamp.items():
-            if old.get(key) != value:
-                raise ConfigError(f"study '{study.study_name}' was run with another {key.replace('_', ' ')} "
-                                  f"({old.get(key)}); pass --study-name NEW to start a separate study")
-        return
-    for key, value in stamp.items():
+    if not old.get("workload_hash"):
+        return None
+    for key, value in _stamp_of(plan).items():
+        if old.get(key) != value:
+            return key, old.get(key)
+    return None
+
+
+def _stamp(study: optuna.Study, plan: Plan) -> None:
+    """A new study records what it measures, and the file its workload was materialized to."""
+    for key, value in _stamp_of(plan).items():
         study.set_user_attr(key, value)
     study.set_user_attr("workload", plan.workload.description)
+    study.set_user_attr("workload_file", str(write_workload(plan.workload, plan.artifacts)))
+    if plan.workload.notes:
+        study.set_user_attr("workload_notes", list(plan.workload.notes))
     study.set_user_attr("device", plan.device.kind)
 
 
@@ -152,12 +183,15 @@ def _trial_params(trial: optuna.Trial, plan: Plan) -> dict:
 def _spec(trial: optuna.Trial, plan: Plan, params: dict) -> TrialSpec:
     args = space_mod.to_cli_args(params) + plan.fixed_args()
     trial.set_user_attr("vllm_args", args)
-    env = dict(plan.cfg.engine.env)
+    # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
+    env = {"VLLM_SERVER_DEV_MODE": "1", **plan.cfg.engine.env}
+    rp = plan.cfg.replay
     return TrialSpec(
         number=trial.number, model=plan.model.source, params=params, vllm_args=tuple(args),
         workload=plan.workload, log_path=str(plan.artifacts / f"trial-{trial.number}" / "server.log"),
         env=tuple(env.items()), startup_timeout=plan.cfg.engine.startup_timeout_s,
-        shutdown_timeout=plan.cfg.engine.shutdown_timeout_s,
+        shutdown_timeout=plan.cfg.engine.shutdown_timeout_s, request_timeout=rp.request_timeout_s,
+        max_lag_p50_ms=rp.max_lag_p50_ms, min_rate_ratio=rp.min_rate_ratio, metrics_poll_s=rp.metrics_poll_s,
     )
 
 
@@ -167,14 +201,15 @@ def _resources(plan: Plan) -> dict:
     return {"num_cpus": plan.cfg.ray.trial_cpus or os.cpu_count()}
 
 
-def run(plan: Plan, progress: Progress) -> optuna.Study:
-    """Run the study to its budget; returns the study (for the report)."""
-    study = _open_study(plan)
+def run(plan: Plan, progress: Progress) -> tuple[optuna.Study, Plan]:
+    """Run the study to its budget; returns the study and the plan it ran (for the report;
+    `--new-study` may have renamed it)."""
+    study, plan = _open_study(plan)
     recovered = _recover(study)
     _ensure_baseline(study, plan)
     progress.opened(plan, study, recovered)
     if finished_count(study) >= plan.cfg.n_trials:
-        return study
+        return study, plan
     with ray_runtime(plan.cfg.ray.address):
         board = PhaseBoard.remote()
         infra_in_a_row = 0
@@ -184,7 +219,7 @@ def run(plan: Plan, progress: Progress) -> optuna.Study:
             if infra_in_a_row >= MAX_CONSECUTIVE_INFRA:
                 raise OptimizerError(f"{infra_in_a_row} trials in a row failed for reasons outside the "
                                      "configuration (see failure_kind infra); fix the machine and re-run to resume")
-    return study
+    return study, plan
 
 
 def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optuna.trial.TrialState:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import socket
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import servermetrics, validity
 from .engine.failures import Failure, classify_runtime
 from .errors import first_line
 from .engine.vllm import StopReport, VllmServer
@@ -37,6 +39,9 @@ class TrialSpec:
     startup_timeout: float = 300.0
     shutdown_timeout: float = 30.0
     request_timeout: float = 600.0
+    max_lag_p50_ms: float = 10.0  # replay validity thresholds (ReplaySpec)
+    min_rate_ratio: float = 0.95
+    metrics_poll_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class TrialResult:
     host: str = ""
     omp_threads: str = ""
     port: int | None = None
+    server: dict = field(default_factory=dict)  # /metrics deltas over the measured window (servermetrics)
 
     @property
     def ok(self) -> bool:
@@ -65,7 +71,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase:
     server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=dict(spec.env),
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout,
                         on_spawn=on_spawn)
-    failure, metrics, records = None, {}, ()
+    failure, metrics, records, server_view = None, {}, (), {}
     try:
         report("starting")
         t = time.monotonic()
@@ -79,15 +85,15 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase:
             if spec.workload.warmup:
                 run_replay(server.base_url, spec.model, spec.workload.warmup, len(spec.workload.warmup),
                            spec.request_timeout)
+            reset = reset_prefix_cache(server.base_url)
             phases["warmup_s"] = time.monotonic() - t
             report("replaying")
             t = time.monotonic()
-            result = run_replay(server.base_url, spec.model, spec.workload.requests, spec.workload.concurrency,
-                                spec.request_timeout)
+            records, metrics, server_view = _measure(server.base_url, spec)
+            metrics["prefix_cache_reset"] = float(reset)
             phases["replay_s"] = time.monotonic() - t
-            records = result.records
-            metrics = summarize(result)
-            failure = _runtime_failure(server, records)
+            failure = _runtime_failure(server, records) or validity.check(
+                spec.workload, records, metrics, server_view, spec.max_lag_p50_ms, spec.min_rate_ratio)
     finally:
         report("stopping")
         t = time.monotonic()
@@ -95,7 +101,32 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase:
         phases["shutdown_s"] = time.monotonic() - t
     tail = "\n".join(server.log_text().splitlines()[-LOG_TAIL_LINES:])
     return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
-                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port)
+                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view)
+
+
+def _measure(base_url: str, spec: TrialSpec) -> tuple[tuple[RequestRecord, ...], dict, dict]:
+    """Replay the measured set between two /metrics snapshots, sampling gauges during it."""
+    before, peaks = servermetrics.scrape(base_url), servermetrics.Peaks()
+    result = run_replay(base_url, spec.model, spec.workload.requests, spec.workload.concurrency,
+                        spec.request_timeout, servermetrics.sampler(base_url, spec.metrics_poll_s, peaks))
+    output = sum(r.output_tokens for r in result.records)
+    after = servermetrics.settled_after(base_url, output, before)
+    metrics = summarize(result)
+    ratio = validity.send_rate_ratio(spec.workload, result.records)
+    if ratio is not None:
+        metrics["send_rate_ratio"] = ratio
+    return result.records, metrics, servermetrics.deltas(before, after, peaks)
+
+
+def reset_prefix_cache(base_url: str) -> bool:
+    """Empty the prefix cache after warm-up (FACTS.md: a warm cache inflates results). Needs the
+    server's dev endpoints (VLLM_SERVER_DEV_MODE=1, set for trial servers); False when refused."""
+    req = urllib.request.Request(base_url.rstrip("/") + "/reset_prefix_cache", data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
 
 
 def _runtime_failure(server: VllmServer, records) -> Failure | None:

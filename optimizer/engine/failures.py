@@ -10,6 +10,8 @@ Kinds (what pruning records):
     request_errors  the server ran but some requests failed (the run is not scored)
     infra           not the configuration's fault (another process holds the device
                     or port): retried once, never held against the configuration
+    replay_invalid  the measurement cannot be trusted (the client lagged its schedule, or
+                    its token counts disagree with the server's): retried once, like infra
 
 Rules are tried in order; the first that matches a log line wins. The patterns are the
 messages vLLM prints (quoted in FACTS.md / DESIGN.md and collected from real runs in
@@ -21,7 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra")
+KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra",
+         "replay_invalid")
+RETRIED = ("infra", "replay_invalid")  # told FAIL: says nothing about the configuration
 
 
 @dataclass(frozen=True)

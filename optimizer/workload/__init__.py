@@ -1,19 +1,33 @@
 """Workloads: what every trial replays, materialized once so all trials see the same requests.
 
-A scenario turns its config into a `Workload` (frozen requests with exact prompt token
-ids, fixed output lengths and arrival offsets). New scenarios and trace importers add a
-module and an entry in `SCENARIOS`.
+A scenario turns its spec (`spec.py`) into a `Workload`: frozen requests with exact prompt
+token ids, fixed output lengths and arrival offsets. One module per scenario:
+
+    chat    short questions and long documents              chat.py
+    agent   multi-turn tool-call loops, growing context     agent.py
+    batch   offline, everything queued at once              batch.py
+    rag     long shared prefixes (prefix caching matters)   rag.py
+    burst   a base rate with sharp spikes                   burst.py
+    trace   a recorded trace (ShareGPT, BurstGPT, Azure,    trace.py, traces/
+            Mooncake, generic JSONL)
 """
 
+from .agent import agent_workload
 from .base import Request, Workload
+from .batch import batch_workload
+from .burst import burst_workload
 from .chat import chat_workload
+from .rag import rag_workload
+from .tokens import Vocabulary
+from .trace import trace_workload
 
-SCENARIOS = {"chat": chat_workload}
+SCENARIOS = {"chat": chat_workload, "agent": agent_workload, "batch": batch_workload, "rag": rag_workload,
+             "burst": burst_workload, "trace": trace_workload}
 
 
-def build_workload(spec, vocab_size: int) -> Workload:
-    """Materialize the workload a `WorkloadSpec` describes for a model with `vocab_size` tokens."""
-    return SCENARIOS[spec.scenario](spec, vocab_size)
+def build_workload(spec, vocab: Vocabulary) -> Workload:
+    """Materialize the workload a scenario spec describes, with prompt tokens from `vocab`."""
+    return SCENARIOS[spec.scenario](spec, vocab)
 
 
-__all__ = ["Request", "Workload", "build_workload", "SCENARIOS"]
+__all__ = ["Request", "Workload", "Vocabulary", "build_workload", "SCENARIOS"]

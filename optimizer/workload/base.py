@@ -12,7 +12,8 @@ class Request:
     id: str
     prompt_token_ids: tuple[int, ...]  # exact length, no tokenizer round trip
     max_tokens: int  # fixed output length (sent with ignore_eos)
-    offset_s: float  # intended send time after the start of its phase (open loop)
+    offset_s: float  # open loop: intended send time after the phase start; with `after`: delay after it ends
+    after: str | None = None  # the request this one follows (an agent's next turn waits for the reply)
 
     @property
     def total_tokens(self) -> int:
@@ -26,6 +27,7 @@ class Workload:
     warmup: tuple[Request, ...]  # never in the measured set
     concurrency: int | None  # closed loop: requests in flight; None: open loop on offsets
     description: str = ""
+    notes: tuple[str, ...] = ()  # what the builder left out or changed, said out loud (skipped trace rows)
 
     def longest_request(self) -> int:
         """Tokens (prompt + output) of the longest request, warm-up included."""

@@ -1,0 +1,112 @@
+"""The server's own view of a replay, from vLLM's Prometheus `/metrics`.
+
+Counters are cumulative, so a snapshot is taken just before and just after the measured
+window and the difference is kept (FACTS.md); gauges (KV-cache usage, queue length) are
+sampled during the window for their peak. The deltas let the replay cross-check its own
+token counts against the server's and show what the client cannot see: preemptions,
+prefix-cache hits, time spent queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+import aiohttp
+
+COUNTERS = {  # our name -> vLLM's sample name (v1 engine)
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+    "preemptions": "vllm:num_preemptions_total",
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+    "queue_time_sum_s": "vllm:request_queue_time_seconds_sum",
+    "queue_time_count": "vllm:request_queue_time_seconds_count",
+}
+GAUGES = {"kv_cache_usage": "vllm:kv_cache_usage_perc", "waiting": "vllm:num_requests_waiting",
+          "running": "vllm:num_requests_running"}
+
+
+def parse(text: str) -> dict[str, float]:
+    """Prometheus text format -> {sample name: value}, summed over label sets (several engines
+    add up; a gauge's peak is taken per scrape, so the sum is right there too)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_labels, _, rest = line.rpartition(" ") if "}" not in line else line.partition("} ")
+        name = name_labels.split("{", 1)[0].strip()
+        try:
+            value = float(rest.split()[0])
+        except (ValueError, IndexError):
+            continue
+        out[name] = out.get(name, 0.0) + value
+    return out
+
+
+def scrape(base_url: str, timeout: float = 10.0) -> dict[str, float]:
+    """One synchronous scrape; an empty dict when the server does not answer."""
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout) as resp:
+            return parse(resp.read().decode("utf-8", "replace"))
+    except OSError:
+        return {}
+
+
+@dataclass
+class Peaks:
+    """Gauge peaks seen while sampling during the window."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    samples: int = 0
+
+    def add(self, snapshot: dict[str, float]) -> None:
+        self.samples += 1
+        for ours, theirs in GAUGES.items():
+            if theirs in snapshot:
+                self.values[ours] = max(self.values.get(ours, 0.0), snapshot[theirs])
+
+
+def sampler(base_url: str, every_s: float, peaks: Peaks):
+    """A coroutine factory for the replayer's `during`: scrape every `every_s` until cancelled."""
+    url = base_url.rstrip("/") + "/metrics"
+
+    async def run(_t0: float) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            while True:
+                try:
+                    async with session.get(url) as resp:
+                        peaks.add(parse(await resp.text()))
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    pass
+                await asyncio.sleep(every_s)
+
+    return run
+
+
+def settled_after(base_url: str, expect_generation: float, before: dict[str, float], wait_s: float = 3.0) -> dict:
+    """The after-snapshot, re-scraped for up to `wait_s` until the generation counter has caught
+    up with what the client received (the engine publishes its stats a moment after the reply)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        after = scrape(base_url)
+        got = after.get(COUNTERS["generation_tokens"], 0.0) - before.get(COUNTERS["generation_tokens"], 0.0)
+        if got >= expect_generation or time.monotonic() > deadline or not after:
+            return after
+        time.sleep(0.2)
+
+
+def deltas(before: dict[str, float], after: dict[str, float], peaks: Peaks | None = None) -> dict[str, float]:
+    """What the server did during the window: counter differences and gauge peaks."""
+    if not before or not after:
+        return {}
+    out = {ours: after.get(theirs, 0.0) - before.get(theirs, 0.0) for ours, theirs in COUNTERS.items()}
+    queries, count = out["prefix_cache_queries"], out.pop("queue_time_count")
+    out["prefix_cache_hit_rate"] = out["prefix_cache_hits"] / queries if queries else 0.0
+    out["queue_time_mean_ms"] = out.pop("queue_time_sum_s") * 1000 / count if count else math.nan
+    for ours, value in (peaks.values if peaks else {}).items():
+        out[f"{ours}_peak"] = value
+    return out
