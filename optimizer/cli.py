@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///trials.db)")
     run.add_argument("--study-name")
     run.add_argument("--ray-address", help="join this Ray cluster (default: embedded local Ray)")
+    run.add_argument("--workload", help="a YAML file whose `workload:` section replaces the config's "
+                     "(examples/workloads/)")
     run.add_argument("--skip-bad-rows", action="store_true", default=None,
                      help="replay a trace's good rows when some are malformed (they are listed)")
     run.add_argument("--new-study", action="store_true",
@@ -41,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("workload", help="build the config's workload, write it to a file, print its shape")
     show.add_argument("--config", required=True)
     show.add_argument("--model", help="model directory or Hugging Face id")
+    show.add_argument("--workload", help="a YAML file whose `workload:` section replaces the config's")
     show.add_argument("--skip-bad-rows", action="store_true", default=None)
     show.add_argument("--out", default=".", help="directory for workload-<hash>.jsonl (default: here)")
     tiny = sub.add_parser("tiny-model", help="write the tiny local demo model")
@@ -66,9 +69,17 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
 
 
 def _overrides(ns: argparse.Namespace) -> dict:
+    from .config import read_yaml
+
     out = {key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag, None) is not None}
     if ns.model is not None:
         out["model.tiny"] = False  # a model named on the command line is never generated over
+    if ns.workload is not None:
+        section = read_yaml(ns.workload)
+        out["workload"] = section.get("workload", section)
+        if ns.skip_bad_rows is not None:
+            out["workload"] = {**out["workload"], "skip_bad_rows": ns.skip_bad_rows}
+            del out["workload.skip_bad_rows"]
     return out
 
 

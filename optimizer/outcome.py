@@ -22,7 +22,8 @@ from .trial import TrialResult
 METRIC_KEYS = (
     "output_throughput", "request_throughput", "total_token_throughput", "error_rate", "completed",
     "ttft_ms_p50", "ttft_ms_p95", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p95", "itl_ms_p50", "itl_ms_p95",
-    "e2el_ms_p50", "e2el_ms_p95", "e2el_ms_p99", "schedule_lag_p50_ms", "duration_s",
+    "e2el_ms_p50", "e2el_ms_p95", "e2el_ms_p99", "schedule_lag_p50_ms", "schedule_lag_p99_ms", "send_rate_ratio",
+    "prefix_cache_reset", "duration_s",
 )
 
 
@@ -44,6 +45,8 @@ def record(trial: optuna.Trial, result: TrialResult) -> None:
     """Store what the trial measured as user attributes."""
     trial.set_user_attr("phases_s", {k: round(v, 2) for k, v in result.phases.items()})
     trial.set_user_attr("metrics", {k: _clean(result.metrics[k]) for k in METRIC_KEYS if k in result.metrics})
+    if result.server:
+        trial.set_user_attr("server", {k: _clean(v) for k, v in result.server.items()})
     trial.set_user_attr("host", result.host)
     trial.set_user_attr("omp_threads", result.omp_threads)
     if result.stop is not None:

@@ -34,6 +34,8 @@ class Progress:
         c.print(f"  objective {plan.objective.name}: {plan.objective.direction} {plan.objective.metric} "
                 f"({plan.objective.unit})")
         c.print(f"  workload {plan.workload.description}; hash {plan.workload.content_hash()[:12]}")
+        for note in plan.workload.notes:
+            c.print(f"  [yellow]workload note[/]: {note}")
         for d in plan.space.dims:
             rng = f"{list(d.choices)}" if d.choices else f"[{d.low:g}, {d.high:g}]{' log' if d.log else ''}"
             c.print(f"  space {d.knob.name} {rng}")

@@ -20,6 +20,7 @@ import yaml
 
 from optimizer.device import GIB, read_node_memory
 from optimizer.tinymodel import write_tiny_model
+from optimizer.workload.materialize import read_workload
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +81,8 @@ def test_infeasible_trial_is_pruned_as_kv_too_small_with_evidence(finished_study
 
 def test_feasible_trials_complete_with_metrics(finished_study):
     _, study, _, _ = finished_study
+    workload = read_workload(study.user_attrs["workload_file"])
+    assert workload.content_hash() == study.user_attrs["workload_hash"]
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert [t.number for t in done] == [0, 2]
     assert done[0].user_attrs["baseline"] is True
@@ -89,6 +92,12 @@ def test_feasible_trials_complete_with_metrics(finished_study):
         assert t.value == pytest.approx(m["output_throughput"], rel=1e-3) and t.value > 0
         assert 0 < m["ttft_ms_p50"] <= m["ttft_ms_p95"] < m["e2el_ms_p95"]
         assert set(t.user_attrs["phases_s"]) == {"startup_s", "warmup_s", "replay_s", "shutdown_s"}
+        # The server's own counters over the measured window agree with the workload, token for token.
+        server = t.user_attrs["server"]
+        assert server["prompt_tokens"] == sum(len(r.prompt_token_ids) for r in workload.requests)
+        assert server["generation_tokens"] == sum(r.max_tokens for r in workload.requests)
+        assert server["preemptions"] >= 0 and 0 < server["kv_cache_usage_peak"] <= 1
+        assert m["prefix_cache_reset"] == 1.0 and m["schedule_lag_p50_ms"] < 10
 
 
 def test_no_server_process_remains_and_ports_are_free(finished_study):
@@ -113,6 +122,21 @@ def test_rerun_resumes_the_finished_study_without_new_trials(finished_study):
     assert "3 of 3 trials done" in again.stdout
     study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{root / 'trials.db'}")
     assert len(study.trials) == 3
+
+
+def test_resume_with_another_workload_is_refused_and_changes_nothing(finished_study):
+    _, _, path, root = finished_study
+    cfg = yaml.safe_load(path.read_text())
+    cfg["workload"]["seed"] = 1
+    other = root / "other-workload.yaml"
+    other.write_text(yaml.safe_dump(cfg))
+    db = root / "trials.db"
+    before = db.read_bytes()
+    run = subprocess.run([sys.executable, "-m", "optimizer", "run", "--config", str(other)],
+                         capture_output=True, text=True, timeout=300, cwd=root)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and "workload hash" in run.stderr and "--new-study" in run.stderr
+    assert db.read_bytes() == before
 
 
 def test_optuna_dashboard_reads_the_study(finished_study):

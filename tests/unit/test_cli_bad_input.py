@@ -79,3 +79,18 @@ def test_model_flag_is_never_generated_over(workdir, capsys):
     code, err = run_cli(workdir, capsys, "model: {path: models/tiny, tiny: true}\n" + GOOD_SPACE, "--model", str(missing))
     assert_refused(code, err, "does not exist")
     assert not missing.exists() and not (workdir / "models").exists()
+
+
+@pytest.mark.parametrize("trace, words", [
+    ("missing.jsonl", ("trace", "missing.jsonl", "check the path")),
+    ("junk.txt", ("trace", "unknown format", "workload.format")),
+    ("bad.jsonl", ("malformed rows", "line 3", "--skip-bad-rows")),
+], ids=["unreadable-trace", "unknown-format", "malformed-rows"])
+def test_bad_trace(workdir, capsys, tiny_model, trace, words):
+    (workdir / "junk.txt").write_text("hello\n")
+    (workdir / "bad.jsonl").write_text('{"input_tokens": 10, "output_tokens": 5}\n{"input_tokens": 10, "output_tokens": 5}\n'
+                                       '{"input_tokens": "ten", "output_tokens": 5}\n')
+    config = GOOD_SPACE + f"workload: {{scenario: trace, path: {workdir / trace}, arrival: {{process: closed, concurrency: 2}}}}\n"
+    code, err = run_cli(workdir, capsys, config, "--model", str(tiny_model))
+    assert_refused(code, err, *words)
+    assert sorted(p.name for p in workdir.iterdir()) == sorted(["study.yaml", "junk.txt", "bad.jsonl"])

@@ -8,9 +8,9 @@ from optimizer.engine.vllm import group_pids, terminate_group
 
 STUBBORN = textwrap.dedent("""
     import signal, subprocess, sys, time
-    # a grandchild that ignores SIGTERM, like a stuck engine worker
-    subprocess.Popen([sys.executable, "-c",
-                      "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    # a grandchild that ignores SIGTERM, like a stuck engine worker; it says so by creating READY
+    subprocess.Popen([sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                      "open(sys.argv[1], 'w').close(); time.sleep(600)", sys.argv[1]])
     time.sleep(600)
 """)
 
@@ -32,8 +32,13 @@ def test_sigterm_is_enough_for_a_cooperative_group():
     assert proc.poll() is not None
 
 
-def test_a_grandchild_ignoring_sigterm_is_killed():
-    proc = _spawn(STUBBORN)
-    assert len(group_pids(proc.pid)) == 2
+def test_a_grandchild_ignoring_sigterm_is_killed(tmp_path):
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-c", STUBBORN, str(ready)], start_new_session=True)
+    for _ in range(100):  # under load the grandchild may take a while to start ignoring SIGTERM
+        if ready.exists():
+            break
+        subprocess.run(["sleep", "0.1"])
+    assert ready.exists() and len(group_pids(proc.pid)) == 2
     killed, leftovers = terminate_group(proc.pid, timeout=1, leader=proc)
     assert killed is True and leftovers == ()
