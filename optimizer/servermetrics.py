@@ -37,10 +37,13 @@ def parse(text: str) -> dict[str, float]:
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
-        name_labels, _, rest = line.rpartition(" ") if "}" not in line else line.partition("} ")
-        name = name_labels.split("{", 1)[0].strip()
+        if "}" in line:  # name{labels} value [timestamp]; the last brace ends the labels
+            head, _, rest = line.rpartition("}")
+            name, fields = head.split("{", 1)[0].strip(), rest.split()
+        else:  # name value [timestamp]
+            name, *fields = line.split()
         try:
-            value = float(rest.split()[0])
+            value = float(fields[0])
         except (ValueError, IndexError):
             continue
         out[name] = out.get(name, 0.0) + value

@@ -73,17 +73,17 @@ class Spikes:
     duration_s: float
     first_s: float
 
-    def rate_at(self, t: float) -> float:
+    def window(self, t: float) -> tuple[float, float]:
+        """The rate at time t and when it next changes (always later than t)."""
         if t < self.first_s:
-            return self.base_rate
-        return self.spike_rate if (t - self.first_s) % self.every_s < self.duration_s else self.base_rate
-
-    def _next_change(self, t: float) -> float:
-        if t < self.first_s:
-            return self.first_s
-        k, phase = divmod(t - self.first_s, self.every_s)
-        start = self.first_s + k * self.every_s
-        return start + self.duration_s if phase < self.duration_s else start + self.every_s
+            return self.base_rate, self.first_s
+        start = self.first_s + math.floor((t - self.first_s) / self.every_s) * self.every_s
+        if t < start + self.duration_s:
+            rate, end = self.spike_rate, start + self.duration_s
+        else:
+            rate, end = self.base_rate, start + self.every_s
+        # Float rounding can put a boundary at t itself (e.g. 5.0 + 2.1): step past it.
+        return rate, end if end > t else math.nextafter(t, math.inf)
 
 
 def spike_schedule(n: int, spikes: Spikes, rng: random.Random) -> list[float]:
@@ -93,7 +93,7 @@ def spike_schedule(n: int, spikes: Spikes, rng: random.Random) -> list[float]:
     for _ in range(n):
         need = rng.expovariate(1.0)
         while True:
-            rate, change = spikes.rate_at(t), spikes._next_change(t)
+            rate, change = spikes.window(t)
             if need <= rate * (change - t):
                 t += need / rate
                 break

@@ -56,8 +56,9 @@ def read_workload(path: str | Path) -> Workload:
             phases[phase].append(Request(**row))
         w = Workload(header["name"], tuple(phases["measured"]), tuple(phases["warmup"]), header["concurrency"],
                      header["description"], tuple(header["notes"]))
+        stored = header["hash"]
     except (OSError, IndexError, KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"workload file {p}: cannot read it ({type(exc).__name__}); write it again") from exc
-    if w.content_hash() != header["hash"]:
+    if w.content_hash() != stored:
         raise ConfigError(f"workload file {p}: content does not match its hash; it was edited or damaged")
     return w

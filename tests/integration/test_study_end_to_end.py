@@ -96,7 +96,7 @@ def test_feasible_trials_complete_with_metrics(finished_study):
         server = t.user_attrs["server"]
         assert server["prompt_tokens"] == sum(len(r.prompt_token_ids) for r in workload.requests)
         assert server["generation_tokens"] == sum(r.max_tokens for r in workload.requests)
-        assert server["preemptions"] >= 0 and 0 < server["kv_cache_usage_peak"] <= 1
+        assert server["preemptions"] >= 0 and 0 <= server["kv_cache_usage_peak"] <= 1  # sampled once a second
         assert m["prefix_cache_reset"] == 1.0 and m["schedule_lag_p50_ms"] < 10
 
 

@@ -151,3 +151,76 @@ def test_throughput_is_tokens_over_the_measured_window():
     assert 8 / 0.6 <= m["output_throughput"] <= 8 / 0.39
     assert 4 / 0.6 <= m["request_throughput"] <= 4 / 0.39
     assert m["total_token_throughput"] == pytest.approx((8 + 4 * 7) / m["duration_s"])
+
+
+def run_with(server: FakeVllm, reqs, concurrency, during=None):
+    """`run` with a `during` coroutine and a guard against a replay that never ends."""
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/completions", server.handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1]
+        try:
+            return await asyncio.wait_for(
+                replay(f"http://127.0.0.1:{port}", "tiny", reqs, concurrency, request_timeout=30, during=during), 20)
+        finally:
+            await runner.cleanup()
+    return asyncio.run(main())
+
+
+def agent_chain():
+    """r0 -> r1 (0.1 s after r0's reply) -> r2 (0.05 s after r1's), and r3 on its own at 0.05 s.
+    Prompt lengths 1..4 tell the requests apart on the server."""
+    return (Request("r0", (3,), 2, 0.0), Request("r1", (3,) * 2, 2, 0.1, after="r0"),
+            Request("r2", (3,) * 3, 2, 0.05, after="r1"), Request("r3", (3,) * 4, 2, 0.05))
+
+
+def test_a_turn_is_sent_its_offset_after_the_previous_reply_ends():
+    server = FakeVllm(delays=(0.1, 0.1))  # each reply takes 0.2 s
+    result = run_with(server, agent_chain(), None)
+    arrived = {len(b["prompt"]): t for b, t in zip(server.bodies, server.arrivals)}
+    rec = {r.id: r for r in result.records}
+    assert all(r.ok for r in result.records)
+    # on the server: r1 0.2 s (reply) + 0.1 s after r0, r2 0.2 + 0.05 s after r1; r3 on its own schedule
+    assert 0.29 <= arrived[2] - arrived[1] <= 0.36
+    assert 0.24 <= arrived[3] - arrived[2] <= 0.31
+    assert arrived[4] - arrived[1] < 0.1  # not held back by the chain
+    # on the client: sent the offset after the predecessor's last chunk, never before
+    for prev, nxt, offset in (("r0", "r1", 0.1), ("r1", "r2", 0.05)):
+        assert rec[nxt].sent_s >= rec[prev].end_s + offset - 0.002
+        assert rec[nxt].intended_s == pytest.approx(rec[prev].end_s + offset, abs=0.01)
+        assert rec[nxt].sent_s - rec[nxt].intended_s < 0.01
+    assert rec["r3"].intended_s == 0.05
+    assert summarize(result)["schedule_lag_p50_ms"] < 10
+
+
+def test_a_turn_after_a_failed_reply_is_still_sent():
+    server = FakeVllm(status=500)
+    result = run_with(server, agent_chain(), None)
+    assert len(server.arrivals) == 4 and [r.status for r in result.records] == [500] * 4
+    rec = {r.id: r for r in result.records}
+    assert rec["r1"].sent_s >= rec["r0"].sent_s + 0.1 - 0.002
+
+
+def test_during_runs_alongside_the_replay_and_is_cancelled_after_it():
+    seen = {}
+
+    async def during(t0):
+        seen["t0"], seen["start"] = t0, time.perf_counter()
+        try:
+            while True:
+                seen["ticks"] = seen.get("ticks", 0) + 1
+                await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            seen["stop"] = time.perf_counter()
+            raise
+
+    server = FakeVllm(delays=(0.1, 0.1))
+    result = run_with(server, requests(3, [0.0, 0.1, 0.2]), None, during=during)
+    assert "stop" in seen  # cancelled, and awaited before replay() returned
+    assert seen["t0"] <= seen["start"] <= min(server.arrivals)
+    last_end = seen["t0"] + max(r.end_s for r in result.records)
+    assert last_end <= seen["stop"] < last_end + 0.1
+    assert seen["ticks"] >= 20  # it ran during the ~0.4 s window, not only at the end
