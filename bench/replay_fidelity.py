@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import io
 import os
 import statistics
@@ -58,10 +59,16 @@ def _ours(base_url: str, model: str, w: Workload) -> dict:
     return summarize(run_replay(base_url, model, w.requests, w.concurrency))
 
 
+@functools.lru_cache(maxsize=None)
+def _tokenizer(model: str):
+    from vllm.tokenizers import get_tokenizer
+
+    return get_tokenizer(model)
+
+
 def _vllms(base_url: str, model: str, w: Workload) -> dict:
     from vllm.benchmarks.datasets import SampleRequest
     from vllm.benchmarks.serve import TaskType, benchmark
-    from vllm.tokenizers import get_tokenizer
 
     timed = w.concurrency is None
     reqs = [SampleRequest(prompt=list(r.prompt_token_ids), prompt_len=len(r.prompt_token_ids),
@@ -70,7 +77,7 @@ def _vllms(base_url: str, model: str, w: Workload) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         return asyncio.run(benchmark(
             task_type=TaskType.GENERATION, endpoint_type="vllm", api_url=base_url + "/v1/completions",
-            base_url=base_url, model_id=model, model_name=model, tokenizer=get_tokenizer(model), input_requests=reqs, logprobs=None,
+            base_url=base_url, model_id=model, model_name=model, tokenizer=_tokenizer(model), input_requests=reqs, logprobs=None,
             request_rate=float("inf"), burstiness=1.0, disable_tqdm=True, num_warmups=0, profile=False,
             selected_percentile_metrics=["ttft", "tpot", "itl", "e2el"], selected_percentiles=[50.0, 95.0],
             ignore_eos=True, goodput_config_dict={}, max_concurrency=w.concurrency, lora_modules=None,
@@ -91,12 +98,16 @@ def fidelity(model: str, requests: int, rounds: int, rate: float) -> None:
         _ours(url, model, _workload(model, 16, {"process": "closed", "concurrency": 8}))  # warm-up, not measured
         for name, arrival in schedules.items():
             w = _workload(model, requests, arrival)
+            _tokenizer(model)  # loaded once, outside the rounds
             rows: dict[str, list[dict]] = {"ours": [], "vllm": []}
             for i in range(rounds):
                 order = ("ours", "vllm") if i % 2 == 0 else ("vllm", "ours")
                 for side in order:
                     reset_prefix_cache(url)
-                    rows[side].append(_ours(url, model, w) if side == "ours" else _vllms(url, model, w))
+                    cpu = time.process_time()
+                    row = _ours(url, model, w) if side == "ours" else _vllms(url, model, w)
+                    row["client_cpu_s"] = time.process_time() - cpu
+                    rows[side].append(row)
             _print_fidelity(name, len(w.requests), rows)
 
 
@@ -109,9 +120,13 @@ def _print_fidelity(name: str, n: int, rows: dict[str, list[dict]]) -> None:
         target = TARGETS.get(ours_key)
         verdict = "" if target is None else ("within" if abs(a / b - 1) <= target else "OUTSIDE") + f" {target:.0%}"
         print(f"  {ours_key + ' (' + unit + ')':<22}{a:>12.1f}{b:>12.1f}{a / b:>11.3f}  {verdict}")
-    ours = ", ".join(f"{r['request_throughput']:.2f}" for r in rows["ours"])
-    theirs = ", ".join(f"{r['request_throughput']:.2f}" for r in rows["vllm"])
-    print(f"  request throughput per round: ours {ours}; vllm {theirs}")
+    for ours_key, vllm_key, label in (("request_throughput", "request_throughput", "req/s"),
+                                      ("ttft_ms_p50", "median_ttft_ms", "p50 TTFT ms"),
+                                      ("ttft_ms_p95", "p95_ttft_ms", "p95 TTFT ms"),
+                                      ("client_cpu_s", "client_cpu_s", "client CPU s")):
+        ours = ", ".join(f"{r[ours_key]:.2f}" for r in rows["ours"])
+        theirs = ", ".join(f"{r[vllm_key]:.2f}" for r in rows["vllm"])
+        print(f"  per round, {label}: ours {ours}; vllm {theirs}")
 
 
 INSTANT_SERVER = r"""
