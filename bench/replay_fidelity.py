@@ -92,7 +92,7 @@ def fidelity(model: str, requests: int, rounds: int, rate: float) -> None:
     schedules = {"closed loop, 32 in flight": {"process": "closed", "concurrency": 32},
                  f"poisson {rate:g} req/s (same timestamps)": {"process": "poisson", "rate": rate}}
     with VllmServer(model, args, log, env={"VLLM_SERVER_DEV_MODE": "1"}) as server:
-        if not server.start():
+        if server.state != "ready":  # `with` started it
             raise SystemExit(f"server did not start: {server.failure}; log {log}")
         url = server.base_url
         _ours(url, model, _workload(model, 16, {"process": "closed", "concurrency": 8}))  # warm-up, not measured

@@ -218,7 +218,7 @@ def run(plan: Plan, progress: Progress) -> tuple[optuna.Study, Plan]:
             infra_in_a_row = infra_in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
             if infra_in_a_row >= MAX_CONSECUTIVE_INFRA:
                 raise OptimizerError(f"{infra_in_a_row} trials in a row failed for reasons outside the "
-                                     "configuration (see failure_kind infra); fix the machine and re-run to resume")
+                                     "configuration (failure_kind infra or replay_invalid); fix the machine and re-run to resume")
     return study, plan
 
 

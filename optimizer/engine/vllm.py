@@ -129,7 +129,10 @@ class VllmServer:
                 "--host", HOST, "--port", str(self.port), *self.args]
 
     def start(self) -> bool:
-        """Launch and wait for /health and /v1/models; False (with `failure` set) if it never gets there."""
+        """Launch and wait for /health and /v1/models; False (with `failure` set) if it never gets there.
+        Once per server: a second call (e.g. inside `with`, which already started it) launches nothing."""
+        if self.state != "new":
+            return self.state == "ready"
         self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "wb")
