@@ -113,13 +113,16 @@ def fidelity(model: str, requests: int, rounds: int, rate: float) -> None:
 
 def _print_fidelity(name: str, n: int, rows: dict[str, list[dict]]) -> None:
     print(f"\n{name}: {n} requests, median of {len(rows['ours'])} alternating rounds")
-    print(f"  {'metric':<22}{'ours':>12}{'vllm bench':>12}{'ours/vllm':>11}  target")
+    print(f"  {'metric':<22}{'ours':>10}{'vllm bench':>12}{'ours/vllm':>11}  {'paired ratio [min-max]':<24}target")
     for ours_key, vllm_key, unit in KEYS:
         a = statistics.median(r[ours_key] for r in rows["ours"])
         b = statistics.median(r[vllm_key] for r in rows["vllm"])
+        # Rounds i of both sides ran back to back: their ratio cancels slow drifts of the machine.
+        paired = [x[ours_key] / y[vllm_key] for x, y in zip(rows["ours"], rows["vllm"])]
+        pr = f"{statistics.median(paired):.3f} [{min(paired):.2f}-{max(paired):.2f}]"
         target = TARGETS.get(ours_key)
         verdict = "" if target is None else ("within" if abs(a / b - 1) <= target else "OUTSIDE") + f" {target:.0%}"
-        print(f"  {ours_key + ' (' + unit + ')':<22}{a:>12.1f}{b:>12.1f}{a / b:>11.3f}  {verdict}")
+        print(f"  {ours_key + ' (' + unit + ')':<22}{a:>10.1f}{b:>12.1f}{a / b:>11.3f}  {pr:<24}{verdict}")
     for ours_key, vllm_key, label in (("request_throughput", "request_throughput", "req/s"),
                                       ("ttft_ms_p50", "median_ttft_ms", "p50 TTFT ms"),
                                       ("ttft_ms_p95", "p95_ttft_ms", "p95 TTFT ms"),
