@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     # running server is stopped and the trial is told FAIL and queued again.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminate_as_interrupt)
+    # Ctrl-C too, even when started from a script's background job: a non-interactive shell
+    # starts `cmd &` with SIGINT ignored, and Python then leaves it ignored (measured: the
+    # driver ran its whole study through a SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # soft_wrap: never break a line (a wrapped `vllm serve` command cannot be pasted)
     console = Console(highlight=False, soft_wrap=True)
     try:

@@ -34,14 +34,22 @@ def test_ctrl_c_stops_the_server_and_queues_the_trial_again(tmp_path):
                         "output": [8, 8], "arrival": {"process": "closed", "concurrency": 2}},
            "engine": {"extra_args": ["--gpu-memory-utilization", "0.3"]}}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(cfg))
+    # Started with SIGINT ignored, as `cmd &` in a non-interactive shell starts it: the CLI must
+    # still stop on Ctrl-C.
     driver = subprocess.Popen([sys.executable, "-m", "optimizer", "run", "--config", str(tmp_path / "study.yaml")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    deadline = time.monotonic() + 120
-    while not _servers_of(model) and time.monotonic() < deadline and driver.poll() is None:
-        time.sleep(0.5)
-    assert _servers_of(model), "no vLLM server started"
-    driver.send_signal(signal.SIGINT)
-    out, err = driver.communicate(timeout=120)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 120
+        while not _servers_of(model) and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.5)
+        assert _servers_of(model), "no vLLM server started"
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:  # never leave a driver (and its server) running after a failure
+            driver.send_signal(signal.SIGTERM)
+            driver.wait(timeout=90)
     assert driver.returncode == 130, err[-2000:]
     assert "interrupted" in err
     time.sleep(1)
