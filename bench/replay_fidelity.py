@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from optimizer import servermetrics  # noqa: E402
 from optimizer.config import build_config  # noqa: E402
 from optimizer.device import read_node_memory  # noqa: E402
 from optimizer.engine.vllm import VllmServer  # noqa: E402
@@ -56,7 +57,9 @@ def _workload(model: str, requests: int, arrival: dict) -> Workload:
 
 
 def _ours(base_url: str, model: str, w: Workload) -> dict:
-    return summarize(run_replay(base_url, model, w.requests, w.concurrency))
+    """As a trial replays: with /metrics sampled once a second alongside."""
+    sampler = servermetrics.sampler(base_url, 1.0, servermetrics.Peaks())
+    return summarize(run_replay(base_url, model, w.requests, w.concurrency, during=sampler))
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,7 +18,6 @@ from .errors import OptimizerError
 RUN_FLAGS = {  # CLI flag -> dotted config key
     "model": "model.path", "objective": "objective.name", "metric": "objective.metric",
     "n_trials": "n_trials", "storage": "storage", "study_name": "study_name", "ray_address": "ray.address",
-    "skip_bad_rows": "workload.skip_bad_rows",
 }
 
 
@@ -54,48 +53,55 @@ def _parser() -> argparse.ArgumentParser:
 def _run(ns: argparse.Namespace, console: Console) -> int:
     import optuna
 
-    from .config import load_config
     from .progress import Progress
     from .report import print_report
     from .study import prepare, run
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-    cfg = load_config(ns.config, _overrides(ns))
+    cfg = _load(ns)
     plan = prepare(cfg, new_study=ns.new_study)
     study, plan = run(plan, Progress(console))
     summary = print_report(study, plan.model.source, plan.artifacts, plan.objective, console)
     return 0 if summary.best is not None else 1
 
 
-def _overrides(ns: argparse.Namespace) -> dict:
-    from .config import read_yaml
+def _load(ns: argparse.Namespace):
+    """The config file with the command line's flags applied; raises ConfigError."""
+    from .config import load_config, read_yaml
+    from .errors import ConfigError
 
     out = {key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag, None) is not None}
     if ns.model is not None:
         out["model.tiny"] = False  # a model named on the command line is never generated over
     if ns.workload is not None:
         section = read_yaml(ns.workload)
-        out["workload"] = section.get("workload", section)
-        if ns.skip_bad_rows is not None:
-            out["workload"] = {**out["workload"], "skip_bad_rows": ns.skip_bad_rows}
-            del out["workload.skip_bad_rows"]
-    return out
+        section = section.get("workload", section)
+        if not isinstance(section, dict):
+            raise ConfigError(f"--workload {ns.workload}: 'workload' must be a mapping with a scenario and its "
+                              "knobs (see examples/workloads/)")
+        out["workload"] = section
+    cfg = load_config(ns.config, out)
+    if ns.skip_bad_rows:
+        if cfg.workload.scenario != "trace":
+            raise ConfigError(f"--skip-bad-rows applies to scenario 'trace' only (this workload is "
+                              f"'{cfg.workload.scenario}'); drop the flag")
+        cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"skip_bad_rows": True})})
+    return cfg
 
 
 def _workload(ns: argparse.Namespace, console: Console) -> int:
-    from .config import load_config
     from .modelinfo import load_model_info
     from .tinymodel import write_tiny_model
     from .workload import Vocabulary, build_workload
     from .workload.materialize import write_workload
     from .workload.stats import describe
 
-    cfg = load_config(ns.config, _overrides(ns))
+    cfg = _load(ns)
     if cfg.model.tiny:
         write_tiny_model(cfg.model.path)
     model = load_model_info(cfg.model.path, cfg.model.dtype)
-    workload = build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source))
+    workload = build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source, model.max_positions))
     path = write_workload(workload, Path(ns.out))
     for line in describe(workload):
         console.print(line)

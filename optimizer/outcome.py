@@ -23,7 +23,7 @@ METRIC_KEYS = (
     "output_throughput", "request_throughput", "total_token_throughput", "error_rate", "completed",
     "ttft_ms_p50", "ttft_ms_p95", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p95", "itl_ms_p50", "itl_ms_p95",
     "e2el_ms_p50", "e2el_ms_p95", "e2el_ms_p99", "schedule_lag_p50_ms", "schedule_lag_p99_ms", "send_rate_ratio",
-    "prefix_cache_reset", "duration_s",
+    "prefix_cache_reset", "server_metrics_read", "duration_s",
 )
 
 

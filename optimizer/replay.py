@@ -112,18 +112,30 @@ async def replay(base_url: str, model: str, requests: tuple[Request, ...], concu
                 await asyncio.sleep(delay)
             return intended
 
+        # Closed loop: a slot is held by a whole chain (an agent session: its root and every turn
+        # after it), so a session's next turn never queues behind sessions that have not started.
+        root: dict[str, str] = {}
+        for r in requests:
+            root[r.id] = root[r.after] if r.after in root else r.id
+        last_of = {root[r.id]: r.id for r in requests}
+        holding: set[str] = set()  # chains that hold a slot
+
         async def run(req: Request) -> RequestRecord:
             try:
-                if gate is None:
+                if gate is None or req.after is not None:
                     record = await _one(session, url, model, req, await on_time(req), t0)
                 else:
                     await on_time(req)
-                    async with gate:
-                        # Closed loop: the request is intended the moment its slot frees.
-                        record = await _one(session, url, model, req, time.perf_counter() - t0, t0)
+                    await gate.acquire()
+                    holding.add(req.id)
+                    # Closed loop: the request is intended the moment its slot frees.
+                    record = await _one(session, url, model, req, time.perf_counter() - t0, t0)
             finally:
                 if not ended[req.id].done():
                     ended[req.id].set_result(time.perf_counter() - t0)
+                if root[req.id] in holding and last_of[root[req.id]] == req.id:
+                    holding.discard(root[req.id])
+                    gate.release()
             return record
 
         side = asyncio.ensure_future(during(t0)) if during else None

@@ -75,10 +75,10 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     if cfg.model.tiny:
         write_tiny_model(cfg.model.path)
     model = load_model_info(cfg.model.path, cfg.model.dtype)
-    workload = build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source))
+    workload = build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source, model.max_positions))
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
-                          f"max_position_embeddings ({model.max_positions}); shorten long_input or output")
+                          f"max_position_embeddings ({model.max_positions}); shorten the workload's longest prompt or output")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     return Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
@@ -130,14 +130,15 @@ def _stamp_mismatch(study: optuna.Study, plan: Plan) -> tuple[str, str] | None:
 
 
 def _stamp(study: optuna.Study, plan: Plan) -> None:
-    """A new study records what it measures, and the file its workload was materialized to."""
-    for key, value in _stamp_of(plan).items():
-        study.set_user_attr(key, value)
-    study.set_user_attr("workload", plan.workload.description)
+    """A new study records what it measures, and the file its workload was materialized to.
+    `workload_hash` goes last: a study is stamped only once all of it is there."""
     study.set_user_attr("workload_file", str(write_workload(plan.workload, plan.artifacts)))
+    study.set_user_attr("workload", plan.workload.description)
     if plan.workload.notes:
         study.set_user_attr("workload_notes", list(plan.workload.notes))
     study.set_user_attr("device", plan.device.kind)
+    for key, value in sorted(_stamp_of(plan).items(), key=lambda kv: kv[0] == "workload_hash"):
+        study.set_user_attr(key, value)
 
 
 def _baseline_params(plan: Plan) -> dict:

@@ -115,7 +115,9 @@ def _measure(base_url: str, spec: TrialSpec) -> tuple[tuple[RequestRecord, ...],
     ratio = validity.send_rate_ratio(spec.workload, result.records)
     if ratio is not None:
         metrics["send_rate_ratio"] = ratio
-    return result.records, metrics, servermetrics.deltas(before, after, peaks)
+    view = servermetrics.deltas(before, after, peaks)
+    metrics["server_metrics_read"] = float(bool(view))  # 0: the token cross-check could not run
+    return result.records, metrics, view
 
 
 def reset_prefix_cache(base_url: str) -> bool:

@@ -4,8 +4,10 @@ A replay is flagged `replay_invalid` (told FAIL and retried, never scored) when:
 - the median lateness of sends against the schedule is above `max_lag_p50_ms`;
 - on an open-loop schedule, the achieved send rate falls below `min_rate_ratio` of the
   scheduled rate (sends are the client's job: only the client can make them late);
-- the server's token counters disagree with the client's (the client lost or invented
-  tokens, or something else used the server during the window).
+- the server's token counters disagree with what the workload sent and asked for (the
+  client lost or invented tokens, or something else used the server during the window).
+  When /metrics could not be read the check cannot run: the trial records
+  `server_metrics_read` 0 instead of passing in silence.
 """
 
 from __future__ import annotations
@@ -32,15 +34,16 @@ def send_rate_ratio(workload: Workload, records: tuple[RequestRecord, ...]) -> f
     return scheduled / achieved if achieved > 0 else float("inf")
 
 
-def token_mismatch(records: tuple[RequestRecord, ...], server: dict) -> str | None:
-    """A description of the disagreement between client and server token counts, or None."""
-    if not server or any(not r.ok for r in records):
-        return None  # failed requests make the server's count legitimately differ
-    client_prompt = sum(r.prompt_tokens for r in records)
-    client_output = sum(r.output_tokens for r in records)
-    if (client_prompt, client_output) != (server["prompt_tokens"], server["generation_tokens"]):
-        return (f"client counted {client_prompt} prompt / {client_output} output tokens, the server "
-                f"{server['prompt_tokens']:.0f} / {server['generation_tokens']:.0f}")
+def token_mismatch(workload: Workload, records: tuple[RequestRecord, ...], server: dict) -> str | None:
+    """How the server's token counters disagree with what the workload sent (prompt ids, fixed
+    output lengths), or None. Skipped when requests failed (the server legitimately counts less)."""
+    if "prompt_tokens" not in server or any(not r.ok for r in records):
+        return None
+    sent = sum(len(r.prompt_token_ids) for r in workload.requests)
+    asked = sum(r.max_tokens for r in workload.requests)
+    if (sent, asked) != (server["prompt_tokens"], server["generation_tokens"]):
+        return (f"the workload sent {sent} prompt tokens and asked for {asked} output tokens, the server "
+                f"counted {server['prompt_tokens']:.0f} / {server['generation_tokens']:.0f}")
     return None
 
 
@@ -53,7 +56,7 @@ def check(workload: Workload, records: tuple[RequestRecord, ...], metrics: dict,
     ratio = metrics.get("send_rate_ratio")
     if ratio is not None and ratio < min_rate_ratio:
         return Failure("replay_invalid", f"sent at {ratio:.1%} of the scheduled rate (< {min_rate_ratio:.0%})", REMEDY)
-    mismatch = token_mismatch(records, server)
+    mismatch = token_mismatch(workload, records, server)
     if mismatch:
         return Failure("replay_invalid", mismatch, "something else used the server during the window, or the "
                        "client miscounted: read the server log and the request records")

@@ -23,6 +23,10 @@ def _check_spans(spec, *names: str) -> None:
             raise ValueError(f"{name} [{low}, {high}] must be 1 <= low <= high")
 
 
+_APPLIES = {"rate": ("constant", "poisson", "gamma", "ramp"), "burstiness": ("gamma", "ramp"),
+            "start_rate": ("ramp",), "concurrency": ("closed",), "time_scale": ("trace",)}
+
+
 class ArrivalSpec(Strict):
     """When requests are sent: an open-loop schedule, or a closed loop with `concurrency` in flight."""
 
@@ -36,6 +40,10 @@ class ArrivalSpec(Strict):
     @model_validator(mode="after")
     def _check(self) -> "ArrivalSpec":
         p = self.process
+        for knob, processes in _APPLIES.items():
+            if knob in self.model_fields_set and p not in processes:
+                raise ValueError(f"{knob} does not apply to process '{p}' (only {', '.join(processes)}); "
+                                 "remove it or change the process")
         if p == "closed" and self.concurrency is None:
             raise ValueError("process 'closed' needs concurrency (requests in flight)")
         if p in ("constant", "poisson", "gamma", "ramp") and self.rate is None:

@@ -10,7 +10,7 @@ server (no re-tokenization drift, no BOS added); the replay checks this against 
 from __future__ import annotations
 
 import random
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -22,9 +22,10 @@ MAX_DRAWN_ID = 32000  # stay inside the base vocabulary of any tokenizer we may 
 class Vocabulary:
     """Where prompt tokens come from for one model."""
 
-    def __init__(self, vocab_size: int, tokenizer_source: str | None = None):
+    def __init__(self, vocab_size: int, tokenizer_source: str | None = None, max_positions: int | None = None):
         self.top = min(vocab_size, MAX_DRAWN_ID)
         self.tokenizer_source = tokenizer_source
+        self.max_positions = max_positions  # the longest request (prompt + output) the model takes
         if self.top <= FIRST_ORDINARY_ID:
             raise ConfigError(f"model: vocab_size {vocab_size} leaves no ordinary tokens to build prompts from")
 
@@ -34,7 +35,7 @@ class Vocabulary:
 
     def block(self, key: str, n: int) -> tuple[int, ...]:
         """The same n ids for the same key, in any process: a shared prefix (document, tool list, hash id)."""
-        return self.random_ids(random.Random(f"block:{key}"), n)
+        return _block(self.top, key, n)
 
     @cached_property
     def _tokenizer(self):
@@ -65,6 +66,12 @@ class Vocabulary:
     def encode(self, text: str) -> tuple[int, ...]:
         """Token ids of `text` under the served model's tokenizer, without special tokens."""
         return tuple(self._tokenizer(text, add_special_tokens=False).ids)
+
+
+@lru_cache(maxsize=4096)  # a Mooncake trace names the same 512-token blocks over and over
+def _block(top: int, key: str, n: int) -> tuple[int, ...]:
+    rng = random.Random(f"block:{key}")
+    return tuple(rng.randrange(FIRST_ORDINARY_ID, top) for _ in range(n))
 
 
 class _Ids:

@@ -44,13 +44,22 @@ def _output(row: TraceRow, vocab: Vocabulary, cap: int | None) -> int:
 
 def trace_workload(spec: TraceSpec, vocab: Vocabulary) -> Workload:
     read = read_trace(spec.path, spec.format)
-    rows = list(read.rows)
     bad = list(read.bad)
     built: list[tuple[TraceRow, tuple[int, ...], int]] = []
-    for row in rows:
+    limit = vocab.max_positions
+    for row in read.rows:
+        if spec.max_requests and len(built) >= spec.max_requests:
+            break  # rows past the cut are never built (a 1.4M-row trace stays cheap)
+        if limit and row.input_tokens is not None and row.input_tokens + row.output_tokens > limit:
+            bad.append(BadRow(row.line, f"{row.input_tokens} + {row.output_tokens} tokens exceed the model's "
+                                        f"{limit} positions"))
+            continue
         ids, out = _prompt(row, vocab, spec.seed), _output(row, vocab, spec.max_output_tokens)
         if not ids or out < 1:
             bad.append(BadRow(row.line, "prompt encodes to no tokens" if not ids else "reply encodes to no tokens"))
+            continue
+        if limit and len(ids) + out > limit:
+            bad.append(BadRow(row.line, f"{len(ids)} + {out} tokens exceed the model's {limit} positions"))
             continue
         built.append((row, ids, out))
     bad.sort(key=lambda b: b.line)
@@ -59,8 +68,6 @@ def trace_workload(spec: TraceSpec, vocab: Vocabulary) -> Workload:
                           "--skip-bad-rows to replay the rest")
     if not built:
         raise ConfigError(f"trace {spec.path}: no usable rows; check the file and workload.format")
-    if spec.max_requests:
-        built = built[:spec.max_requests]
     notes = []
     if bad:
         notes.append(f"{len(bad)} malformed rows skipped ({_lines(bad)})")

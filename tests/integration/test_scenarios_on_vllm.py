@@ -13,6 +13,7 @@ import pytest
 from optimizer.config import build_config
 from optimizer.device import GIB, read_node_memory
 from optimizer.engine.vllm import VllmServer
+from optimizer.modelinfo import load_model_info
 from optimizer.replay import run_replay
 from optimizer.tinymodel import write_tiny_model
 from optimizer.trial import TrialSpec, _measure, reset_prefix_cache
@@ -44,7 +45,8 @@ def server(tmp_path_factory):
 def _replay(server, scenario: dict):
     srv, model = server
     cfg = build_config({"model": {"path": model}, "workload": scenario})
-    workload = build_workload(cfg.workload, Vocabulary(3648, model))
+    info = load_model_info(model)
+    workload = build_workload(cfg.workload, Vocabulary(info.vocab_size, info.source, info.max_positions))
     run_replay(srv.base_url, model, workload.warmup, len(workload.warmup))
     assert reset_prefix_cache(srv.base_url)
     spec = TrialSpec(0, model, {}, (), workload, "unused", metrics_poll_s=0.5)

@@ -94,3 +94,38 @@ def test_bad_trace(workdir, capsys, tiny_model, trace, words):
     code, err = run_cli(workdir, capsys, config, "--model", str(tiny_model))
     assert_refused(code, err, *words)
     assert sorted(p.name for p in workdir.iterdir()) == sorted(["study.yaml", "junk.txt", "bad.jsonl"])
+
+
+def test_workload_flag_swaps_the_section_and_the_workload_command_writes_it(workdir, capsys, tiny_model):
+    (workdir / "study.yaml").write_text(GOOD_SPACE + "workload: {requests: 5}\n")
+    (workdir / "burst.yaml").write_text("workload: {scenario: burst, requests: 7, input: [8, 16], output: [4, 8]}\n")
+    code = main(["workload", "--config", "study.yaml", "--model", str(tiny_model), "--workload", "burst.yaml",
+                 "--out", str(workdir / "out")])
+    out = capsys.readouterr().out
+    assert code == 0 and "burst: 7 requests" in out
+    written = list((workdir / "out").glob("workload-*.jsonl"))
+    assert len(written) == 1 and written[0].name[9:21] in out  # the hash it prints is the file's
+
+
+@pytest.mark.parametrize("section, flags, words", [
+    ("workload: chat\n", ("--skip-bad-rows",), ("--workload", "must be a mapping")),
+    ("workload: {scenario: chat, requests: 4}\n", ("--skip-bad-rows",), ("--skip-bad-rows", "'trace' only")),
+    ("workload: {arrival: {process: poisson, rate: 4, burstiness: 0.3}}\n", (), ("burstiness", "does not apply")),
+], ids=["workload-not-a-mapping", "skip-bad-rows-without-trace", "knob-of-another-process"])
+def test_bad_workload_flags(workdir, capsys, tiny_model, section, flags, words):
+    (workdir / "w.yaml").write_text(section)
+    code, err = run_cli(workdir, capsys, GOOD_SPACE, "--model", str(tiny_model), "--workload",
+                        str(workdir / "w.yaml"), *flags)
+    assert_refused(code, err, *words)
+    assert sorted(p.name for p in workdir.iterdir()) == ["study.yaml", "w.yaml"]
+
+
+def test_skip_bad_rows_replays_the_good_rows_and_lists_the_bad(workdir, capsys, tiny_model):
+    (workdir / "t.jsonl").write_text('{"input_tokens": 10, "output_tokens": 5}\n{"input_tokens": "x", "output_tokens": 5}\n')
+    (workdir / "w.yaml").write_text(f"workload: {{scenario: trace, path: {workdir / 't.jsonl'}, "
+                                    "arrival: {process: closed, concurrency: 1}}\n")
+    (workdir / "study.yaml").write_text(GOOD_SPACE)
+    code = main(["workload", "--config", "study.yaml", "--model", str(tiny_model), "--workload", "w.yaml",
+                 "--skip-bad-rows", "--out", str(workdir)])
+    out = capsys.readouterr().out
+    assert code == 0 and "1 measured requests" in out and "1 malformed rows skipped (line 2:" in out

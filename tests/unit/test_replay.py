@@ -224,3 +224,15 @@ def test_during_runs_alongside_the_replay_and_is_cancelled_after_it():
     last_end = seen["t0"] + max(r.end_s for r in result.records)
     assert last_end <= seen["stop"] < last_end + 0.1
     assert seen["ticks"] >= 20  # it ran during the ~0.4 s window, not only at the end
+
+
+def test_closed_loop_holds_a_slot_per_session_until_its_last_turn():
+    """Two two-turn sessions, one slot: session 0's second turn goes before session 1 starts
+    (it does not queue behind a session that has not begun), and the slot frees after it."""
+    reqs = (Request("s0-t0", (3,), 2, 0.0), Request("s0-t1", (3,) * 2, 2, 0.0, after="s0-t0"),
+            Request("s1-t0", (3,) * 3, 2, 0.0), Request("s1-t1", (3,) * 4, 2, 0.0, after="s1-t0"))
+    server = FakeVllm(delays=(0.05,))
+    result = run_with(server, reqs, 1)
+    assert all(r.ok for r in result.records)
+    assert [len(b["prompt"]) for b in server.bodies] == [1, 2, 3, 4]
+    assert server.max_in_flight == 1

@@ -8,6 +8,7 @@ import pytest
 
 from optimizer.config import build_config
 from optimizer.errors import ConfigError
+from optimizer.modelinfo import load_model_info
 from optimizer.workload import Vocabulary, build_workload
 from optimizer.workload.trace import MOONCAKE_BLOCK
 
@@ -17,7 +18,8 @@ SAMPLES, BAD = ROOT / "examples" / "traces", ROOT / "tests" / "fixtures" / "trac
 
 def build(tiny_model, **workload):
     cfg = build_config({"model": {"path": str(tiny_model)}, "workload": {"scenario": "trace", **workload}})
-    return build_workload(cfg.workload, Vocabulary(3648, str(tiny_model)))
+    model = load_model_info(str(tiny_model))
+    return build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source, model.max_positions))
 
 
 def test_counts_are_exact_and_timestamps_keep_their_gaps(tiny_model, tmp_path):
@@ -98,3 +100,16 @@ def test_unknown_format_and_missing_file_are_one_line_errors(tiny_model, tmp_pat
 def test_max_requests_takes_the_first_rows(tiny_model):
     w = build(tiny_model, path=str(SAMPLES / "sample.azure.csv"), max_requests=5)
     assert len(w.requests) == 5 and w.requests[0].offset_s == 0.0
+
+
+def test_max_requests_stops_building_at_the_cut_and_rows_past_the_model_are_bad(tiny_model, tmp_path):
+    rows = [{"timestamp": i, "input_tokens": 10 + i, "output_tokens": 5} for i in range(6)]
+    rows.insert(2, {"timestamp": 1.5, "input_tokens": 70000, "output_tokens": 5})  # past 65536 positions
+    rows.append({"timestamp": 9, "input_tokens": 10 ** 10, "output_tokens": 5})  # past the cut: never built
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ConfigError, match=r"line 3: 70000 \+ 5 tokens exceed the model's 65536 positions"):
+        build(tiny_model, path=str(trace), max_requests=4)
+    w = build(tiny_model, path=str(trace), max_requests=4, skip_bad_rows=True)
+    assert [r.id for r in w.requests] == ["line-1", "line-2", "line-4", "line-5"]
+    assert [len(r.prompt_token_ids) for r in w.requests] == [10, 11, 12, 13]

@@ -58,8 +58,8 @@ def test_token_mismatch_is_invalid_and_names_both_counts():
     server = {"prompt_tokens": 40.0, "generation_tokens": 17.0}  # the client saw 4 x 10 prompt, 4 x 4 output
     f = check(W, ON_TIME, {}, server, LAG, RATIO)
     assert f.kind == "replay_invalid"
-    assert "40 prompt / 16 output" in f.evidence and "40 / 17" in f.evidence
-    assert token_mismatch(ON_TIME, GOOD_SERVER) is None
+    assert "sent 40 prompt tokens and asked for 16 output tokens" in f.evidence and "40 / 17" in f.evidence
+    assert token_mismatch(W, ON_TIME, GOOD_SERVER) is None
 
 
 def test_prompt_token_mismatch_is_invalid_too():
