@@ -91,17 +91,11 @@ def _load(ns: argparse.Namespace):
 
 
 def _workload(ns: argparse.Namespace, console: Console) -> int:
-    from .modelinfo import load_model_info
-    from .tinymodel import write_tiny_model
-    from .workload import Vocabulary, build_workload
+    from .study import load_workload
     from .workload.materialize import write_workload
     from .workload.stats import describe
 
-    cfg = _load(ns)
-    if cfg.model.tiny:
-        write_tiny_model(cfg.model.path)
-    model = load_model_info(cfg.model.path, cfg.model.dtype)
-    workload = build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source, model.max_positions))
+    _, workload = load_workload(_load(ns))
     path = write_workload(workload, Path(ns.out))
     for line in describe(workload):
         console.print(line)

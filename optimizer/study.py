@@ -72,16 +72,21 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
         raise ConfigError("engine.device: 'gpu' asked for but nvidia-smi sees no GPU; use 'auto' or 'cpu'")
     url = normalize_url(cfg.storage)
     check_storage(url)  # refused before anything runs
-    if cfg.model.tiny:
-        write_tiny_model(cfg.model.path)
-    model = load_model_info(cfg.model.path, cfg.model.dtype)
-    workload = build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source, model.max_positions))
+    model, workload = load_workload(cfg)
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
                           f"max_position_embeddings ({model.max_positions}); shorten the workload's longest prompt or output")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     return Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
+
+
+def load_workload(cfg: StudyConfig) -> tuple[ModelInfo, Workload]:
+    """The model (the tiny one written first if the config asks) and the workload built for it."""
+    if cfg.model.tiny:
+        write_tiny_model(cfg.model.path)
+    model = load_model_info(cfg.model.path, cfg.model.dtype)
+    return model, build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source, model.max_positions))
 
 
 def _open_study(plan: Plan) -> tuple[optuna.Study, Plan]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import random
 
-from .arrivals import describe_arrival, offsets
+from .arrivals import closed_concurrency, describe_arrival, offsets
 from .base import Request, Workload
 from .spec import AgentSpec
 from .tokens import Vocabulary
@@ -49,10 +49,9 @@ def agent_workload(spec: AgentSpec, vocab: Vocabulary) -> Workload:
     warm_tools = vocab.block(f"agent-tools-{spec.seed}-warmup", spec.system_tokens)
     warm = tuple(Request(f"warmup-{i}", warm_tools + vocab.random_ids(rng, rng.randint(*spec.user_input)),
                          rng.randint(*spec.output), 0.0) for i in range(spec.warmup_requests))
-    starts = offsets(spec.arrival, spec.sessions, rng) if spec.arrival.process != "closed" else [0.0] * spec.sessions
+    starts = offsets(spec.arrival, spec.sessions, rng)
     reqs = tuple(r for s in range(spec.sessions) for r in _session(s, starts[s], spec, vocab, rng))
     spans = [len(r.prompt_token_ids) for r in reqs]
-    concurrency = spec.arrival.concurrency if spec.arrival.process == "closed" else None
-    return Workload(name="agent", requests=reqs, warmup=warm, concurrency=concurrency,
+    return Workload(name="agent", requests=reqs, warmup=warm, concurrency=closed_concurrency(spec.arrival),
                     description=f"agent: {spec.sessions} sessions, {len(reqs)} calls, prompts {min(spans)}-"
                                 f"{max(spans)} tokens, sessions start on {describe_arrival(spec.arrival)}")

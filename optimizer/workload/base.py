@@ -34,8 +34,14 @@ class Workload:
         return max(r.total_tokens for r in self.requests + self.warmup)
 
     def content_hash(self) -> str:
-        """sha256 of the requests and schedule: two workloads with equal hashes replay the same load."""
+        """sha256 of the requests and schedule: two workloads with equal hashes replay the same load.
+        Computed once: it serializes every prompt, and the study, the file and the progress all ask."""
+        cached = self.__dict__.get("_content_hash")
+        if cached:
+            return cached
         body = json.dumps({"requests": [asdict(r) for r in self.requests],
                            "warmup": [asdict(r) for r in self.warmup],
                            "concurrency": self.concurrency}, sort_keys=True)
-        return hashlib.sha256(body.encode()).hexdigest()
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        object.__setattr__(self, "_content_hash", digest)  # frozen: a cache, not a field
+        return digest

@@ -27,6 +27,11 @@ _APPLIES = {"rate": ("constant", "poisson", "gamma", "ramp"), "burstiness": ("ga
             "start_rate": ("ramp",), "concurrency": ("closed",), "time_scale": ("trace",)}
 
 
+def _no_trace_arrival(arrival) -> None:
+    if arrival.process == "trace":
+        raise ValueError("arrival 'trace' needs scenario 'trace' (a trace file with timestamps)")
+
+
 class ArrivalSpec(Strict):
     """When requests are sent: an open-loop schedule, or a closed loop with `concurrency` in flight."""
 
@@ -72,8 +77,7 @@ class ChatSpec(_Common):
     @model_validator(mode="after")
     def _check(self) -> "ChatSpec":
         _check_spans(self, "short_input", "long_input", "output")
-        if self.arrival.process == "trace":
-            raise ValueError("arrival 'trace' needs scenario 'trace' (a trace file with timestamps)")
+        _no_trace_arrival(self.arrival)
         return self
 
 
@@ -107,8 +111,7 @@ class RagSpec(_Common):
     @model_validator(mode="after")
     def _check(self) -> "RagSpec":
         _check_spans(self, "prefix_tokens", "question", "output")
-        if self.arrival.process == "trace":
-            raise ValueError("arrival 'trace' needs scenario 'trace' (a trace file with timestamps)")
+        _no_trace_arrival(self.arrival)
         return self
 
 
@@ -157,8 +160,7 @@ class AgentSpec(_Common):
         low, high = self.think_s
         if low < 0 or low > high:
             raise ValueError(f"think_s [{low}, {high}] must be 0 <= low <= high")
-        if self.arrival.process == "trace":
-            raise ValueError("arrival 'trace' needs scenario 'trace' (a trace file with timestamps)")
+        _no_trace_arrival(self.arrival)
         if self.system_tokens + self.user_input[1] + self.output[1] > self.max_context:
             raise ValueError(f"max_context ({self.max_context}) cannot hold the first turn "
                              f"(system_tokens + user_input + output); raise it")
