@@ -1,24 +1,27 @@
-"""Objective plugins: each module holds one objective; `get_objective(spec)` picks one by name.
+"""Objective plugins: each module holds one objective; `get_objective(name, ...)` picks one.
 
-An objective says which way is better (`direction`), which metric it reads, and turns a
-completed trial's metrics into the value Optuna optimizes. The study driver owns the
-interface (`objectives.base.Objective`); this package only implements it.
+An objective says which way is better (`direction`, or `directions` for Pareto), which
+metric it reads, how a trial measures (`mode`), and turns a completed trial's metrics into
+the value(s) Optuna optimizes. The study driver owns the interface (`objectives.base`).
 """
 
 from __future__ import annotations
 
 from .base import Objective
+from .goodput import GoodputObjective
 from .latency import LatencyObjective
+from .pareto import ParetoObjective
 from .throughput import ThroughputObjective
 
-OBJECTIVES = {"throughput": ThroughputObjective, "latency": LatencyObjective}
+OBJECTIVES = {"throughput": ThroughputObjective, "latency": LatencyObjective, "goodput": GoodputObjective,
+              "pareto": ParetoObjective}
 
 
-def get_objective(name: str, metric: str | None = None) -> Objective:
+def get_objective(name: str, metric: str | None = None, slos: tuple = ()) -> Objective:
     """The objective called `name`; raises ValueError (with the known names) otherwise."""
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective '{name}'; known: {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[name](metric)
+    return OBJECTIVES[name](metric, slos)
 
 
 __all__ = ["Objective", "OBJECTIVES", "get_objective"]

@@ -6,18 +6,20 @@ by doing less work.
 
 from __future__ import annotations
 
-from .base import finite
+from .base import Single, finite
+
+ALLOWED = ("output_throughput", "total_token_throughput", "request_throughput")
 
 
-class ThroughputObjective:
+class ThroughputObjective(Single):
     name = "throughput"
     direction = "maximize"
     unit = "tok/s"
 
-    def __init__(self, metric: str | None = None):
-        allowed = ("output_throughput", "total_token_throughput", "request_throughput")
-        if metric is not None and metric not in allowed:
-            raise ValueError(f"throughput objective: metric '{metric}' unknown; use one of {', '.join(allowed)}")
+    def __init__(self, metric: str | None = None, slos: tuple = ()):
+        super().__init__(slos)
+        if metric is not None and metric not in ALLOWED:
+            raise ValueError(f"throughput objective: metric '{metric}' unknown; use one of {', '.join(ALLOWED)}")
         self.metric = metric or "output_throughput"
         if self.metric == "request_throughput":
             self.unit = "req/s"

@@ -65,9 +65,26 @@ class ReplaySpec(_Strict):
     metrics_poll_s: float = Field(1.0, gt=0, description="how often /metrics is sampled (KV-cache usage peak)")
 
 
+class RateSearchSpec(_Strict):
+    """The goodput objective's rate search inside each trial (ratesearch.py)."""
+
+    max_probes: int = Field(6, ge=2, le=20, description="replays per trial, the saturation probe included")
+    rel_tol: float = Field(0.1, gt=0, lt=1, description="stop when the pass/fail bracket is this close (relative)")
+    low_share: float = Field(0.25, gt=0, lt=1, description="first lower probe, as a share of the capacity")
+
+
 class ObjectiveSpec(_Strict):
     name: str = "throughput"
-    metric: str | None = Field(None, description="latency objective: ttft_p95 or e2el_p95")
+    metric: str | None = Field(None, description="latency/pareto: ttft_p95, e2el_p95, ...; throughput: output_throughput ...")
+    slos: str | None = Field(None, description="vLLM --goodput style, ms: 'ttft:500 tpot:50' (p95; ttft_p99:300; error:1 in %)")
+    search: RateSearchSpec = Field(default_factory=RateSearchSpec)
+
+
+class EarlyStopSpec(_Strict):
+    """Stop a trial that provably cannot win (earlystop.py) or whose SLOs are already lost."""
+
+    enabled: bool = True
+    stages: int = Field(4, ge=1, le=20, description="checkpoints per replay sent to the driver")
 
 
 class RaySpec(_Strict):
@@ -93,6 +110,8 @@ class StudyConfig(_Strict):
     workload: Annotated[WorkloadSpec, BeforeValidator(with_default_scenario)] = Field(default_factory=ChatSpec)
     replay: ReplaySpec = Field(default_factory=ReplaySpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    early_stop: EarlyStopSpec = Field(default_factory=EarlyStopSpec)
+    precheck: bool = Field(True, description="predict KV-cache fit before booting; prune what cannot fit (kvfit.py)")
     ray: RaySpec = Field(default_factory=RaySpec)
 
 

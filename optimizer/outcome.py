@@ -1,7 +1,11 @@
 """A trial's outcome -> its Optuna state, in exactly one function.
 
-    measured, objective finite          -> COMPLETE with the objective's value
+    measured, objective finite          -> COMPLETE with the objective's value(s); with SLOs on a
+                                           replay objective, each SLO's excess is a constraint
+                                           (<= 0 feasible), so a miss is COMPLETE and infeasible
     could not start / died under load   -> PRUNED (TPE learns from PRUNED, ignores FAIL)
+    stopped early (cannot win, or its
+    SLOs were lost beyond repair)       -> PRUNED, kind `early_stopped` (its stage values were reported)
     infrastructure fault (`infra`),
     untrustworthy replay (`replay_invalid`) -> FAIL (not the configuration's fault; retried)
 
@@ -16,6 +20,7 @@ from dataclasses import replace
 
 import optuna
 
+from . import slo
 from .engine.failures import RETRIED, Failure
 from .trial import TrialResult
 
@@ -24,6 +29,7 @@ METRIC_KEYS = (
     "ttft_ms_p50", "ttft_ms_p95", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p95", "itl_ms_p50", "itl_ms_p95",
     "e2el_ms_p50", "e2el_ms_p95", "e2el_ms_p99", "schedule_lag_p50_ms", "schedule_lag_p99_ms", "send_rate_ratio",
     "prefix_cache_reset", "server_metrics_read", "duration_s",
+    "goodput_rate", "goodput_rps", "goodput_output_throughput", "capacity_rps", "probes", "search_s", "probe_saved_s",
 )
 
 
@@ -53,6 +59,10 @@ def record(trial: optuna.Trial, result: TrialResult) -> None:
         trial.set_user_attr("stop", {"port": result.port, "killed": result.stop.killed,
                                      "leftover_pids": list(result.stop.leftover_pids),
                                      "port_free": result.stop.port_free})
+    if result.probes:
+        trial.set_user_attr("rate_search", list(result.probes))
+    if result.early_stop:
+        trial.set_user_attr("early_stop", dict(result.early_stop))
     if result.failure:
         trial.set_user_attr("failure_kind", result.failure.kind)
         trial.set_user_attr("evidence", result.failure.evidence[:1000])
@@ -67,6 +77,8 @@ def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
     (a run with failed requests, or without a finite objective value, gains a failure)."""
     failure = result.failure
     value = None
+    if failure is None and result.early_stop:
+        failure = early_stopped(result.early_stop)
     if failure is None:
         failure = request_errors(result)
     if failure is None:
@@ -78,11 +90,32 @@ def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
         result = replace(result, failure=failure)
     record(trial, result)
     if failure is None:
+        if objective.slos and objective.mode == "replay":
+            constrain(trial, objective.slos, result.metrics)
         study.tell(trial, value, skip_if_finished=True)
         return optuna.trial.TrialState.COMPLETE, result
     state = optuna.trial.TrialState.FAIL if failure.kind in RETRIED else optuna.trial.TrialState.PRUNED
     study.tell(trial, state=state, skip_if_finished=True)
     return state, result
+
+
+def constrain(trial: optuna.Trial, slos, metrics: dict) -> None:
+    """Each SLO's excess as an Optuna constraint (<= 0 holds): TPE learns where the feasible
+    region is from these, and the best trial is the best feasible one."""
+    excess = slo.excess(slos, metrics)
+    for key, value in excess.items():
+        trial.set_constraint(key, value if math.isfinite(value) else 1e9)
+    trial.set_user_attr("slo_excess", {k: _clean(v) for k, v in excess.items()})
+    trial.set_user_attr("feasible", all(v <= 0 for v in excess.values()))
+
+
+def early_stopped(early: dict) -> Failure:
+    """A trial cut short: not a failure of the configuration, but no value to tell either."""
+    if early.get("by") == "slo":
+        return Failure("early_stopped", f"SLO lost: {early.get('reason', '')}",
+                       "this configuration cannot meet the SLOs on this workload (see slo_excess of similar trials)")
+    return Failure("early_stopped", f"cannot win: {early.get('reason', '')}",
+                   "nothing to fix: it could not beat the best trial so far")
 
 
 def request_errors(result: TrialResult) -> Failure | None:

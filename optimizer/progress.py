@@ -10,7 +10,22 @@ import optuna
 from rich.console import Console
 
 from .device import GIB
+from .earlystop import best_feasible
 from .outcome import finished_count
+from .slo import describe as describe_slos, holds as slo_holds
+
+
+def best_line(study: optuna.Study, objective) -> str | None:
+    """'trial 3, 512.0 ms' for the best feasible trial; the front's size for a multi-objective study."""
+    if getattr(objective, "multi", False):
+        front = study.best_trials
+        return f"{len(front)} trial(s) on the Pareto front" if front else None
+    best = best_feasible(study, objective)
+    if best is None:
+        return None
+    number = next(t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                  if t.value == best)
+    return f"trial {number}, {best:.1f} {objective.unit}"
 
 
 def fmt_params(params: dict) -> str:
@@ -31,8 +46,10 @@ class Progress:
                 f"{plan.model.kv_bytes_per_token() // 1024} KiB KV/token), device {plan.device.kind}"
                 + (f", node memory {plan.device.memory.total / GIB:.1f} GiB "
                    f"({plan.device.memory.available / GIB:.1f} available)" if plan.device.kind == "cpu" else ""))
-        c.print(f"  objective {plan.objective.name}: {plan.objective.direction} {plan.objective.metric} "
-                f"({plan.objective.unit})")
+        obj = plan.objective
+        c.print(f"  objective {obj.name}: {'/'.join(obj.directions)} {obj.metric} ({obj.unit})"
+                + (f"; SLOs {describe_slos(obj.slos)}" + (" (constraints)" if obj.mode == "replay" else "")
+                   if obj.slos else ""))
         c.print(f"  workload {plan.workload.description}; hash {plan.workload.content_hash()[:12]}")
         for note in plan.workload.notes:
             c.print(f"  [yellow]workload note[/]: {note}")
@@ -53,22 +70,32 @@ class Progress:
             self._phase[number] = phase
             self.console.print(f"  {elapsed:5.0f}s  {phase}   (best so far: {self._best})")
 
+    def checkpoint(self, number: int, step: int, value: float | None, objective, stop: str) -> None:
+        shown = f"{value:.1f} {objective.unit}" if value is not None else "-"
+        self.console.print(f"        stage {step}: {objective.metric} so far {shown}"
+                           + (f" -> [yellow]stop[/]: {stop}" if stop else ""))
+
     def trial_done(self, study: optuna.Study, number: int, result, state, objective) -> None:
         ph = result.phases
         times = ", ".join(f"{k.removesuffix('_s')} {v:.0f}s" for k, v in ph.items())
         if state == optuna.trial.TrialState.COMPLETE:
             m = result.metrics
             value = objective.score(m)
+            shown = " ".join(f"{v:.1f}" for v in value) if isinstance(value, list) else f"{value:.2f}"
+            extra = ""
+            if objective.mode == "goodput":
+                extra = (f"capacity {m['capacity_rps']:.2f} req/s, {m['goodput_output_throughput']:.0f} tok/s at "
+                         f"the goodput rate, {m['probes']:.0f} probes | ")
+            feasible = ""
+            if objective.slos and objective.mode == "replay":
+                feasible = " [green](SLOs hold)[/]" if slo_holds(objective.slos, m) else " [red](SLOs missed)[/]"
             self.console.print(
-                f"  [green]COMPLETE[/] {objective.metric}={value:.1f} {objective.unit} | "
+                f"  [green]COMPLETE[/] {objective.metric}={shown} {objective.unit}{feasible} | {extra}"
                 f"{m['output_throughput']:.0f} tok/s, p95 TTFT {m['ttft_ms_p95']:.0f} ms, "
                 f"p95 TPOT {m['tpot_ms_p95']:.1f} ms, errors {m['error_rate']:.0%} | {times}")
         else:
             f = result.failure
             self.console.print(f"  [yellow]{state.name}[/] {f.kind}: {f.evidence[:240]}")
-            self.console.print(f"    remedy: {f.remedy} | {times}")
-        try:
-            best = study.best_trial
-            self._best = f"trial {best.number}, {best.value:.1f} {objective.unit}"
-        except ValueError:
-            pass
+            saved = result.early_stop.get("saved_s") if result.early_stop else None
+            self.console.print(f"    remedy: {f.remedy} | {times}" + (f", ~{saved:.0f}s of replay saved" if saved else ""))
+        self._best = best_line(study, objective) or self._best

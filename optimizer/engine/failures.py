@@ -12,6 +12,7 @@ Kinds (what pruning records):
                     or port): retried once, never held against the configuration
     replay_invalid  the measurement cannot be trusted (the client lagged its schedule, or
                     its token counts disagree with the server's): retried once, like infra
+    early_stopped   not a fault: cut short because it could not win, or its SLOs were lost
 
 Rules are tried in order; the first that matches a log line wins. The patterns are the
 messages vLLM prints (quoted in FACTS.md / DESIGN.md and collected from real runs in
@@ -24,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra",
-         "replay_invalid")
+         "replay_invalid", "early_stopped")
 RETRIED = ("infra", "replay_invalid")  # told FAIL: says nothing about the configuration
 
 

@@ -10,7 +10,8 @@ import pytest
 import ray
 
 from optimizer.engine.vllm import group_pids
-from optimizer.runtime import PhaseBoard, ray_runtime, reap_server
+from optimizer.board import TrialBoard
+from optimizer.runtime import ray_runtime, reap_server
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,7 @@ def _trial_that_dies(board):
 
 def test_driver_reaps_the_server_of_a_dead_worker():
     with ray_runtime(None):
-        board = PhaseBoard.remote()
+        board = TrialBoard.remote()
         with pytest.raises(ray.exceptions.RayError):
             ray.get(_trial_that_dies.remote(board))
         host, pgid = ray.get(board.server_of.remote(3))

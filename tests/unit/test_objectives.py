@@ -8,6 +8,7 @@ from objectives import OBJECTIVES, get_objective
 from objectives.latency import ALLOWED
 from optimizer.metrics import summarize
 from optimizer.replay import ReplayResult, RequestRecord
+from optimizer.slo import parse_slos
 
 
 def result(scale: float) -> ReplayResult:
@@ -56,21 +57,53 @@ def test_every_throughput_metric_reads_a_key_the_replay_reports(metric, unit):
     assert obj.score(FAST) == FAST[metric] and obj.unit == unit
 
 
+SLOS = parse_slos("ttft:500 tpot:50")
+
+
+def make(name):
+    return get_objective(name, slos=SLOS)
+
+
+def scored(metrics: dict, rate: float) -> dict:
+    """A trial's metrics as a goodput trial reports them too (the rate search's answer)."""
+    return {**metrics, "goodput_rate": rate}
+
+
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
 class TestEveryObjective:
     def test_declares_its_interface(self, name):
-        obj = get_objective(name)
-        assert obj.name == name and obj.direction in ("maximize", "minimize") and obj.unit
+        obj = make(name)
+        assert obj.name == name and obj.unit and obj.mode in ("replay", "goodput")
+        assert obj.directions and all(d in ("maximize", "minimize") for d in obj.directions)
+        assert obj.direction == obj.directions[0]
 
     def test_scores_real_metrics_and_prefers_the_faster_server(self, name):
-        obj = get_objective(name)
-        fast, slow = obj.score(FAST), obj.score(SLOW)
-        assert math.isfinite(fast) and math.isfinite(slow) and fast != slow
-        assert (fast > slow) == (obj.direction == "maximize")
+        obj = make(name)
+        fast, slow = obj.score(scored(FAST, 2.0)), obj.score(scored(SLOW, 1.0))
+        fast, slow = (fast, slow) if isinstance(fast, list) else ([fast], [slow])
+        assert len(fast) == len(obj.directions)
+        for f, s, direction in zip(fast, slow, obj.directions):
+            assert math.isfinite(f) and math.isfinite(s) and f != s
+            assert (f > s) == (direction == "maximize")
 
     def test_nan_or_missing_metric_is_a_value_error(self, name):
-        obj = get_objective(name)
+        obj = make(name)
         with pytest.raises(ValueError):
-            obj.score({k: math.nan for k in FAST})
+            obj.score({k: math.nan for k in scored(FAST, math.nan)})
         with pytest.raises(ValueError):
             obj.score({})
+
+
+def test_goodput_needs_slos_and_searches_the_rate():
+    with pytest.raises(ValueError, match="needs SLOs"):
+        get_objective("goodput")
+    obj = make("goodput")
+    assert obj.mode == "goodput" and obj.slos == SLOS and obj.score(scored(FAST, 3.5)) == 3.5
+
+
+def test_pareto_is_throughput_up_latency_down():
+    obj = get_objective("pareto", "e2el_p95")
+    assert obj.directions == ("maximize", "minimize") and obj.multi
+    assert obj.score(FAST) == [FAST["output_throughput"], FAST["e2el_ms_p95"]]
+    with pytest.raises(ValueError, match="ttft_p42"):
+        get_objective("pareto", "ttft_p42")

@@ -1,0 +1,90 @@
+"""Early stopping, the driver's side: from a trial's partial measurement (a stage checkpoint),
+the value to report to Optuna now and whether the trial can still beat the best so far.
+
+The rules stop only a trial that provably cannot win, so no stop ever discards a winner:
+
+- latency (a percentile of TTFT or E2E, minimized): once enough of the planned requests
+  already took longer than the best trial's value, the final percentile must exceed it
+  (slo.misses_needed: the same arithmetic as for a lost SLO). TPOT/ITL are not judged
+  early (not every request has one).
+- throughput (maximized): the measured window can only grow, so the final value is at
+  most planned tokens (or requests) / time elapsed so far; below the best, it cannot win.
+- goodput (maximized): the rate search never answers above the capacity it measured
+  first (ratesearch.py), so a capacity below the best cannot win.
+
+Pareto studies are not stopped early: there is no single best to lose to.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .metrics import percentile
+from .slo import misses_needed
+
+PLANNED_KEYS = {"output_throughput": "planned_output_tokens", "request_throughput": "planned",
+                "total_token_throughput": "planned_total_tokens"}
+DONE_KEYS = {"output_throughput": "output_tokens", "request_throughput": "finished",
+             "total_token_throughput": "total_tokens"}
+
+
+def intermediate(objective, payload: dict) -> float | None:
+    """The objective's value on the partial measurement (what `trial.report` records), or None."""
+    if getattr(objective, "multi", False):
+        return None
+    if objective.name == "goodput":
+        return payload.get("capacity_rps")
+    if objective.name == "latency":
+        base, pct = objective.metric.rsplit("_p", 1)
+        values = payload.get(base, [])
+        return percentile(values, float(pct)) if values else None
+    if objective.name == "throughput":
+        elapsed = payload.get("elapsed_s", 0.0)
+        done = payload.get(DONE_KEYS[objective.metric])
+        return done / elapsed if elapsed > 0 and done is not None else None
+    return None
+
+
+def verdict(objective, payload: dict, best: float | None) -> str:
+    """Why this trial cannot beat `best` (the best feasible value so far), or '' to go on."""
+    if best is None or getattr(objective, "multi", False) or not math.isfinite(best):
+        return ""
+    if objective.name == "goodput":
+        cap = payload.get("capacity_rps")
+        if cap is not None and cap < best:
+            return f"capacity {cap:.2f} req/s is below the best goodput so far ({best:.2f} req/s)"
+        return ""
+    if objective.name == "latency":
+        base, pct = objective.metric.rsplit("_p", 1)
+        if base not in ("ttft", "e2el") or base not in payload:
+            return ""
+        planned = payload["planned"]
+        over = payload.get("failed", 0) + sum(1 for v in payload[base] if v > best)
+        need = misses_needed(planned, int(pct))
+        if over >= need:
+            return (f"{over} of {planned} planned requests already took longer than the best "
+                    f"{objective.metric} so far ({best:.1f} ms); its p{pct} cannot beat it")
+        return ""
+    if objective.name == "throughput":
+        planned, elapsed = payload.get(PLANNED_KEYS[objective.metric]), payload.get("elapsed_s", 0.0)
+        if planned is None or elapsed <= 0:
+            return ""
+        ceiling = planned / elapsed
+        if ceiling < best:
+            return (f"even if the rest finished now, {objective.metric} would be at most {ceiling:.1f}, "
+                    f"below the best so far ({best:.1f})")
+    return ""
+
+
+def best_feasible(study, objective) -> float | None:
+    """The best value among COMPLETE trials that meet their constraints (None if there is none)."""
+    import optuna
+
+    if getattr(objective, "multi", False):
+        return None
+    values = [t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+              if t.value is not None and all(c <= 0 for c in (t.constraints or {}).values())]
+    if not values:
+        return None
+    return max(values) if objective.direction == "maximize" else min(values)
+
