@@ -16,7 +16,7 @@ from rich.console import Console
 from .errors import OptimizerError
 
 RUN_FLAGS = {  # CLI flag -> dotted config key
-    "model": "model.path", "objective": "objective.name", "metric": "objective.metric",
+    "model": "model.path", "objective": "objective.name", "metric": "objective.metric", "slo": "objective.slos",
     "n_trials": "n_trials", "storage": "storage", "study_name": "study_name", "ray_address": "ray.address",
 }
 
@@ -27,8 +27,15 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run (or resume) a study")
     run.add_argument("--config", help="study YAML (see examples/quickstart.yaml)")
     run.add_argument("--model", help="model directory or Hugging Face id")
-    run.add_argument("--objective", help="throughput | latency")
+    run.add_argument("--goal", choices=("chat", "batch", "agent"),
+                     help="preset objective, SLOs and workload: chat (p95 TTFT first), batch (tokens/s), "
+                     "agent (goodput under bursts); replaces the config's objective and workload")
+    run.add_argument("--objective", help="throughput | latency | goodput | pareto")
     run.add_argument("--metric", help="the objective's metric, e.g. ttft_p95 for latency")
+    run.add_argument("--slo", help="SLOs like vLLM's --goodput, ms: 'ttft:500 tpot:50' (p95; ttft_p99:300; "
+                     "error:1 in %%): goodput's definition, or constraints on latency/throughput")
+    run.add_argument("--no-precheck", action="store_true",
+                     help="boot every configuration, even one the KV-cache estimate says cannot fit")
     run.add_argument("--n-trials", type=int, help="trials in the study, baseline included")
     run.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///trials.db)")
     run.add_argument("--study-name")
@@ -41,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="the study ran another workload/objective/model: start a separate one, keep the old")
     show = sub.add_parser("workload", help="build the config's workload, write it to a file, print its shape")
     show.add_argument("--config", required=True)
+    show.add_argument("--goal", choices=("chat", "batch", "agent"), help="the preset's workload")
     show.add_argument("--model", help="model directory or Hugging Face id")
     show.add_argument("--workload", help="a YAML file whose `workload:` section replaces the config's")
     show.add_argument("--skip-bad-rows", action="store_true", default=None)
@@ -63,7 +71,7 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     plan = prepare(cfg, new_study=ns.new_study)
     study, plan = run(plan, Progress(console))
     summary = print_report(study, plan.model.source, plan.artifacts, plan.objective, console)
-    return 0 if summary.best is not None else 1
+    return 0 if summary.best is not None or summary.front else 1
 
 
 def _load(ns: argparse.Namespace):
@@ -71,7 +79,18 @@ def _load(ns: argparse.Namespace):
     from .config import load_config, read_yaml
     from .errors import ConfigError
 
-    out = {key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag, None) is not None}
+    out = {}
+    if getattr(ns, "goal", None):
+        from .presets import preset
+
+        sections = preset(ns.goal)
+        out["objective"] = sections["objective"]
+        out["workload"] = sections["workload"]
+    out.update({key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag, None) is not None})
+    if out.get("objective.name") and "objective" in out:
+        out["objective"] = {}  # an explicit --objective replaces the preset's, SLOs and all
+    if getattr(ns, "no_precheck", False):
+        out["precheck"] = False
     if ns.model is not None:
         out["model.tiny"] = False  # a model named on the command line is never generated over
     if ns.workload is not None:

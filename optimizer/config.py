@@ -92,6 +92,13 @@ class RaySpec(_Strict):
     trial_cpus: int | None = Field(None, ge=1, description="CPUs each trial asks Ray for (default: all)")
 
 
+class ConfirmSpec(_Strict):
+    """Noise control: re-measure the best configurations after the budget (confirm.py)."""
+
+    top: int = Field(2, ge=0, le=10, description="configurations to re-measure (0: off)")
+    repeats: int = Field(2, ge=0, le=9, description="extra full measurements of each")
+
+
 class StudyConfig(_Strict):
     study_name: str = "vllm-tuning"
     storage: str = "sqlite:///trials.db"
@@ -111,6 +118,7 @@ class StudyConfig(_Strict):
     replay: ReplaySpec = Field(default_factory=ReplaySpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     early_stop: EarlyStopSpec = Field(default_factory=EarlyStopSpec)
+    confirm: ConfirmSpec = Field(default_factory=ConfirmSpec)
     precheck: bool = Field(True, description="predict KV-cache fit before booting; prune what cannot fit (kvfit.py)")
     ray: RaySpec = Field(default_factory=RaySpec)
 

@@ -70,6 +70,28 @@ class Progress:
             self._phase[number] = phase
             self.console.print(f"  {elapsed:5.0f}s  {phase}   (best so far: {self._best})")
 
+    def confirming(self, top: int, repeats: int) -> None:
+        self.console.print(f"[bold]Re-measuring[/] the {top} best configuration(s) {repeats} more time(s) each "
+                           "(full runs: single measurements move 10-15% on a busy machine)")
+
+    def confirm_value(self, number: int, k: int, value: float | None) -> None:
+        self._phase.pop(number, None)
+        shown = f"{value:.2f}" if value is not None else "failed"
+        self.console.print(f"  trial {number} re-measure {k}: {shown}")
+
+    def confirmed(self, record: dict, objective) -> None:
+        for n, i in sorted(record["intervals"].items(), key=lambda kv: kv[1]["mean"],
+                           reverse=objective.direction == "maximize"):
+            ci = (f"95% CI [{i['low']:.2f}, {i['high']:.2f}]" if i["low"] is not None else "no interval (one value)")
+            self.console.print(f"  trial {n}: mean {i['mean']:.2f} {objective.unit} over {i['n']} runs, {ci}")
+        if record["winner"] is None:
+            return
+        if record["clear"]:
+            self.console.print(f"  [green]winner: trial {record['winner']}[/] (its interval overlaps no other)")
+        else:
+            self.console.print(f"  [yellow]no clear winner[/]: trial {record['winner']} has the best mean, but its "
+                               "interval overlaps another's; any of the overlapping ones is as good as measured")
+
     def checkpoint(self, number: int, step: int, value: float | None, objective, stop: str) -> None:
         shown = f"{value:.1f} {objective.unit}" if value is not None else "-"
         self.console.print(f"        stage {step}: {objective.metric} so far {shown}"

@@ -66,21 +66,20 @@ class SearchResult:
 
 
 def at_rate(requests: tuple[Request, ...], rate: float) -> tuple[Request, ...]:
-    """The same requests with their open-loop send times rescaled to `rate` requests/s (inf: all
-    at once). Requests that follow another (agent turns) keep their think time."""
+    """The same requests with their open-loop send times rescaled so the whole set arrives at
+    `rate` requests/s (inf: all at once): the schedule spans len(requests) / rate seconds, as
+    vLLM rescales its own. Requests that follow another (agent turns) keep their think time;
+    they count toward the rate, so session starts are spread by the turns they bring."""
     roots = [r for r in requests if r.after is None]
     span = max((r.offset_s for r in roots), default=0.0)
-    if math.isinf(rate) or span <= 0:
-        scale = 0.0
-    else:
-        scale = (len(roots) / rate) / span  # n/rate seconds for the whole schedule, as vLLM rescales
+    scale = 0.0 if math.isinf(rate) or span <= 0 else (len(requests) / rate) / span
     return tuple(r if r.after is not None else replace(r, offset_s=r.offset_s * scale) for r in requests)
 
 
 def nominal_rate(requests: tuple[Request, ...]) -> float | None:
-    roots = [r for r in requests if r.after is None]
-    span = max((r.offset_s for r in roots), default=0.0)
-    return len(roots) / span if span > 0 else None
+    """Requests/s of the schedule as written (None: no open-loop schedule to scale)."""
+    span = max((r.offset_s for r in requests if r.after is None), default=0.0)
+    return len(requests) / span if span > 0 else None
 
 
 def search(probe: Callable[[float], Probe], max_probes: int = 6, rel_tol: float = 0.1,

@@ -22,7 +22,7 @@ import ray
 
 from objectives import get_objective
 
-from . import earlystop, outcome, space as space_mod
+from . import confirm, earlystop, outcome, precheck, space as space_mod
 from .outcome import finished_count
 from .config import StudyConfig
 from .device import Device, detect
@@ -198,19 +198,26 @@ def _trial_params(trial: optuna.Trial, plan: Plan) -> dict:
 
 
 def _spec(trial: optuna.Trial, plan: Plan, params: dict) -> TrialSpec:
+    spec = make_spec(trial.number, plan, params, f"trial-{trial.number}")
+    trial.set_user_attr("vllm_args", list(spec.vllm_args))
+    return spec
+
+
+def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: bool = True) -> TrialSpec:
+    """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/)."""
     args = space_mod.to_cli_args(params) + space_mod.engine_args_for(params, plan.device.kind) + plan.fixed_args()
-    trial.set_user_attr("vllm_args", args)
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
     env = {"VLLM_SERVER_DEV_MODE": "1", **plan.cfg.engine.env}
     rp, es, search = plan.cfg.replay, plan.cfg.early_stop, plan.cfg.objective.search
+    stopping = early_stop and es.enabled
     return TrialSpec(
-        number=trial.number, model=plan.model.source, params=params, vllm_args=tuple(args),
-        workload=plan.workload, log_path=str(plan.artifacts / f"trial-{trial.number}" / "server.log"),
+        number=number, model=plan.model.source, params=params, vllm_args=tuple(args),
+        workload=plan.workload, log_path=str(plan.artifacts / log_dir / "server.log"),
         env=tuple(env.items()), startup_timeout=plan.cfg.engine.startup_timeout_s,
         shutdown_timeout=plan.cfg.engine.shutdown_timeout_s, request_timeout=rp.request_timeout_s,
         max_lag_p50_ms=rp.max_lag_p50_ms, min_rate_ratio=rp.min_rate_ratio, metrics_poll_s=rp.metrics_poll_s,
         mode=plan.objective.mode, slos=plan.objective.slos,
-        stages=es.stages if es.enabled and not plan.objective.multi else 0, stop_on_slo=es.enabled,
+        stages=es.stages if stopping and not plan.objective.multi else 0, stop_on_slo=stopping,
         max_probes=search.max_probes, rel_tol=search.rel_tol, low_share=search.low_share,
     )
 
@@ -229,7 +236,7 @@ def run(plan: Plan, progress: Progress) -> tuple[optuna.Study, Plan]:
     recovered = _recover(study)
     _ensure_baseline(study, plan)
     progress.opened(plan, study, recovered)
-    if finished_count(study) >= plan.cfg.n_trials:
+    if finished_count(study) >= plan.cfg.n_trials and not _confirmation_pending(study, plan):
         return study, plan
     with ray_runtime(plan.cfg.ray.address):
         board = TrialBoard.remote()
@@ -240,7 +247,60 @@ def run(plan: Plan, progress: Progress) -> tuple[optuna.Study, Plan]:
             if infra_in_a_row >= MAX_CONSECUTIVE_INFRA:
                 raise OptimizerError(f"{infra_in_a_row} trials in a row failed for reasons outside the "
                                      "configuration (failure_kind infra or replay_invalid); fix the machine and re-run to resume")
+        if _confirmation_pending(study, plan):
+            _confirm(study, plan, board, progress)
     return study, plan
+
+
+def _confirmation_pending(study: optuna.Study, plan: Plan) -> bool:
+    c = plan.cfg.confirm
+    if not (c.top and c.repeats) or not confirm.candidates(study, c.top):
+        return False
+    record = study.user_attrs.get(confirm.ATTR) or {}
+    return "winner" not in record or record.get("repeats") != c.repeats or record.get("top") != c.top
+
+
+def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress) -> None:
+    """Re-measure the top configurations (confirm.py): full runs, no early stop."""
+    c = plan.cfg.confirm
+    progress.confirming(c.top, c.repeats)
+
+    def measure(t: optuna.trial.FrozenTrial, k: int) -> float | None:
+        params = {**(_baseline_params(plan) if t.user_attrs.get("baseline") else {}), **t.params}
+        spec = make_spec(t.number, plan, params, f"trial-{t.number}/confirm-{k}", early_stop=False)
+        result = _run_task(spec, plan, board, progress)
+        if result.failure is not None or outcome.request_errors(result) is not None:
+            return None
+        try:
+            return plan.objective.score(result.metrics)
+        except ValueError:
+            return None
+
+    record = confirm.remeasure(study, c.top, c.repeats, measure, progress.confirm_value)
+    progress.confirmed(record, plan.objective)
+
+
+def _run_task(spec: TrialSpec, plan: Plan, board, progress: Progress):
+    """Run one measurement outside the Optuna loop (re-measurements), stopping cleanly on Ctrl-C."""
+    ref = run_trial.options(**_resources(plan, spec.params)).remote(spec, board)
+    started = time.monotonic()
+    try:
+        while True:
+            ready, _ = ray.wait([ref], timeout=1.0)
+            progress.phase(spec.number, _phase(board, spec.number, "queued"), time.monotonic() - started)
+            if ready:
+                return ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        reap_server(board, spec.number)
+        return lost_trial_result(spec.number, exc, _phase(board, spec.number))
+    except BaseException:
+        ray.cancel(ref)
+        try:
+            ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15)
+        except BaseException:
+            pass
+        reap_server(board, spec.number)
+        raise
 
 
 def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optuna.trial.TrialState:
@@ -249,6 +309,13 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
     spec = _spec(trial, plan, params)
     position = finished_count(study) + 1
     progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
+    estimate = precheck.predict(study, plan, spec.vllm_args)
+    trial.set_user_attr("kv_estimate", estimate.to_dict())
+    if plan.cfg.precheck and not estimate.fits:
+        trial.set_user_attr("precheck", "pruned")
+        state, result = outcome.tell(study, trial, precheck.predicted_result(trial.number, estimate), plan.objective)
+        progress.trial_done(study, trial.number, result, state, plan.objective)
+        return state
     ref = run_trial.options(**_resources(plan, params)).remote(spec, board)
     try:
         result = _wait(ref, trial, board, progress, plan.objective, earlystop.best_feasible(study, plan.objective))
@@ -265,6 +332,7 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
         outcome.tell_infra(study, trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
         queue_again(study, trial, always=True)
         raise
+    precheck.learn(study, plan, spec.vllm_args, result)
     state, result = outcome.tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
     if state == optuna.trial.TrialState.FAIL:

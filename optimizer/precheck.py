@@ -1,0 +1,65 @@
+"""The study driver's use of kvfit: before a trial boots, predict whether its max-model-len
+fits the KV cache; a configuration that clearly cannot is pruned as `kv_too_small`
+(predicted, no boot). After every real start-up the driver learns the server's actual
+non-KV memory from its log (or from vLLM's "estimated maximum model length" when it
+failed), keeps it on the study (`kv_calibration`), and later predictions use it.
+
+`--no-precheck` (config `precheck: false`) boots everything; the estimate is still
+recorded on each trial (`kv_estimate`), so a predicted misfit that started is visible.
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from . import kvfit, space as space_mod
+from .device import Device, detect
+from .engine.failures import Failure
+from .trial import TrialResult
+
+CALIBRATION_ATTR = "kv_calibration"
+
+
+def calibration(study: optuna.Study) -> kvfit.Calibration | None:
+    return kvfit.Calibration.from_dict(study.user_attrs.get(CALIBRATION_ATTR))
+
+
+def full_params(vllm_args) -> dict:
+    """Every knob a trial's flags set (the sampled ones and the fixed extra flags)."""
+    return space_mod.from_cli_args(list(vllm_args))
+
+
+def device_now(preference: str) -> Device:
+    """The device as it is now: node 0's memory changes while a study runs (DESIGN.md)."""
+    return detect(preference)
+
+
+def predict(study: optuna.Study, plan, vllm_args) -> kvfit.Estimate:
+    return kvfit.estimate(plan.model, device_now(plan.cfg.engine.device), full_params(vllm_args), calibration(study))
+
+
+def predicted_result(number: int, est: kvfit.Estimate) -> TrialResult:
+    """The outcome of a trial that is not booted because it cannot fit."""
+    return TrialResult(number, Failure(
+        "kv_too_small", f"predicted, not booted: {est.basis}",
+        f"lower max-model-len to at most {est.predicted_max_model_len}, or raise gpu-memory-utilization, "
+        "or use kv-cache-dtype fp8", est.predicted_max_model_len))
+
+
+def learn(study: optuna.Study, plan, vllm_args, result: TrialResult) -> kvfit.Calibration | None:
+    """Fold what a real start-up showed about the KV budget into the study's calibration."""
+    params, device = full_params(vllm_args), device_now(plan.cfg.engine.device)
+    found = None
+    if result.failure is not None and result.failure.fits_max_model_len:
+        found = kvfit.Calibration.from_failure(plan.model, device, params, result.failure.fits_max_model_len)
+    elif result.kv_lines:
+        found = kvfit.Calibration.from_log(plan.model, device, params, result.kv_lines)
+    if found is None:
+        return None
+    merged = found.merge(calibration(study))
+    study.set_user_attr(CALIBRATION_ATTR, merged.to_dict())
+    return merged
+
+
+def boots_avoided(study: optuna.Study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("precheck") == "pruned")

