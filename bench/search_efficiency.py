@@ -16,7 +16,7 @@ configuration) to reach 95% of the grid's best goodput, and the best after a qua
 the grid's trials. The wall time is given with the KV precheck (predicted misfits cost no
 boot) and without it.
 
-    .venv/bin/python bench/search_efficiency.py measure      # ~1 h on 2 cores
+    .venv/bin/python bench/search_efficiency.py measure      # ~50 min on 2 cores
     .venv/bin/python bench/search_efficiency.py analyze [--seeds 20]
 """
 
@@ -43,13 +43,14 @@ GRID = {
 }
 DEFAULTS_UTIL = 0.12  # vLLM's default 0.92 cannot start on a CPU node (DESIGN.md); the rest is vLLM's
 SLOS = "ttft:400 tpot:50"
+SEARCH = {"max_probes": 5, "rel_tol": 0.12, "low_share": 0.4}  # ~2 min per configuration with the boot
 CONFIG = {
     "study_name": "bench-search", "model": {"path": "models/tiny-llama", "tiny": True, "load_format": "dummy",
                                              "dtype": "bfloat16"},
-    "workload": {"scenario": "chat", "seed": 3, "requests": 64, "warmup_requests": 4, "long_share": 0.1,
+    "workload": {"scenario": "chat", "seed": 3, "requests": 48, "warmup_requests": 4, "long_share": 0.1,
                  "short_input": [16, 128], "long_input": [256, 768], "output": [32, 96],
                  "arrival": {"process": "poisson", "rate": 8}},
-    "objective": {"name": "goodput", "slos": SLOS, "search": {"max_probes": 6, "rel_tol": 0.1}},
+    "objective": {"name": "goodput", "slos": SLOS, "search": SEARCH},
     "space": {"max-num-seqs": {"low": 4, "high": 64}, "gpu-memory-utilization": {"low": 0.05, "high": 0.2},
               "max-model-len": {"low": 4096, "high": 65536}, "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
 }
@@ -87,7 +88,7 @@ def measure(args) -> None:
         spec = TrialSpec(number=i, model=plan.model.source, params=params, vllm_args=tuple(vllm_args),
                          workload=plan.workload, log_path=str(ROOT / "artifacts" / "bench-search" / f"grid-{i}.log"),
                          env=(("VLLM_SERVER_DEV_MODE", "1"),), mode="goodput", slos=plan.objective.slos,
-                         max_probes=6, rel_tol=0.1)
+                         **SEARCH)
         t = time.monotonic()
         result = execute_trial(spec)
         wall = time.monotonic() - t

@@ -3,10 +3,9 @@ the value to report to Optuna now and whether the trial can still beat the best 
 
 The rules stop only a trial that provably cannot win, so no stop ever discards a winner:
 
-- latency (a percentile of TTFT or E2E, minimized): once enough of the planned requests
-  already took longer than the best trial's value, the final percentile must exceed it
-  (slo.misses_needed: the same arithmetic as for a lost SLO). TPOT/ITL are not judged
-  early (not every request has one).
+- latency (a percentile of TTFT or E2E, minimized): even if every request still to come took
+  0 ms, the final percentile would exceed the best trial's value (slo.best_case: the same
+  bound as for a lost SLO). TPOT/ITL are not judged early (not every request has one).
 - throughput (maximized): the measured window can only grow, so the final value is at
   most planned tokens (or requests) / time elapsed so far; below the best, it cannot win.
 - goodput (maximized): the rate search never answers above the capacity it measured
@@ -20,7 +19,7 @@ from __future__ import annotations
 import math
 
 from .metrics import percentile
-from .slo import misses_needed
+from .slo import best_case
 
 PLANNED_KEYS = {"output_throughput": "planned_output_tokens", "request_throughput": "planned",
                 "total_token_throughput": "planned_total_tokens"}
@@ -58,12 +57,11 @@ def verdict(objective, payload: dict, best: float | None) -> str:
         base, pct = objective.metric.rsplit("_p", 1)
         if base not in ("ttft", "e2el") or base not in payload:
             return ""
-        planned = payload["planned"]
-        over = payload.get("failed", 0) + sum(1 for v in payload[base] if v > best)
-        need = misses_needed(planned, int(pct))
-        if over >= need:
-            return (f"{over} of {planned} planned requests already took longer than the best "
-                    f"{objective.metric} so far ({best:.1f} ms); its p{pct} cannot beat it")
+        remaining = payload["planned"] - payload["finished"]
+        floor = best_case(payload[base], remaining, float(pct))
+        if floor > best:
+            return (f"even if the other {remaining} of {payload['planned']} requests took 0 ms, its "
+                    f"{objective.metric} would be {floor:.1f} ms: it cannot beat the best so far ({best:.1f} ms)")
         return ""
     if objective.name == "throughput":
         planned, elapsed = payload.get(PLANNED_KEYS[objective.metric]), payload.get("elapsed_s", 0.0)

@@ -4,8 +4,9 @@
                                            replay objective, each SLO's excess is a constraint
                                            (<= 0 feasible), so a miss is COMPLETE and infeasible
     could not start / died under load   -> PRUNED (TPE learns from PRUNED, ignores FAIL)
-    stopped early (cannot win, or its
-    SLOs were lost beyond repair)       -> PRUNED, kind `early_stopped` (its stage values were reported)
+    stopped early: cannot win           -> PRUNED, kind `early_stopped` (its stage values were reported)
+    stopped early: an SLO constraint
+    was lost beyond repair              -> COMPLETE and infeasible (value from the partial run)
     infrastructure fault (`infra`),
     untrustworthy replay (`replay_invalid`) -> FAIL (not the configuration's fault; retried)
 
@@ -77,6 +78,8 @@ def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
     (a run with failed requests, or without a finite objective value, gains a failure)."""
     failure = result.failure
     value = None
+    if failure is None and result.early_stop and _lost_constraint(result, objective):
+        return _tell_infeasible(study, trial, result, objective)
     if failure is None and result.early_stop:
         failure = early_stopped(result.early_stop)
     if failure is None:
@@ -99,10 +102,35 @@ def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
     return state, result
 
 
-def constrain(trial: optuna.Trial, slos, metrics: dict) -> None:
+def _lost_constraint(result: TrialResult, objective) -> bool:
+    """A replay objective's SLO constraint was lost beyond repair and the run was cut."""
+    return result.early_stop.get("by") == "slo" and bool(objective.slos) and objective.mode == "replay" \
+        and not getattr(objective, "multi", False)
+
+
+def _tell_infeasible(study: optuna.Study, trial: optuna.Trial, result: TrialResult, objective):
+    """A run cut because its SLO constraint was already lost: COMPLETE and infeasible (the sampler
+    learns the region is infeasible, as for a full run that missed), its value from the partial
+    run (marked so), never a candidate for best."""
+    record(trial, result)
+    trial.set_user_attr("value_from_partial_run", True)
+    try:
+        value = objective.score(result.metrics)
+    except ValueError:
+        value = float(result.metrics.get("ttft_ms_p95") or 0.0) or 1e9
+    constrain(trial, objective.slos, result.metrics, lost=result.early_stop.get("reason", ""))
+    study.tell(trial, value, skip_if_finished=True)
+    return optuna.trial.TrialState.COMPLETE, result
+
+
+def constrain(trial: optuna.Trial, slos, metrics: dict, lost: str = "") -> None:
     """Each SLO's excess as an Optuna constraint (<= 0 holds): TPE learns where the feasible
-    region is from these, and the best trial is the best feasible one."""
+    region is from these, and the best trial is the best feasible one. An SLO named in `lost`
+    (the reason a run was cut) counts as violated even if the partial percentile is not over yet."""
     excess = slo.excess(slos, metrics)
+    for s in slos:
+        if str(s) in lost:
+            excess[s.key] = max(excess[s.key], 1e-3)
     for key, value in excess.items():
         trial.set_constraint(key, value if math.isfinite(value) else 1e9)
     trial.set_user_attr("slo_excess", {k: _clean(v) for k, v in excess.items()})

@@ -58,6 +58,10 @@ class Progress:
             c.print(f"  space {d.knob.name} {rng}")
         for note in plan.space.notes:
             c.print(f"  note: {note}")
+        es, cf = cfg.early_stop, cfg.confirm
+        c.print(f"  KV precheck {'on' if cfg.precheck else 'off (--no-precheck)'}; early stop "
+                + (f"after each of {es.stages} stages" if es.enabled else "off")
+                + (f"; then the {cf.top} best re-measured {cf.repeats}x" if cf.top and cf.repeats else ""))
         if recovered:
             c.print(f"  recovered {recovered} trial(s) a previous run left RUNNING: marked FAIL and queued again")
 

@@ -6,11 +6,12 @@ Inside one trial, on one server, the workload's requests are replayed at a few r
    capacity, the upper end of the bracket; no sustained rate above it can hold an SLO.
    If the SLOs hold even there, the capacity is the answer.
 2. a fraction of the capacity (`low_share`): the lower end. If the SLOs fail there too,
-   once more at a quarter of that; failing again, the answer is 0 (no rate holds them).
+   once more at a quarter of that; failing again, the answer is 0 (no rate down to
+   low_share/4 of the capacity holds them: the search does not go lower).
 3. between the highest pass and the lowest fail, interpolate where the worst SLO's
-   log(observed / limit) crosses 0 (kept 20-80% inside the bracket, so a hockey-stick
-   latency curve degrades to bisection), until the bracket is within `rel_tol` of its top
-   or the probe budget is spent.
+   log(observed / limit) crosses 0 (kept 20-80% inside the bracket; after two probes that
+   moved the same end, bisect), until the bracket is within `rel_tol` of its top or the
+   probe budget is spent.
 
 This follows vLLM's SLA sweep (test max, then min, interpolate the SLO margin, stop when
 the bracket is small) and GuideLLM's sweep (synchronous -> max throughput -> in between);
@@ -102,13 +103,18 @@ def search(probe: Callable[[float], Probe], max_probes: int = 6, rel_tol: float 
     low = run(capacity * low_share)
     if not low.passed:
         fail, fail_score = low.rate, low.score
+        if len(probes) >= max_probes:
+            return SearchResult(None, tuple(probes), capacity)
         low = run(low.rate / 4)
         if not low.passed:
             return SearchResult(None, tuple(probes), capacity)
-    best = low
+    best, last_side, repeat = low, "", False
     while len(probes) < max_probes and (fail - best.rate) / fail > rel_tol:
-        nxt = _between(best.rate, best.score, fail, fail_score)
-        p = run(nxt)
+        # After two probes in a row that moved the same end of the bracket, the line misleads (a
+        # hockey-stick curve): bisect instead of creeping 20% at a time (Illinois-style).
+        p = run(_between(best.rate, best.score, fail, fail_score, bisect=repeat))
+        side = "low" if p.passed else "high"
+        repeat, last_side = side == last_side, side
         if p.passed:
             best = p
         else:
@@ -116,12 +122,12 @@ def search(probe: Callable[[float], Probe], max_probes: int = 6, rel_tol: float 
     return SearchResult(best, tuple(probes), capacity)
 
 
-def _between(lo: float, lo_score: float, hi: float, hi_score: float) -> float:
+def _between(lo: float, lo_score: float, hi: float, hi_score: float, bisect: bool = False) -> float:
     """Where the score crosses 0 on the line between (lo, lo_score) and (hi, hi_score), kept
-    20-80% inside the bracket."""
-    if math.isfinite(lo_score) and math.isfinite(hi_score) and hi_score > lo_score:
-        t = -lo_score / (hi_score - lo_score)
-    else:
+    20-80% inside the bracket; the middle when `bisect`."""
+    if bisect or not (math.isfinite(lo_score) and math.isfinite(hi_score) and hi_score > lo_score):
         t = 0.5
+    else:
+        t = -lo_score / (hi_score - lo_score)
     t = min(0.8, max(0.2, t))
     return lo + t * (hi - lo)

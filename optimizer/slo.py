@@ -10,8 +10,8 @@ replay's metrics three ways:
   region instead of losing the point.
 - `good_requests(records)`: requests that met every latency SLO on their own (vLLM's
   per-request goodput definition, DistServe).
-- `broken_beyond_repair(...)`: enough of a planned run already missed the limit that no
-  outcome of the remaining requests can bring the percentile back under it (early stop).
+- `broken_beyond_repair(...)`: the planned run can no longer meet it: even if every request
+  still to come took 0 ms, the percentile would be over the limit (early stop).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .metrics import percentile
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 PERCENTILES = (50, 90, 95, 99)  # the ones metrics.summarize reports
@@ -39,6 +40,9 @@ class Slo:
 
     def observed(self, metrics: dict) -> float:
         if self.metric == "error":
+            n = metrics.get("requests")
+            if n:  # from the counts: 7 of 100 is exactly 7.0, not 7.000000000000001
+                return 100.0 * (n - metrics.get("completed", n)) / n
             return 100.0 * metrics.get("error_rate", 0.0)
         return metrics.get(f"{self.metric}_ms_p{self.percentile}", math.nan)
 
@@ -69,6 +73,8 @@ def parse_slos(text: str | None) -> tuple[Slo, ...]:
             raise ConfigError(f"slo '{part}': write it as name:limit with name one of ttft, tpot, itl, e2el "
                               "(optionally _p50/_p90/_p95/_p99) or error, e.g. 'ttft:500 tpot:50'")
         metric, pct = m.group(1), int(m.group(2) or 95)
+        if metric == "error" and m.group(2):
+            raise ConfigError(f"slo '{part}': error takes no percentile; write error:1 (percent of requests)")
         if metric != "error" and pct not in PERCENTILES:
             raise ConfigError(f"slo '{part}': percentile p{pct} is not measured; use one of "
                               f"{', '.join(f'p{q}' for q in PERCENTILES)}")
@@ -127,7 +133,10 @@ def request_values(record) -> dict[str, float]:
 
 def good_requests(slos: tuple[Slo, ...], records) -> int:
     """Requests that met every per-request latency SLO (vLLM's goodput counts these)."""
-    limits = {s.metric: s.limit for s in slos if s.metric in ("ttft", "tpot", "e2el")}
+    limits: dict[str, float] = {}
+    for s in slos:
+        if s.metric in ("ttft", "tpot", "e2el"):
+            limits[s.metric] = min(limits.get(s.metric, math.inf), s.limit)  # the strictest, in any order
     good = 0
     for r in records:
         values = request_values(r)
@@ -136,18 +145,19 @@ def good_requests(slos: tuple[Slo, ...], records) -> int:
     return good
 
 
-def misses_needed(planned: int, percentile: int) -> int:
-    """How many of `planned` values must exceed a limit for the percentile (linear interpolation,
-    metrics.percentile) to exceed it whatever the rest are: the percentile is at least the sorted
-    value at floor((n-1)q/100), and that value exceeds the limit once n - floor(...) values do."""
-    return planned - math.floor((planned - 1) * percentile / 100)
+def best_case(values: list[float], remaining: int, q: float) -> float:
+    """The lowest the final percentile can still be: every request still to come takes 0 ms.
+    (A percentile cannot fall when values rise, so this bound is exact.)"""
+    return percentile(list(values) + [0.0] * max(0, remaining), q)
 
 
 def broken_beyond_repair(slos: tuple[Slo, ...], records, planned: int) -> str | None:
     """The first SLO that `planned` requests can no longer meet given the finished `records`
-    (None if all can still hold). Exact for ttft and e2el (every request has one) and error;
+    (None if all can still hold): even if every remaining request took 0 ms, the percentile
+    would be over the limit. Judged for ttft and e2el (every request has one) and error;
     tpot and itl are left to the end of the run (not every request has one)."""
     failed = sum(1 for r in records if not r.ok)
+    remaining = planned - len(records)
     for s in slos:
         if s.metric == "error":
             if failed > s.limit / 100 * planned:
@@ -155,8 +165,10 @@ def broken_beyond_repair(slos: tuple[Slo, ...], records, planned: int) -> str | 
             continue
         if s.metric not in ("ttft", "e2el"):
             continue
-        over = failed + sum(1 for r in records if request_values(r).get(s.metric, 0.0) > s.limit)
-        need = misses_needed(planned, s.percentile)
-        if over >= need:
-            return f"{over} of {planned} planned requests already missed {str(s)} (the p{s.percentile} is lost at {need})"
+        values = [v[s.metric] for v in map(request_values, records) if s.metric in v]
+        floor = best_case(values, remaining, s.percentile)
+        if floor > s.limit:
+            over = sum(1 for v in values if v > s.limit)
+            return (f"{over} of {planned} planned requests already missed {str(s)}: even if the other "
+                    f"{remaining} took 0 ms the p{s.percentile} would be {floor:.0f} ms")
     return None

@@ -97,3 +97,18 @@ def test_tpe_learns_the_feasible_region_from_constraints():
     it keeps proposing feasible points; without, it chases throughput into the infeasible region."""
     with_slo, without = _late_feasible_share(parse_slos("ttft:100")), _late_feasible_share(())
     assert with_slo >= 0.5 and without <= 0.2, (with_slo, without)
+
+
+def test_a_run_cut_because_its_slo_was_lost_is_complete_and_infeasible():
+    obj = get_objective("latency", "ttft_p95", parse_slos("ttft:400 tpot:50"))
+    study = optuna.create_study(direction="minimize")
+    tell(study, FAST, obj)
+    partial = {**FAST, "ttft_ms_p95": 380.0}  # the partial p95 is not over yet, but the SLO is lost
+    early = {"by": "slo", "reason": "5 of 64 planned requests already missed p95 TTFT <= 400 ms", "finished": 20,
+             "planned": 64, "saved_s": 30.0}
+    state, _ = tell(study, partial, obj, early_stop=early)
+    assert state == optuna.trial.TrialState.COMPLETE
+    t = study.trials[1]
+    assert t.constraints["ttft_p95"] > 0 and t.constraints["tpot_p95"] < 0
+    assert t.user_attrs["value_from_partial_run"] is True and t.user_attrs["feasible"] is False
+    assert study.best_trial.number == 0

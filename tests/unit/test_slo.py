@@ -10,8 +10,8 @@ import pytest
 
 from optimizer import slo
 from optimizer.errors import ConfigError
-from optimizer.metrics import percentile
-from optimizer.replay import RequestRecord
+from optimizer.metrics import percentile, summarize
+from optimizer.replay import ReplayResult, RequestRecord
 
 PCTS = (50, 90, 95, 99)
 
@@ -166,81 +166,84 @@ def test_good_requests_does_not_depend_on_the_order_the_slos_are_written():
     assert a == b, f"'ttft:500 ttft_p99:800' counts {a} good requests, the same SLOs reordered {b}"
 
 
-# --- misses_needed vs metrics.percentile, by brute force -----------------------------------------
+# --- best_case: the lowest the final percentile can still be ---------------------------------------
 
-def test_misses_needed_is_the_least_count_that_loses_the_percentile_whatever_the_rest():
-    limit = 500.0
-    just_over, huge = limit * (1 + 1e-6), limit * 1000
-    just_under = limit * (1 - 1e-3)
+def test_best_case_is_the_percentile_with_the_rest_at_zero():
+    # p95 of 20 = s[18] + 0.05 (s[19] - s[18]): one 12.5 s TTFT and 19 at 0 ms -> 625 ms
+    assert slo.best_case([12500.0], 19, 95) == pytest.approx(625.0)
+    assert slo.best_case([100.0, 300.0], 0, 50) == 200.0
+    assert slo.best_case([100.0, 300.0], 2, 50) == 50.0  # 0, 0, 100, 300
+    assert slo.best_case([], 5, 99) == 0.0
+
+
+def test_no_completion_of_the_rest_goes_below_best_case():
+    """By brute force: whatever the remaining requests take (or if some fail and drop out of
+    the percentile), the final percentile is never below best_case, and all-zero reaches it."""
     rng = random.Random(1)
-    for n in range(1, 61):
-        for q in PCTS:
-            need = slo.misses_needed(n, q)
-            assert 1 <= need <= n
-            for k in range(n + 1):
-                lows = [0.0, just_under] + [rng.uniform(0, limit)]
-                if k >= need:  # lost, whatever the values below the limit and above it are
-                    for below in lows:
-                        for above in (just_over, huge):
-                            p = percentile([above] * k + [below] * (n - k), q)
-                            assert p > limit, (n, q, k, need, below, above, p)
-                    mixed = [rng.uniform(limit + 1e-3, 5 * limit) for _ in range(k)] + \
-                            [rng.uniform(0, limit) for _ in range(n - k)]
-                    assert percentile(mixed, q) > limit, (n, q, k, mixed)
-                else:  # one fewer miss: some values (misses barely over) keep it under
-                    for below in (0.0, just_under):
-                        p = percentile([just_over] * k + [below] * (n - k), q)
-                        assert p <= limit, (n, q, k, need, below, p)
+    for _ in range(4000):
+        done = [rng.choice([0.0, rng.uniform(0, 1000), rng.uniform(1000, 50000)])
+                for _ in range(rng.randint(1, 30))]
+        remaining = rng.randint(0, 30)
+        q = rng.choice(PCTS)
+        floor = slo.best_case(done, remaining, q)
+        rest = [rng.choice([None, 0.0, rng.uniform(0, 100), rng.uniform(0, 5000)]) for _ in range(remaining)]
+        final = percentile(done + [v for v in rest if v is not None], q)  # None: that request failed
+        assert final >= floor - 1e-9 * max(1.0, floor), (done, rest, q, final, floor)
+        assert percentile(done + [0.0] * remaining, q) == floor
 
 
-def test_misses_needed_pinned_cases():
-    # k = (n-1)q/100: p95 of 20 sits between the 19th and 20th value -> 2 misses; p50 of 10 -> 6
-    assert slo.misses_needed(20, 95) == 2
-    assert slo.misses_needed(100, 99) == 2
-    assert slo.misses_needed(10, 50) == 6
-    assert slo.misses_needed(1, 95) == 1
-    assert slo.misses_needed(21, 95) == 2  # k = 19 exactly: s[19], the second highest, decides
-    assert slo.misses_needed(21, 50) == 11  # k = 10 exactly: the median itself
+# --- broken_beyond_repair: judged the way the end of the run judges -----------------------------------
 
-
-# --- broken_beyond_repair ---------------------------------------------------------------------
-
-def _records(values_ms, metric):
-    """ok records whose `metric` (ttft or e2el) has the given values."""
+def _records(values_ms, metric, failed=0):
+    """ok records whose `metric` (ttft or e2el) has the given values, then `failed` failures."""
     if metric == "ttft":
-        return [rec(i, v, v + 100, out=5) for i, v in enumerate(values_ms)]
-    return [rec(i, min(v, 1.0), v, out=5) for i, v in enumerate(values_ms)]
+        recs = [rec(i, v, v + 100, out=5) for i, v in enumerate(values_ms)]
+    else:
+        recs = [rec(i, min(v, 1.0), v, out=5) for i, v in enumerate(values_ms)]
+    return recs + [rec(100 + i, ok=False) for i in range(failed)]
 
 
-def _best_final(records, metric, planned, q):
-    """The lowest final percentile any completion of the run can reach: the rest all take 0 ms."""
-    values = [slo.request_values(r)[metric] for r in records]
-    return percentile(values + [0.0] * (planned - len(records)), q)
+def _best_run_holds(s, records, planned):
+    """Does the SLO hold at the end of the run if every remaining request succeeds in 0 ms?
+    Judged like a trial: metrics.summarize over the whole run, then slo.holds."""
+    rest = [rec(1000 + i, 0.0, 0.0, out=5) for i in range(planned - len(records))]
+    metrics = summarize(ReplayResult(tuple(records) + tuple(rest), 1.0))
+    return slo.holds((s,), metrics)
 
 
-def test_broken_at_exactly_misses_needed():
+def test_p95_of_20_two_misses_barely_over_lose_it_one_does_not():
     slos = slo.parse_slos("ttft:500")
     over, fast = 625.0, 125.0
     recs = _records([fast] * 5 + [over], "ttft")
-    assert slo.broken_beyond_repair(slos, recs, 20) is None  # 1 miss; p95 of 20 needs 2
+    assert slo.broken_beyond_repair(slos, recs, 20) is None  # 0..0, 125 x5, 625: p95 = 125 + 0.05 * 500
     recs = _records([fast] * 5 + [over, over], "ttft")
     reason = slo.broken_beyond_repair(slos, recs, 20)
     assert reason and "2 of 20" in reason and "TTFT" in reason
-    assert slo.broken_beyond_repair(slo.parse_slos("ttft_p50:500"), recs, 20) is None  # p50 needs 10
+    assert slo.broken_beyond_repair(slo.parse_slos("ttft_p50:500"), recs, 20) is None
     assert slo.broken_beyond_repair(slo.parse_slos("e2el:500"), recs, 20) is not None  # e2el = ttft + 100
 
 
-def test_failures_count_as_misses():
-    slos = slo.parse_slos("e2el:500")
-    recs = _records([100.0] * 3, "e2el") + [rec(9, ok=False)]
-    assert slo.broken_beyond_repair(slos, recs, 20) is None
-    assert slo.broken_beyond_repair(slos, recs + [rec(10, ok=False)], 20) is not None
+def test_one_far_miss_already_loses_a_p95_of_20():
+    # one TTFT of 12.5 s: the p95 of 20 is >= 625 ms > 500 ms whatever the other 19 take
+    recs = _records([12500.0], "ttft")
+    assert slo.broken_beyond_repair(slo.parse_slos("ttft:500"), recs, 20) is not None
+    assert slo.broken_beyond_repair(slo.parse_slos("ttft:700"), recs, 20) is None
+
+
+def test_failures_drop_out_of_the_latency_percentile_as_in_the_final_metrics():
+    # metrics.summarize computes latency percentiles over the requests that succeeded
+    s = slo.Slo("e2el", 500.0, 95)
+    recs = _records([100.0] * 3, "e2el", failed=5)
+    assert slo.broken_beyond_repair((s,), recs, 20) is None
+    assert _best_run_holds(s, recs, 20)
+    # the error SLO is the one that judges failures
+    assert slo.broken_beyond_repair((s, slo.Slo("error", 10.0)), recs, 20) is not None
 
 
 def test_tpot_and_itl_are_not_judged_early():
     slos = slo.parse_slos("tpot:1 itl:1")
     recs = [rec(i, 10, 5000, out=5) for i in range(10)]  # tpot ~1247 ms each
-    assert slo.broken_beyond_repair(slos, recs, 10) is None
+    assert slo.broken_beyond_repair(slos, recs, 20) is None
 
 
 ERROR_LIMITS = ("0", "0.5", "1", "2.5", "5", "7", "10", "33", "50", "100")
@@ -248,11 +251,12 @@ ERROR_LIMITS = ("0", "0.5", "1", "2.5", "5", "7", "10", "33", "50", "100")
 
 def test_error_slo_is_lost_exactly_when_the_rest_succeeding_cannot_save_it():
     # exact arithmetic: lost iff failed / planned > limit %, even if every remaining request succeeds
+    fails, one_ok = [rec(i, ok=False) for i in range(100)], [rec(-1, 100, 200)]
     for text in ERROR_LIMITS:
         slos = (slo.Slo("error", float(text)),)
         for planned in range(1, 101):
             for failed in range(0, planned + 1):
-                recs = [rec(i, ok=False) for i in range(failed)] + [rec(-1, 100, 200)]
+                recs = fails[:failed] + one_ok
                 lost = slo.broken_beyond_repair(slos, recs, planned) is not None
                 assert lost == (Fraction(100 * failed, planned) > Fraction(text)), (text, planned, failed)
 
@@ -264,16 +268,18 @@ def test_error_slo_holds_at_exactly_its_share_of_failures():
         slos = (slo.Slo("error", float(text)),)
         for planned in range(1, 101):
             for failed in range(0, planned + 1):
-                error_rate = (planned - (planned - failed)) / planned  # as metrics.summarize computes it
+                # as metrics.summarize reports them
+                metrics = {"requests": float(planned), "completed": float(planned - failed),
+                           "error_rate": (planned - (planned - failed)) / planned}
                 truth = Fraction(100 * failed, planned) <= Fraction(text)
-                assert slo.holds(slos, {"error_rate": error_rate}) == truth, (
+                assert slo.holds(slos, metrics) == truth, (
                     f"error:{text} with {failed} of {planned} requests failed: holds() says "
-                    f"{not truth}, excess {slo.excess(slos, {'error_rate': error_rate})}")
-
+                    f"{not truth}, excess {slo.excess(slos, metrics)}")
 
 def _random_partial(rng, limit):
-    planned = rng.randint(1, 60)
-    done = rng.randint(1, planned)
+    """A run cut somewhere before its end (stop_when is only asked while requests remain)."""
+    planned = rng.randint(2, 60)
+    done = rng.randint(1, planned - 1)
     kind = rng.random()
     values = []
     for _ in range(done):
@@ -285,7 +291,8 @@ def _random_partial(rng, limit):
         else:
             v = rng.choice([limit, rng.uniform(0, 3 * limit)])
         values.append(v)
-    return planned, values
+    failed = rng.choice([0, 0, 0, rng.randint(0, max(0, done // 3))])
+    return planned, values[:done - failed], failed
 
 
 def test_never_broken_while_the_remaining_requests_could_rescue_it():
@@ -293,38 +300,30 @@ def test_never_broken_while_the_remaining_requests_could_rescue_it():
     limit = 500.0
     checked = 0
     for _ in range(3000):
-        planned, values = _random_partial(rng, limit)
+        planned, values, failed = _random_partial(rng, limit)
         q, metric = rng.choice(PCTS), rng.choice(("ttft", "e2el"))
-        recs = _records(values, metric)
+        recs = _records(values, metric, failed)
         s = slo.Slo(metric, limit, q)
         if slo.broken_beyond_repair((s,), recs, planned):
             checked += 1
-            best = _best_final(recs, metric, planned, q)
-            assert best > limit, (planned, q, metric, values, best)
+            assert not _best_run_holds(s, recs, planned), (planned, q, metric, values, failed)
     assert checked > 300
 
 
 def test_broken_as_soon_as_it_is_lost():
-    """The docstring says the rule is exact for ttft and e2el: once no completion of the rest can
-    bring the percentile under the limit, it must say so (else the early stop wastes the run)."""
+    """Exact for ttft and e2el: once no completion of the rest can bring the percentile under
+    the limit, it says so (else the early stop wastes the rest of the run)."""
     rng = random.Random(4)
     limit = 500.0
+    lost = 0
     for _ in range(3000):
-        planned, values = _random_partial(rng, limit)
+        planned, values, failed = _random_partial(rng, limit)
         q, metric = rng.choice(PCTS), rng.choice(("ttft", "e2el"))
-        recs = _records(values, metric)
-        best = _best_final(recs, metric, planned, q)
-        if best > limit:
-            assert slo.broken_beyond_repair((slo.Slo(metric, limit, q),), recs, planned), (
-                f"{len(values)} of {planned} done, p{q} {metric}: even if the rest took 0 ms the final "
-                f"p{q} would be {best:.1f} > {limit}, but broken_beyond_repair says it can still hold; "
-                f"values {sorted(values)[-5:]}")
-
-
-def test_one_far_miss_already_loses_a_p95_of_20():
-    # p95 of 20 = s[18] + 0.05 (s[19] - s[18]); one TTFT of 12.5 s makes it >= 625 ms > 500 ms
-    # whatever the other 19 take.
-    slos = slo.parse_slos("ttft:500")
-    recs = _records([12500.0], "ttft")
-    assert _best_final(recs, "ttft", 20, 95) == pytest.approx(625.0)
-    assert slo.broken_beyond_repair(slos, recs, 20) is not None
+        recs = _records(values, metric, failed)
+        s = slo.Slo(metric, limit, q)
+        if not _best_run_holds(s, recs, planned):
+            lost += 1
+            assert slo.broken_beyond_repair((s,), recs, planned), (
+                f"{len(recs)} of {planned} done, p{q} {metric}: even if the rest took 0 ms the SLO "
+                f"would not hold, but broken_beyond_repair says it still can; values {sorted(values)[-5:]}")
+    assert lost > 300
