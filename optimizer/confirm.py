@@ -5,7 +5,9 @@ same configuration moves 10-15% from run to run (measured). After the budget, th
 feasible configurations are booted and measured `repeats` more times each (full runs:
 no early stop). Each gets a mean and a 95% confidence interval (Student's t over its
 measurements, the search's own one included); the winner is the best mean, and when its
-interval overlaps the runner-up's the report says "no clear winner".
+interval overlaps the runner-up's the report says "no clear winner". A configuration with a
+failed re-measurement is disqualified (listed, never the winner). New trials after a
+confirmation (a raised budget) make it stale: it is done again for the new top.
 
 Results live on the study (`confirmation` user attribute), so an interrupted run resumes
 where it stopped and the dashboard shows them. Re-measurements are not Optuna trials:
@@ -93,14 +95,33 @@ def remeasure(study: optuna.Study, top: int, repeats: int, measure: Callable[[op
             study.set_user_attr(ATTR, {**record, "runs": runs})  # after every run: an interruption loses one
         runs[str(t.number)] = entry
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    intervals = [interval(int(n), e["values"]) for n, e in runs.items() if e["values"]]
+    current = [str(t.number) for t in candidates(study, top)]
+    # A configuration that failed a re-measurement is out: one good run does not make it reliable.
+    intervals = [interval(int(n), runs[n]["values"]) for n in current if not runs[n]["failed"]]
     winner, clear = verdict(intervals, maximize)
-    record = {"runs": runs, "repeats": repeats, "top": top,
+    record = {"runs": runs, "repeats": repeats, "top": top, "candidates": current,
+              "disqualified": [int(n) for n in current if runs[n]["failed"]],
               "intervals": {str(i.trial): {"mean": i.mean, "low": _finite(i.low), "high": _finite(i.high),
                                            "n": len(i.values)} for i in intervals},
               "winner": winner.trial if winner else None, "clear": clear}
     study.set_user_attr(ATTR, record)
     return record
+
+
+def settled(study: optuna.Study, top: int, repeats: int) -> bool:
+    """Confirmation is done for the study's current top configurations (new trials may have
+    changed them since, or the settings may differ)."""
+    record = study.user_attrs.get(ATTR) or {}
+    return ("winner" in record and record.get("repeats") == repeats and record.get("top") == top
+            and record.get("candidates") == [str(t.number) for t in candidates(study, top)])
+
+
+def current_winner(study: optuna.Study) -> int | None:
+    """The confirmed winner, if the confirmation still describes the study's top configurations."""
+    record = study.user_attrs.get(ATTR) or {}
+    if record.get("winner") is None or not settled(study, record.get("top", 0), record.get("repeats", 0)):
+        return None
+    return record["winner"]
 
 
 def _finite(x: float) -> float | None:

@@ -83,7 +83,7 @@ def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
     if failure is None and result.early_stop:
         failure = early_stopped(result.early_stop)
     if failure is None:
-        failure = request_errors(result)
+        failure = unscored_errors(result, objective)
     if failure is None:
         try:
             value = objective.score(result.metrics)
@@ -117,7 +117,7 @@ def _tell_infeasible(study: optuna.Study, trial: optuna.Trial, result: TrialResu
     try:
         value = objective.score(result.metrics)
     except ValueError:
-        value = float(result.metrics.get("ttft_ms_p95") or 0.0) or 1e9
+        value = 1e9  # nothing measurable yet (e.g. no multi-token output for a TPOT objective)
     constrain(trial, objective.slos, result.metrics, lost=result.early_stop.get("reason", ""))
     study.tell(trial, value, skip_if_finished=True)
     return optuna.trial.TrialState.COMPLETE, result
@@ -144,6 +144,14 @@ def early_stopped(early: dict) -> Failure:
                        "this configuration cannot meet the SLOs on this workload (see slo_excess of similar trials)")
     return Failure("early_stopped", f"cannot win: {early.get('reason', '')}",
                    "nothing to fix: it could not beat the best trial so far")
+
+
+def unscored_errors(result: TrialResult, objective) -> Failure | None:
+    """Failed requests make a run unscored, unless the objective carries an `error` SLO: then
+    the SLO judges them (as a constraint, or in the goodput search)."""
+    if any(s.metric == "error" for s in getattr(objective, "slos", ())):
+        return None
+    return request_errors(result)
 
 
 def request_errors(result: TrialResult) -> Failure | None:

@@ -40,6 +40,10 @@ def predict(study: optuna.Study, plan, vllm_args) -> kvfit.Estimate:
 
 def predicted_result(number: int, est: kvfit.Estimate) -> TrialResult:
     """The outcome of a trial that is not booted because it cannot fit."""
+    if est.budget_bytes <= 0:  # vLLM would stop before the length check: no memory for any cache block
+        return TrialResult(number, Failure(
+            "oom_startup", f"predicted, not booted: {est.basis}",
+            "raise gpu-memory-utilization: the weights and runtime leave no room for a KV cache"))
     return TrialResult(number, Failure(
         "kv_too_small", f"predicted, not booted: {est.basis}",
         f"lower max-model-len to at most {est.predicted_max_model_len}, or raise gpu-memory-utilization, "

@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from . import confirm
 from .progress import fmt_params
 from .slo import describe as describe_slos
 from .space import KNOBS, from_cli_args, split_flags
@@ -88,6 +89,8 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
     artifacts.mkdir(parents=True, exist_ok=True)
     if len(study.directions) > 1:
         front = tuple(t for t in study.best_trials if _feasible(t))
+        if not front:
+            return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
         path = artifacts / "pareto_front.yaml"
         path.write_text(yaml.safe_dump([{"trial": t.number, "values": list(t.values),
                                          "config": serve_yaml(list(t.user_attrs.get("vllm_args", [])))}
@@ -97,9 +100,10 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
         best = study.best_trial  # with constraints: the best feasible one
     except ValueError:
         return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
-    confirmed = study.user_attrs.get("confirmation") or {}
-    if confirmed.get("winner") is not None:
-        best = study.trials[confirmed["winner"]]  # the best mean over re-measurements beats one lucky run
+    winner = confirm.current_winner(study)
+    confirmed = study.user_attrs.get("confirmation") or {} if winner is not None else {}
+    if winner is not None:
+        best = study.trials[winner]  # the best mean over re-measurements beats one lucky run
     args = list(best.user_attrs.get("vllm_args", []))
     g = gain(study.direction, best.value, base.value) if base and base.state == COMPLETE and base.value else None
     path = artifacts / "best.yaml"

@@ -160,7 +160,7 @@ def broken_beyond_repair(slos: tuple[Slo, ...], records, planned: int) -> str | 
     remaining = planned - len(records)
     for s in slos:
         if s.metric == "error":
-            if failed > s.limit / 100 * planned:
+            if failed * 100 > s.limit * planned:  # integers on the left: no rounding at the limit
                 return f"{failed} of {planned} planned requests failed already ({str(s)})"
             continue
         if s.metric not in ("ttft", "e2el"):

@@ -40,6 +40,7 @@ from .workload import Vocabulary, Workload, build_workload
 from .workload.materialize import write_workload
 
 MAX_CONSECUTIVE_INFRA = 3
+CONFIRM_KEY = 1_000_000  # re-measurements post on the board under keys no trial number reaches
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,9 @@ def _trial_params(trial: optuna.Trial, plan: Plan) -> dict:
 
 
 def _spec(trial: optuna.Trial, plan: Plan, params: dict) -> TrialSpec:
-    spec = make_spec(trial.number, plan, params, f"trial-{trial.number}")
+    # The baseline always runs in full: the gain is measured against it.
+    spec = make_spec(trial.number, plan, params, f"trial-{trial.number}",
+                     early_stop=not trial.user_attrs.get("baseline"))
     trial.set_user_attr("vllm_args", list(spec.vllm_args))
     return spec
 
@@ -217,7 +220,8 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
         shutdown_timeout=plan.cfg.engine.shutdown_timeout_s, request_timeout=rp.request_timeout_s,
         max_lag_p50_ms=rp.max_lag_p50_ms, min_rate_ratio=rp.min_rate_ratio, metrics_poll_s=rp.metrics_poll_s,
         mode=plan.objective.mode, slos=plan.objective.slos,
-        stages=es.stages if stopping and not plan.objective.multi else 0, stop_on_slo=stopping,
+        stages=es.stages if stopping and not plan.objective.multi else 0,
+        stop_on_slo=stopping and not plan.objective.multi,  # a Pareto trial always runs to its end
         max_probes=search.max_probes, rel_tol=search.rel_tol, low_share=search.low_share,
     )
 
@@ -256,8 +260,7 @@ def _confirmation_pending(study: optuna.Study, plan: Plan) -> bool:
     c = plan.cfg.confirm
     if not (c.top and c.repeats) or not confirm.candidates(study, c.top):
         return False
-    record = study.user_attrs.get(confirm.ATTR) or {}
-    return "winner" not in record or record.get("repeats") != c.repeats or record.get("top") != c.top
+    return not confirm.settled(study, c.top, c.repeats)
 
 
 def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress) -> None:
@@ -267,9 +270,10 @@ def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress) -> None
 
     def measure(t: optuna.trial.FrozenTrial, k: int) -> float | None:
         params = {**(_baseline_params(plan) if t.user_attrs.get("baseline") else {}), **t.params}
-        spec = make_spec(t.number, plan, params, f"trial-{t.number}/confirm-{k}", early_stop=False)
+        spec = make_spec(CONFIRM_KEY + t.number * 100 + k, plan, params, f"trial-{t.number}/confirm-{k}",
+                         early_stop=False)  # its own board key: the trial's verdicts and server are not its
         result = _run_task(spec, plan, board, progress)
-        if result.failure is not None or outcome.request_errors(result) is not None:
+        if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
             return None
         try:
             return plan.objective.score(result.metrics)
@@ -318,8 +322,10 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
         return state
     ref = run_trial.options(**_resources(plan, params)).remote(spec, board)
     try:
-        result = _wait(ref, trial, board, progress, plan.objective, earlystop.best_feasible(study, plan.objective))
+        judge = plan.objective if plan.cfg.early_stop.enabled else None
+        result = _wait(ref, trial, board, progress, judge, earlystop.best_feasible(study, plan.objective))
     except ray.exceptions.RayError as exc:
+        _cancel(ref, plan)  # the task itself may still be running (e.g. only the board died)
         reap_server(board, trial.number)
         result = lost_trial_result(trial.number, exc, _phase(board, trial.number))
     except BaseException as exc:  # Ctrl-C, SIGTERM (made KeyboardInterrupt by the CLI), a broken pipe...
@@ -338,6 +344,18 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
     if state == optuna.trial.TrialState.FAIL:
         queue_again(study, trial)
     return state
+
+
+def _cancel(ref, plan: Plan) -> None:
+    """Stop a trial task that may still run (its finally stops the server), within a bound."""
+    ready, _ = ray.wait([ref], timeout=0)
+    if ready:
+        return
+    ray.cancel(ref)
+    try:
+        ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15)
+    except BaseException:
+        pass
 
 
 def _judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None, progress: Progress) -> None:
@@ -374,7 +392,10 @@ def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, b
         if objective is not None:
             _judge_checkpoints(board, trial, objective, best, progress)
         if not recorded:
-            where = ray.get(board.server_of.remote(trial.number))
+            try:
+                where = ray.get(board.server_of.remote(trial.number), timeout=10)
+            except (ray.exceptions.RayError, TimeoutError):
+                where = None  # the board is slow or gone: try again next second
             if where:
                 trial.set_user_attr("server_process", {"host": where[0], "pgid": where[1]})
                 recorded = True

@@ -8,7 +8,8 @@ the server's whole process group is stopped before the task returns.
 Two modes: `replay` measures the workload once (in `stages`: after each, the partial
 measurement goes to the driver, which may answer "stop, this trial cannot win");
 `goodput` searches for the highest request rate at which the SLOs hold (ratesearch.py).
-Either way a run whose SLOs are already lost beyond repair is cut short on the spot.
+With early stop on, a replay (or a goodput probe below saturation) whose SLOs are already
+lost beyond repair is cut short on the spot.
 """
 
 from __future__ import annotations
@@ -249,13 +250,14 @@ def _search(server: VllmServer, spec: TrialSpec, driver: Driver):
         failure = _runtime_failure(server, records)
         if failure is None and not early and not saturating:  # everything-at-once has no schedule to keep
             failure = validity.check(sized, records, metrics, view, spec.max_lag_p50_ms, spec.min_rate_ratio)
-        passed = failure is None and not early and slo_mod.holds(spec.slos, metrics)
+        errors_ok = any(x.metric == "error" for x in spec.slos) or all(r.ok for r in records)
+        passed = failure is None and not early and errors_ok and slo_mod.holds(spec.slos, metrics)
         p = ratesearch.Probe(rate, passed, slo_mod.worst_log_ratio(spec.slos, metrics), metrics,
                              time.monotonic() - t, early.get("reason", ""), early.get("saved_s", 0.0))
         runs.append({"records": records, "metrics": metrics, "view": view, "probe": p})
         if failure is not None:
             raise _SearchAborted(failure)
-        if saturating:
+        if saturating and spec.stop_on_slo:  # early stop on: the driver may say this cannot win
             driver.checkpoint(0, {"capacity_rps": metrics["request_throughput"]})
             if driver.verdict(0, wait_s=5.0):
                 raise _SearchAborted(None)

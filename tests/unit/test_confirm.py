@@ -71,3 +71,24 @@ def test_a_failed_remeasure_counts_as_a_run_but_not_a_value():
     study = study_with([5.0, 9.0])
     record = remeasure(study, top=1, repeats=2, measure=lambda t, k: None if k == 1 else 9.5)
     assert record["runs"]["1"] == {"values": [9.0, 9.5], "failed": 1}
+
+
+def test_a_configuration_that_failed_a_remeasure_is_disqualified():
+    study = study_with([100.0, 90.0])  # trial 0 looked best once
+    record = remeasure(study, top=2, repeats=2,
+                       measure=lambda t, k: None if t.number == 0 else 90.0 + k)
+    assert record["winner"] == 1 and record["disqualified"] == [0]
+    assert "0" not in record["intervals"]
+
+
+def test_new_trials_make_the_confirmation_stale():
+    from optimizer.confirm import current_winner, settled
+
+    study = study_with([5.0, 9.0])
+    remeasure(study, top=1, repeats=1, measure=lambda t, k: t.value)
+    assert settled(study, 1, 1) and current_winner(study) == 1
+    t = study.ask()
+    t.set_user_attr("vllm_args", ["--max-num-seqs", "99"])
+    study.tell(t, 20.0)  # a raised budget found a better configuration
+    assert not settled(study, 1, 1) and current_winner(study) is None
+    assert not settled(study, 1, 2)  # other settings: not settled either

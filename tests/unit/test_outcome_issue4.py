@@ -112,3 +112,17 @@ def test_a_run_cut_because_its_slo_was_lost_is_complete_and_infeasible():
     assert t.constraints["ttft_p95"] > 0 and t.constraints["tpot_p95"] < 0
     assert t.user_attrs["value_from_partial_run"] is True and t.user_attrs["feasible"] is False
     assert study.best_trial.number == 0
+
+
+def test_failed_requests_are_judged_by_an_error_slo_when_there_is_one():
+    from optimizer.replay import RequestRecord
+
+    ok = RequestRecord("a", 0, 0, 0.1, 0.5, (0.1, 0.5), 10, 2, 2, True, 200)
+    bad = RequestRecord("b", 0, 0, None, None, (), 10, 0, 2, False, 500, "boom")
+    records = (ok,) * 49 + (bad,)
+    metrics = {**FAST, "requests": 50.0, "completed": 49.0, "error_rate": 0.02}
+    for slos, state in (("ttft:500", optuna.trial.TrialState.PRUNED),  # no error SLO: unscored
+                        ("ttft:500 error:5", optuna.trial.TrialState.COMPLETE)):  # 2% <= 5%: scored
+        study = optuna.create_study(direction="minimize")
+        got, _ = tell(study, metrics, get_objective("latency", slos=parse_slos(slos)), records=records)
+        assert got == state, slos

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import optuna
 
 from optimizer import precheck
+from optimizer.device import GIB, read_node_memory
 from optimizer.engine.failures import Failure
 from optimizer.modelinfo import load_model_info
 from optimizer.trial import TrialResult
@@ -18,15 +19,25 @@ def plan_for(tiny_model):
         engine=SimpleNamespace(device="cpu")))
 
 
-def test_a_length_no_node_could_hold_is_predicted_and_the_result_says_so(tiny_model):
+def test_a_length_that_cannot_fit_is_predicted_kv_too_small(tiny_model):
     plan = plan_for(tiny_model)
     study = optuna.create_study()
-    # util 0.01 of node 0 is far below the process's own ~0.9 GiB: no KV cache at all
-    est = precheck.predict(study, plan, ["--gpu-memory-utilization", "0.01", "--max-model-len", "65536"])
-    assert not est.fits
+    util = round((1.2 * GIB) / read_node_memory().total, 4)  # ~0.3 GiB of KV: 65536 tokens need 1 GiB
+    est = precheck.predict(study, plan, ["--gpu-memory-utilization", str(util), "--max-model-len", "65536"])
+    assert not est.fits and est.budget_bytes > 0
     result = precheck.predicted_result(4, est)
     assert result.failure.kind == "kv_too_small" and result.failure.evidence.startswith("predicted, not booted")
+    assert 0 < result.failure.fits_max_model_len < 65536
     assert result.stop is None and result.phases == {}  # nothing ran
+
+
+def test_no_room_for_any_cache_block_is_predicted_oom_startup(tiny_model):
+    plan = plan_for(tiny_model)
+    # util 0.001 of node 0 is far below the process's own ~0.9 GiB: vLLM stops before the length check
+    est = precheck.predict(optuna.create_study(), plan, ["--gpu-memory-utilization", "0.001", "--max-model-len", "4096"])
+    assert not est.fits and est.budget_bytes <= 0
+    failure = precheck.predicted_result(4, est).failure
+    assert failure.kind == "oom_startup" and "raise gpu-memory-utilization" in failure.remedy
 
 
 def test_learning_from_a_start_up_log_is_kept_on_the_study(tiny_model):
