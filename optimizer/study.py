@@ -295,14 +295,11 @@ def _run_task(spec: TrialSpec, plan: Plan, board, progress: Progress):
             if ready:
                 return ray.get(ref)
     except ray.exceptions.RayError as exc:
+        _cancel(ref, plan)
         reap_server(board, spec.number)
         return lost_trial_result(spec.number, exc, _phase(board, spec.number))
     except BaseException:
-        ray.cancel(ref)
-        try:
-            ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15)
-        except BaseException:
-            pass
+        _cancel(ref, plan)
         reap_server(board, spec.number)
         raise
 
@@ -329,11 +326,7 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
         reap_server(board, trial.number)
         result = lost_trial_result(trial.number, exc, _phase(board, trial.number))
     except BaseException as exc:  # Ctrl-C, SIGTERM (made KeyboardInterrupt by the CLI), a broken pipe...
-        ray.cancel(ref)  # raises KeyboardInterrupt in the task: its finally stops the server
-        try:
-            ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15)
-        except BaseException:
-            pass
+        _cancel(ref, plan)  # raises KeyboardInterrupt in the task: its finally stops the server
         reap_server(board, trial.number)
         outcome.tell_infra(study, trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
         queue_again(study, trial, always=True)
