@@ -57,9 +57,10 @@ class TrialBoard:
 class BoardDriver(Driver):
     """The trial's end of the board (runs in the Ray worker)."""
 
-    def __init__(self, board, number: int, poll_s: float = 0.5):
+    def __init__(self, board, number: int, poll_s: float = 0.25):
         self.board, self.number, self.host = board, number, socket.gethostname()
         self._step, self._reason = -1, ""
+        self.polls, self.errors, self.last_error = 0, 0, ""  # the channel's health, for the record
         self._changed = threading.Condition()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._poll, args=(poll_s,), daemon=True)
@@ -69,7 +70,10 @@ class BoardDriver(Driver):
         while not self._closed.wait(every):
             try:
                 step, reason = ray.get(self.board.verdict.remote(self.number), timeout=10)
-            except Exception:  # the driver is gone or slow: carry on measuring
+                self.polls += 1
+            except Exception as exc:  # the driver is gone or slow: carry on measuring
+                self.errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"[:300]
                 continue
             with self._changed:
                 if step > self._step:
@@ -95,3 +99,7 @@ class BoardDriver(Driver):
 
     def close(self) -> None:
         self._closed.set()
+
+    def health(self) -> dict:
+        return {"verdict_polls": self.polls, "poll_errors": self.errors, "last_error": self.last_error,
+                "verdict_step": self._step}

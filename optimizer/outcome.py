@@ -64,6 +64,8 @@ def record(trial: optuna.Trial, result: TrialResult) -> None:
         trial.set_user_attr("rate_search", list(result.probes))
     if result.early_stop:
         trial.set_user_attr("early_stop", dict(result.early_stop))
+    if result.channel:
+        trial.set_user_attr("driver_channel", dict(result.channel))
     if result.failure:
         trial.set_user_attr("failure_kind", result.failure.kind)
         trial.set_user_attr("evidence", result.failure.evidence[:1000])

@@ -380,7 +380,7 @@ def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, b
     started = time.monotonic()
     recorded = False
     while True:
-        ready, _ = ray.wait([ref], timeout=1.0)
+        ready, _ = ray.wait([ref], timeout=0.5)  # also how soon a stage's verdict goes back
         progress.phase(trial.number, _phase(board, trial.number, "queued"), time.monotonic() - started)
         if objective is not None:
             _judge_checkpoints(board, trial, objective, best, progress)

@@ -76,6 +76,7 @@ class TrialResult:
     probes: tuple[dict, ...] = ()  # goodput mode: every rate tried (ratesearch.Probe.summary)
     early_stop: dict = field(default_factory=dict)  # why and when the run was cut short: reason, by, step, saved_s
     kv_lines: str = ""  # the server log's lines about its KV budget (kvfit learns from them)
+    channel: dict = field(default_factory=dict)  # the driver channel's health (Driver.health)
 
     @property
     def ok(self) -> bool:
@@ -105,6 +106,10 @@ class Driver:
 
     def close(self) -> None:
         pass
+
+    def health(self) -> dict:
+        """How the channel to the driver fared (BoardDriver: verdict polls, errors)."""
+        return {}
 
 
 def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
@@ -158,7 +163,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     kv_lines = "\n".join(line for line in lines if _KV_LINE.search(line))
     return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
                        socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view,
-                       probes, early, kv_lines)
+                       probes, early, kv_lines, driver.health())
 
 
 def _measure(base_url: str, spec: TrialSpec, requests, stop_when=None,

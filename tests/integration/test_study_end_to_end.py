@@ -53,8 +53,10 @@ def finished_study(tmp_path_factory):
         ],
         "space": {"max-num-seqs": {"low": 1, "high": 32}, "gpu-memory-utilization": {"low": 0.01, "high": 0.9},
                   "max-model-len": {"low": 1024, "high": 65536}, "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
-        "workload": {"requests": 24, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
-                     "output": [32, 64], "arrival": {"process": "closed", "concurrency": 8}},
+        # Long enough that one sequence at a time takes ~15 s: the driver's verdict (a second or
+        # two after stage 1) lands well before the end.
+        "workload": {"requests": 48, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
+                     "output": [48, 96], "arrival": {"process": "closed", "concurrency": 8}},
         "objective": {"name": "latency", "metric": "ttft_p95", "slos": "tpot:1000"},
         "early_stop": {"stages": 4},
         "confirm": {"top": 1, "repeats": 1},
@@ -96,7 +98,7 @@ def test_hopeless_trial_is_stopped_early_through_the_driver(finished_study):
     assert slow.user_attrs["failure_kind"] == "early_stopped"
     early = slow.user_attrs["early_stop"]
     assert early["by"] == "driver" and "cannot beat" in early["reason"]
-    assert early["finished"] < early["planned"] == 24 and early["saved_s"] > 0
+    assert early["finished"] < early["planned"] == 48 and early["saved_s"] > 0
     # The stage values went trial -> Ray board -> driver -> Optuna (intermediate values).
     assert slow.intermediate_values and min(slow.intermediate_values) >= 1
     assert max(slow.intermediate_values.values()) > study.trials[0].value
@@ -111,7 +113,7 @@ def test_baseline_completes_with_metrics_and_its_slo_constraint(finished_study):
     t = done[0]
     assert t.user_attrs["baseline"] is True
     m = t.user_attrs["metrics"]
-    assert m["completed"] == 24 and m["error_rate"] == 0
+    assert m["completed"] == 48 and m["error_rate"] == 0
     assert t.value == pytest.approx(m["ttft_ms_p95"], rel=1e-3) and t.value > 0
     assert 0 < m["ttft_ms_p50"] <= m["ttft_ms_p95"] < m["e2el_ms_p95"]
     assert set(t.user_attrs["phases_s"]) == {"startup_s", "warmup_s", "replay_s", "shutdown_s"}
