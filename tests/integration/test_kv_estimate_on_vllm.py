@@ -2,8 +2,8 @@
 
 1. A start that fits: vLLM's logged KV capacity vs the uncalibrated estimate; the driver's
    calibration is learned from this log.
-2. max-model-len 1.3x the calibrated capacity: predicted not to fit, and vLLM refuses to
-   start with kv_too_small; its "estimated maximum model length" matches ours.
+2. the shortest max-model-len the calibrated estimate says cannot fit: vLLM refuses to start
+   with kv_too_small, and its "estimated maximum model length" matches ours.
 3. Another memory fraction and kv-cache-dtype fp8, max-model-len 0.9x the calibrated
    prediction: predicted to fit, and it starts with the capacity we predicted.
 
@@ -59,8 +59,13 @@ def test_estimate_matches_real_start_ups(model):
     again = kvfit.estimate(info, detect("cpu"), first, cal)
     assert abs(again.capacity_tokens - real) <= 2 * BLOCK, (again.basis, real)
 
-    # 2. Too long for this budget: predicted, and vLLM agrees.
-    too_long = {**first, "max-model-len": int(again.capacity_tokens * 1.3)}
+    # 2. The shortest length the estimate calls too long (its margins make it optimistic: that
+    # is the edge where a wrong prune would happen): vLLM must refuse it too.
+    length = again.capacity_tokens
+    while kvfit.estimate(info, detect("cpu"), {**first, "max-model-len": length}, cal).fits:
+        length += BLOCK
+    assert length <= info.max_positions, "the budget is too large for this test's model"
+    too_long = {**first, "max-model-len": length}
     predicted = kvfit.estimate(info, detect("cpu"), too_long, cal)
     assert not predicted.fits
     started, failure, _ = boot(path, too_long, root / "too-long.log")
