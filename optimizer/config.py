@@ -85,6 +85,8 @@ class EarlyStopSpec(_Strict):
 
     enabled: bool = True
     stages: int = Field(4, ge=1, le=20, description="checkpoints per replay sent to the driver")
+    margin: float = Field(0.1, ge=0, le=1, description="stop only if even the trial's best case is this much "
+                          "worse than the best so far (single measurements move ~10%)")
 
 
 class RaySpec(_Strict):

@@ -1,7 +1,8 @@
 """Early stopping, the driver's side: from a trial's partial measurement (a stage checkpoint),
 the value to report to Optuna now and whether the trial can still beat the best so far.
 
-The rules stop only a trial that provably cannot win, so no stop ever discards a winner:
+The rules stop only a trial that provably cannot win, so no stop ever discards a winner
+(against the best as measured; `early_stop.margin` widens that by the measurement noise):
 
 - latency (a percentile of TTFT or E2E, minimized): even if every request still to come took
   0 ms, the final percentile would exceed the best trial's value (slo.best_case: the same
@@ -44,10 +45,14 @@ def intermediate(objective, payload: dict) -> float | None:
     return None
 
 
-def verdict(objective, payload: dict, best: float | None) -> str:
-    """Why this trial cannot beat `best` (the best feasible value so far), or '' to go on."""
+def verdict(objective, payload: dict, best: float | None, margin: float = 0.0) -> str:
+    """Why this trial cannot beat `best` (the best feasible value so far), or '' to go on.
+    With `margin` (e.g. 0.1), it must be that much worse than the best even at its best: single
+    measurements move ~10% here, so a trial just behind the best may be its equal."""
     if best is None or getattr(objective, "multi", False) or not math.isfinite(best):
         return ""
+    if margin:
+        best = best / (1 + margin) if objective.direction == "maximize" else best * (1 + margin)
     if objective.name == "goodput":
         cap = payload.get("capacity_rps")
         if cap is not None and cap < best:

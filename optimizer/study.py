@@ -320,7 +320,8 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
     ref = run_trial.options(**_resources(plan, params)).remote(spec, board)
     try:
         judge = plan.objective if plan.cfg.early_stop.enabled else None
-        result = _wait(ref, trial, board, progress, judge, earlystop.best_feasible(study, plan.objective))
+        result = _wait(ref, trial, board, progress, judge, earlystop.best_feasible(study, plan.objective),
+                       plan.cfg.early_stop.margin)
     except ray.exceptions.RayError as exc:
         _cancel(ref, plan)  # the task itself may still be running (e.g. only the board died)
         reap_server(board, trial.number)
@@ -351,7 +352,8 @@ def _cancel(ref, plan: Plan) -> None:
         pass
 
 
-def _judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None, progress: Progress) -> None:
+def _judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None, progress: Progress,
+                       margin: float = 0.0) -> None:
     """Report each new stage's value to Optuna and answer the trial: go on, or stop (it cannot win)."""
     try:
         checkpoints = ray.get(board.take_checkpoints.remote(trial.number), timeout=10)
@@ -361,7 +363,7 @@ def _judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None
         value = earlystop.intermediate(objective, payload)
         if value is not None and math.isfinite(value):
             trial.report(value, step)
-        reason = earlystop.verdict(objective, payload, best)
+        reason = earlystop.verdict(objective, payload, best, margin)
         board.decide.remote(trial.number, step, reason)
         progress.checkpoint(trial.number, step, value, objective, reason)
 
@@ -373,7 +375,8 @@ def _phase(board, number: int, default: str = "starting") -> str:
         return default
 
 
-def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, best: float | None = None):
+def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, best: float | None = None,
+          margin: float = 0.0):
     """Wait for the trial task, showing its phases; the server's host and process group go into
     the trial's user attributes as soon as they are known (a restart can find it there). Stage
     checkpoints are reported to Optuna and judged against `best` (earlystop.py)."""
@@ -383,7 +386,7 @@ def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, b
         ready, _ = ray.wait([ref], timeout=0.5)  # also how soon a stage's verdict goes back
         progress.phase(trial.number, _phase(board, trial.number, "queued"), time.monotonic() - started)
         if objective is not None:
-            _judge_checkpoints(board, trial, objective, best, progress)
+            _judge_checkpoints(board, trial, objective, best, progress, margin)
         if not recorded:
             try:
                 where = ray.get(board.server_of.remote(trial.number), timeout=10)

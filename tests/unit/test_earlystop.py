@@ -272,3 +272,17 @@ def test_best_feasible_none_when_nothing_feasible_or_pareto():
     t = multi.ask()
     multi.tell(t, [1.0, 2.0])
     assert earlystop.best_feasible(multi, PARETO) is None
+
+
+def test_margin_spares_a_trial_within_the_noise_of_the_best():
+    from objectives import get_objective
+    from optimizer import earlystop
+
+    lat = get_objective("latency", "ttft_p95")
+    payload = {"ttft": [700.0] * 12, "planned": 48, "finished": 12, "failed": 0}  # best case 700 ms
+    assert earlystop.verdict(lat, payload, best=650.0)  # exact: 700 > 650, cannot win
+    assert earlystop.verdict(lat, payload, best=650.0, margin=0.1) == ""  # 700 < 715: within the noise
+    assert earlystop.verdict(lat, payload, best=600.0, margin=0.1)  # 700 > 660
+    thr = get_objective("throughput")
+    slow = {"planned_output_tokens": 1000, "elapsed_s": 1.0, "finished": 3, "planned": 10}  # ceiling 1000 tok/s
+    assert earlystop.verdict(thr, slow, best=1050.0) and earlystop.verdict(thr, slow, best=1050.0, margin=0.1) == ""
