@@ -51,12 +51,20 @@ def verdict(objective, payload: dict, best: float | None, margin: float = 0.0) -
     measurements move ~10% here, so a trial just behind the best may be its equal."""
     if best is None or getattr(objective, "multi", False) or not math.isfinite(best):
         return ""
+    unit = objective.unit
+    shown = f"{best:.2f} {unit}"
     if margin:
-        best = best / (1 + margin) if objective.direction == "maximize" else best * (1 + margin)
+        bar = best / (1 + margin) if objective.direction == "maximize" else best * (1 + margin)
+        shown = f"{best:.2f} {unit}; {bar:.2f} with {margin:.0%} allowed for noise"
+        best = bar
+    return _reason(objective, payload, best, shown)
+
+
+def _reason(objective, payload: dict, best: float, shown: str) -> str:
     if objective.name == "goodput":
         cap = payload.get("capacity_rps")
         if cap is not None and cap < best:
-            return f"capacity {cap:.2f} req/s is below the best goodput so far ({best:.2f} req/s)"
+            return f"capacity {cap:.2f} req/s is below the best goodput so far ({shown})"
         return ""
     if objective.name == "latency":
         base, pct = objective.metric.rsplit("_p", 1)
@@ -66,7 +74,7 @@ def verdict(objective, payload: dict, best: float | None, margin: float = 0.0) -
         floor = best_case(payload[base], remaining, float(pct))
         if floor > best:
             return (f"even if the other {remaining} of {payload['planned']} requests took 0 ms, its "
-                    f"{objective.metric} would be {floor:.1f} ms: it cannot beat the best so far ({best:.1f} ms)")
+                    f"{objective.metric} would be {floor:.1f} ms: it cannot beat the best so far ({shown})")
         return ""
     if objective.name == "throughput":
         planned, elapsed = payload.get(PLANNED_KEYS[objective.metric]), payload.get("elapsed_s", 0.0)
@@ -75,7 +83,7 @@ def verdict(objective, payload: dict, best: float | None, margin: float = 0.0) -
         ceiling = planned / elapsed
         if ceiling < best:
             return (f"even if the rest finished now, {objective.metric} would be at most {ceiling:.1f}, "
-                    f"below the best so far ({best:.1f})")
+                    f"below the best so far ({shown})")
     return ""
 
 
