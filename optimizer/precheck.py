@@ -34,8 +34,9 @@ def device_now(preference: str) -> Device:
     return detect(preference)
 
 
-def predict(study: optuna.Study, plan, vllm_args) -> kvfit.Estimate:
-    return kvfit.estimate(plan.model, device_now(plan.cfg.engine.device), full_params(vllm_args), calibration(study))
+def predict(study: optuna.Study, plan, vllm_args, device: Device | None = None) -> kvfit.Estimate:
+    device = device or device_now(plan.cfg.engine.device)
+    return kvfit.estimate(plan.model, device, full_params(vllm_args), calibration(study))
 
 
 def predicted_result(number: int, est: kvfit.Estimate) -> TrialResult:
@@ -50,9 +51,11 @@ def predicted_result(number: int, est: kvfit.Estimate) -> TrialResult:
         "or use kv-cache-dtype fp8", est.predicted_max_model_len))
 
 
-def learn(study: optuna.Study, plan, vllm_args, result: TrialResult) -> kvfit.Calibration | None:
+def learn(study: optuna.Study, plan, vllm_args, result: TrialResult,
+          device: Device | None = None) -> kvfit.Calibration | None:
     """Fold what a real start-up showed about the KV budget into the study's calibration."""
-    params, device = full_params(vllm_args), device_now(plan.cfg.engine.device)
+    # `device` as read just before the boot: the node's total as vLLM saw it when it started
+    params, device = full_params(vllm_args), device or device_now(plan.cfg.engine.device)
     found = None
     if result.failure is not None and result.failure.fits_max_model_len:
         found = kvfit.Calibration.from_failure(plan.model, device, params, result.failure.fits_max_model_len)

@@ -106,7 +106,7 @@ class Progress:
         times = ", ".join(f"{k.removesuffix('_s')} {v:.0f}s" for k, v in ph.items())
         if state == optuna.trial.TrialState.COMPLETE:
             m = result.metrics
-            told = study.trials[number].values
+            told = study.get_trials(deepcopy=False)[number].values  # no copy of every trial per line
             value = told if len(told) > 1 else told[0]
             shown = " ".join(f"{v:.1f}" for v in value) if isinstance(value, list) else f"{value:.2f}"
             extra = ""

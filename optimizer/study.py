@@ -310,7 +310,8 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
     spec = _spec(trial, plan, params)
     position = finished_count(study) + 1
     progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
-    estimate = precheck.predict(study, plan, spec.vllm_args)
+    device = precheck.device_now(plan.cfg.engine.device)  # read once: the prediction and the learning
+    estimate = precheck.predict(study, plan, spec.vllm_args, device)
     trial.set_user_attr("kv_estimate", estimate.to_dict())
     if plan.cfg.precheck and not estimate.fits:
         trial.set_user_attr("precheck", "pruned")
@@ -332,7 +333,7 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
         outcome.tell_infra(study, trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
         queue_again(study, trial, always=True)
         raise
-    precheck.learn(study, plan, spec.vllm_args, result)
+    precheck.learn(study, plan, spec.vllm_args, result, device)
     state, result = outcome.tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
     if state == optuna.trial.TrialState.FAIL:

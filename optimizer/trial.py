@@ -142,8 +142,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
             t = time.monotonic()
             if spec.mode == "goodput":
                 report("searching rate")
-                m = _search(server, spec, driver)
-                records, metrics, server_view, probes, early, failure = m
+                records, metrics, server_view, probes, early, failure = _search(server, spec, driver)
             else:
                 report("replaying")
                 records, metrics, server_view, early = _measure(server.base_url, spec, spec.workload.requests,
