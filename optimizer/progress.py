@@ -65,6 +65,28 @@ class Progress:
         if recovered:
             c.print(f"  recovered {recovered} trial(s) a previous run left RUNNING: marked FAIL and queued again")
 
+    def recovery(self, rec) -> None:
+        """What starting cleaned up after a driver that did not end cleanly (runstate.py)."""
+        if not rec:
+            return
+        d = rec.previous or {}
+        who = f"pid {d.get('pid')} on {d.get('host')}" if d else "unknown"
+        self.console.print(f"[yellow]recovered[/] after a driver that did not stop cleanly ({who}): "
+                           f"{len(rec.servers_killed)} vLLM process group(s) and {rec.ray_killed} Ray process(es) "
+                           "it left behind stopped")
+        for note in rec.notes:
+            self.console.print(f"  note: {note}")
+
+    def waiting_disk(self, directory, why: str) -> None:
+        self.console.print(f"[red]waiting for disk space[/]: {directory} does not take writes ({why}); "
+                           "free space there (the next trial starts by itself) or stop with Ctrl-C")
+
+    def disk_back(self, directory) -> None:
+        self.console.print(f"  {directory} takes writes again: going on")
+
+    def heartbeat(self) -> None:
+        """The driver's loop is alive (the daemon's status API reads it)."""
+
     def trial_started(self, number: int, position: int, total: int, params: dict, baseline: bool) -> None:
         role = " baseline" if baseline else ""
         self.console.print(f"[bold]trial {number}[/] ({position}/{total}){role}: {fmt_params(params)}")

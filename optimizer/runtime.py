@@ -39,8 +39,9 @@ run_trial = ray.remote(max_retries=0)(remote_trial)
 
 
 @contextmanager
-def ray_runtime(address: str | None):
-    """Start (or join) Ray for the duration of a study; shut it down afterwards."""
+def ray_runtime(address: str | None, on_start=None):
+    """Start (or join) Ray for the duration of a study; shut it down afterwards. `on_start` is
+    called once Ray is up (the run-state records the embedded instance's processes)."""
     address = address or os.environ.get("RAY_ADDRESS")
     try:
         if address:
@@ -55,6 +56,8 @@ def ray_runtime(address: str | None):
         raise RayUnavailable(f"ray: the embedded local Ray did not start ({first_line(exc)}); "
                              "check free memory and /tmp space, or run `ray stop --force`") from exc
     try:
+        if on_start and not address:
+            on_start()
         yield
     finally:
         ray.shutdown()

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +23,8 @@ import ray
 
 from objectives import get_objective
 
-from . import confirm, earlystop, outcome, precheck, space as space_mod
+from . import confirm, earlystop, outcome, precheck, shutdown, space as space_mod
+from .artifacts import is_disk_failure, writable, write_result
 from .outcome import finished_count
 from .config import StudyConfig
 from .device import Device, detect
@@ -32,14 +34,18 @@ from .progress import Progress
 from .ratesearch import nominal_rate
 from .slo import describe as describe_slos, parse_slos
 from .board import TrialBoard
+from .runstate import RunState
 from .runtime import ray_runtime, reap_server, run_trial
 from .storage import check_storage, normalize_url, open_storage
 from .tinymodel import write_tiny_model
 from .trial import TrialSpec, lost_trial_result
 from .workload import Vocabulary, Workload, build_workload
 from .workload.materialize import write_workload
+from .engine.vllm import terminate_group
 
 MAX_CONSECUTIVE_INFRA = 3
+STOP_GRACE_S = 10  # on a stop signal: how long the trial may take to stop its server before the driver kills it
+DISK_POLL_S = 5
 CONFIRM_KEY = 1_000_000  # re-measurements post on the board under keys no trial number reaches
 
 
@@ -54,6 +60,7 @@ class Plan:
     storage_url: str
     artifacts: Path
     new_study: bool = False  # a stamp mismatch opens a separate study instead of refusing
+    server_env: tuple = ()  # the run-state's tags every trial server carries (runstate.py)
 
     def fixed_args(self) -> list[str]:
         """vLLM flags every trial gets: load format, dtype, the user's extra flags."""
@@ -162,22 +169,29 @@ def _baseline_params(plan: Plan) -> dict:
     return dict(plan.cfg.baseline or {})
 
 
-def queue_again(study: optuna.Study, trial, always: bool = False) -> bool:
+def queue_again(study: optuna.Study, trial, always: bool = False, reason: str = "") -> bool:
     """Queue a FAIL trial's configuration once more: an infrastructure fault says nothing
-    about the configuration. Once per configuration, unless `always` (interrupted runs)."""
+    about the configuration. Once per configuration, unless `always` (interrupted runs, a full disk)."""
     if not always and trial.user_attrs.get("retry_of") is not None:
         return False
-    roles = {k: trial.user_attrs[k] for k in ("baseline", "enqueued") if k in trial.user_attrs}
-    study.enqueue_trial(dict(trial.params), user_attrs={**roles, "retry_of": trial.number})
+    roles = {k: trial.user_attrs[k] for k in ("baseline", "enqueued", "warm_start") if k in trial.user_attrs}
+    extra = {"retry_reason": reason} if reason else {}
+    study.enqueue_trial(dict(trial.params), user_attrs={**roles, "retry_of": trial.number, **extra})
     return True
 
 
-def _recover(study: optuna.Study) -> int:
-    """Trials a dead driver left RUNNING: FAIL them and queue their parameters again."""
+def _recover(study: optuna.Study, previous: dict | None = None) -> int:
+    """Trials a dead driver left RUNNING: FAIL them (infra) and queue their parameters again, once:
+    a configuration lost with the driver twice in a row (it may be what kills the machine) is not."""
     stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    who = f"pid {previous.get('pid')} on {previous.get('host')}" if previous else "a previous driver"
     for t in stale:
+        attrs = {"failure_kind": "infra", "evidence": f"the driver ({who}) died while this trial ran",
+                 "remedy": "nothing to fix in the configuration: it is queued again"}
+        for key, value in attrs.items():
+            study._storage.set_trial_user_attr(t._trial_id, key, value)
         study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        queue_again(study, t, always=True)
+        queue_again(study, t, always=t.user_attrs.get("retry_reason") != "driver_lost", reason="driver_lost")
     return len(stale)
 
 
@@ -210,7 +224,7 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/)."""
     args = space_mod.to_cli_args(params) + space_mod.engine_args_for(params, plan.device.kind) + plan.fixed_args()
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
-    env = {"VLLM_SERVER_DEV_MODE": "1", **plan.cfg.engine.env}
+    env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}
     rp, es, search = plan.cfg.replay, plan.cfg.early_stop, plan.cfg.objective.search
     stopping = early_stop and es.enabled
     return TrialSpec(
@@ -233,27 +247,49 @@ def _resources(plan: Plan, params: dict | None = None) -> dict:
     return {"num_cpus": plan.cfg.ray.trial_cpus or os.cpu_count()}
 
 
-def run(plan: Plan, progress: Progress) -> tuple[optuna.Study, Plan]:
+def run(plan: Plan, progress: Progress, runstate: RunState | None = None) -> tuple[optuna.Study, Plan]:
     """Run the study to its budget; returns the study and the plan it ran (for the report;
-    `--new-study` may have renamed it)."""
+    `--new-study` may have renamed it). Holds the storage's run-state (runstate.py) throughout:
+    one driver per storage, and what a dead driver left running is cleaned up first."""
+    if runstate is None:
+        with RunState(plan.storage_url, plan.cfg.artifacts_dir) as held:
+            progress.recovery(held.acquire())
+            return run(plan, progress, held)
+    plan = replace(plan, server_env=tuple(runstate.server_env().items()))
     study, plan = _open_study(plan)
-    recovered = _recover(study)
+    recovered = _recover(study, runstate.previous)
     _ensure_baseline(study, plan)
     progress.opened(plan, study, recovered)
     if finished_count(study) >= plan.cfg.n_trials and not _confirmation_pending(study, plan):
         return study, plan
-    with ray_runtime(plan.cfg.ray.address):
+    with ray_runtime(plan.cfg.ray.address, on_start=runstate.record_ray):
         board = TrialBoard.remote()
         infra_in_a_row = 0
         while finished_count(study) < plan.cfg.n_trials:
-            state = _run_one(study, plan, board, progress)
+            shutdown.check()
+            state, failure = _run_one(study, plan, board, progress, runstate)
+            if is_disk_failure(failure):
+                _wait_for_disk(plan, progress)
+                continue  # not the machine failing trials: the disk, now freed
             infra_in_a_row = infra_in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
             if infra_in_a_row >= MAX_CONSECUTIVE_INFRA:
                 raise OptimizerError(f"{infra_in_a_row} trials in a row failed for reasons outside the "
                                      "configuration (failure_kind infra or replay_invalid); fix the machine and re-run to resume")
         if _confirmation_pending(study, plan):
-            _confirm(study, plan, board, progress)
+            _confirm(study, plan, board, progress, runstate)
     return study, plan
+
+
+def _wait_for_disk(plan: Plan, progress: Progress) -> None:
+    """After a trial failed on a full disk: wait (showing why) until the artifacts directory takes writes."""
+    why = writable(plan.artifacts)
+    if why is None:
+        return
+    progress.waiting_disk(plan.artifacts, why)
+    while (why := writable(plan.artifacts)) is not None:
+        shutdown.sleep(DISK_POLL_S)
+        progress.heartbeat()
+    progress.disk_back(plan.artifacts)
 
 
 def _confirmation_pending(study: optuna.Study, plan: Plan) -> bool:
@@ -263,7 +299,7 @@ def _confirmation_pending(study: optuna.Study, plan: Plan) -> bool:
     return not confirm.settled(study, c.top, c.repeats)
 
 
-def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress) -> None:
+def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState) -> None:
     """Re-measure the top configurations (confirm.py): full runs, no early stop."""
     c = plan.cfg.confirm
     progress.confirming(c.top, c.repeats)
@@ -272,7 +308,7 @@ def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress) -> None
         params = {**(_baseline_params(plan) if t.user_attrs.get("baseline") else {}), **t.params}
         spec = make_spec(CONFIRM_KEY + t.number * 100 + k, plan, params, f"trial-{t.number}/confirm-{k}",
                          early_stop=False)  # its own board key: the trial's verdicts and server are not its
-        result = _run_task(spec, plan, board, progress)
+        result = _run_task(spec, plan, board, progress, runstate)
         if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
             return None
         try:
@@ -284,27 +320,33 @@ def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress) -> None
     progress.confirmed(record, plan.objective)
 
 
-def _run_task(spec: TrialSpec, plan: Plan, board, progress: Progress):
-    """Run one measurement outside the Optuna loop (re-measurements), stopping cleanly on Ctrl-C."""
+def _run_task(spec: TrialSpec, plan: Plan, board, progress: Progress, runstate: RunState):
+    """Run one measurement outside the Optuna loop (re-measurements), stopping cleanly on a signal."""
     ref = run_trial.options(**_resources(plan, spec.params)).remote(spec, board)
     started = time.monotonic()
+    key = f"{plan.cfg.study_name}/{spec.number}"
     try:
-        while True:
-            ready, _ = ray.wait([ref], timeout=1.0)
-            progress.phase(spec.number, _phase(board, spec.number, "queued"), time.monotonic() - started)
-            if ready:
-                return ray.get(ref)
+        with shutdown.polling():
+            while True:
+                ready, _ = ray.wait([ref], timeout=1.0)
+                shutdown.check()
+                progress.phase(spec.number, _phase(board, spec.number, "queued"), time.monotonic() - started)
+                _note_server(board, spec.number, key, runstate, plan)
+                if ready:
+                    return ray.get(ref)
     except ray.exceptions.RayError as exc:
-        _cancel(ref, plan)
-        reap_server(board, spec.number)
+        _stop_task(ref, plan, board, spec.number, runstate, key)
         return lost_trial_result(spec.number, exc, _phase(board, spec.number))
     except BaseException:
-        _cancel(ref, plan)
-        reap_server(board, spec.number)
+        _stop_task(ref, plan, board, spec.number, runstate, key, grace=STOP_GRACE_S)
         raise
+    finally:
+        runstate.remove_server(key)
 
 
-def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optuna.trial.TrialState:
+def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress,
+             runstate: RunState) -> tuple[optuna.trial.TrialState, object]:
+    """One trial, asked, run and told; returns its state and failure (None if it measured)."""
     trial = study.ask()
     params = _trial_params(trial, plan)
     spec = _spec(trial, plan, params)
@@ -317,40 +359,70 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress) -> optu
         trial.set_user_attr("precheck", "pruned")
         state, result = outcome.tell(study, trial, precheck.predicted_result(trial.number, estimate), plan.objective)
         progress.trial_done(study, trial.number, result, state, plan.objective)
-        return state
+        return state, result.failure
     ref = run_trial.options(**_resources(plan, params)).remote(spec, board)
+    key = f"{plan.cfg.study_name}/{trial.number}"
     try:
         judge = plan.objective if plan.cfg.early_stop.enabled else None
         result = _wait(ref, trial, board, progress, judge, earlystop.best_feasible(study, plan.objective),
-                       plan.cfg.early_stop.margin)
+                       plan.cfg.early_stop.margin, lambda: _note_server(board, trial.number, key, runstate, plan))
     except ray.exceptions.RayError as exc:
-        _cancel(ref, plan)  # the task itself may still be running (e.g. only the board died)
-        reap_server(board, trial.number)
+        _stop_task(ref, plan, board, trial.number, runstate, key)  # the task may still run (only the board died)
         result = lost_trial_result(trial.number, exc, _phase(board, trial.number))
-    except BaseException as exc:  # Ctrl-C, SIGTERM (made KeyboardInterrupt by the CLI), a broken pipe...
-        _cancel(ref, plan)  # raises KeyboardInterrupt in the task: its finally stops the server
-        reap_server(board, trial.number)
+    except BaseException as exc:  # a stop signal (KeyboardInterrupt), a broken pipe...
+        _stop_task(ref, plan, board, trial.number, runstate, key, grace=STOP_GRACE_S)
         outcome.tell_infra(study, trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
-        queue_again(study, trial, always=True)
+        queue_again(study, trial, always=True, reason="interrupted")
         raise
+    finally:
+        runstate.remove_server(key)
     precheck.learn(study, plan, spec.vllm_args, result, device)
+    if not is_disk_failure(result.failure):
+        written = write_result(plan.artifacts / f"trial-{trial.number}", params, result)
+        if written is not None:
+            result = replace(result, failure=written)  # a full disk fails the trial, not the study
     state, result = outcome.tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
     if state == optuna.trial.TrialState.FAIL:
-        queue_again(study, trial)
-    return state
+        disk = is_disk_failure(result.failure)
+        queue_again(study, trial, always=disk, reason="disk_full" if disk else "")
+    return state, result.failure
 
 
-def _cancel(ref, plan: Plan) -> None:
-    """Stop a trial task that may still run (its finally stops the server), within a bound."""
+def _cancel(ref, plan: Plan, grace: float | None = None) -> None:
+    """Stop a trial task that may still run (its finally stops the server), waiting at most `grace` s."""
     ready, _ = ray.wait([ref], timeout=0)
     if ready:
         return
     ray.cancel(ref)
     try:
-        ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15)
+        ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15 if grace is None else grace)
     except BaseException:
         pass
+
+
+def _stop_task(ref, plan: Plan, board, number: int, runstate: RunState, key: str, grace: float | None = None) -> None:
+    """Cancel the task, then kill its server's process group if it is still there (a worker that
+    died, or a server slower to stop than `grace`): through the board, else the run-state's record."""
+    _cancel(ref, plan, grace)
+    if not reap_server(board, number, timeout=5):
+        where = runstate.servers().get(key)
+        if where and where["host"] == socket.gethostname():
+            terminate_group(where["pgid"], timeout=5)
+
+
+def _note_server(board, number: int, key: str, runstate: RunState, plan: Plan) -> dict | None:
+    """The trial's server host and process group once known, recorded in the run-state (once)."""
+    if key in runstate.servers():
+        return None
+    try:
+        where = ray.get(board.server_of.remote(number), timeout=10)
+    except (ray.exceptions.RayError, TimeoutError):
+        return None  # the board is slow or gone: try again next poll
+    if not where:
+        return None
+    runstate.add_server(key, where[0], where[1], plan.cfg.study_name, number)
+    return {"host": where[0], "pgid": where[1]}
 
 
 def _judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None, progress: Progress,
@@ -377,24 +449,21 @@ def _phase(board, number: int, default: str = "starting") -> str:
 
 
 def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, best: float | None = None,
-          margin: float = 0.0):
+          margin: float = 0.0, note_server=None):
     """Wait for the trial task, showing its phases; the server's host and process group go into
-    the trial's user attributes as soon as they are known (a restart can find it there). Stage
-    checkpoints are reported to Optuna and judged against `best` (earlystop.py)."""
+    the run-state and the trial's user attributes as soon as they are known (`note_server`).
+    Stage checkpoints are reported to Optuna and judged against `best` (earlystop.py). A stop
+    signal is acted on between polls (shutdown.py)."""
     started = time.monotonic()
-    recorded = False
-    while True:
-        ready, _ = ray.wait([ref], timeout=0.5)  # also how soon a stage's verdict goes back
-        progress.phase(trial.number, _phase(board, trial.number, "queued"), time.monotonic() - started)
-        if objective is not None:
-            _judge_checkpoints(board, trial, objective, best, progress, margin)
-        if not recorded:
-            try:
-                where = ray.get(board.server_of.remote(trial.number), timeout=10)
-            except (ray.exceptions.RayError, TimeoutError):
-                where = None  # the board is slow or gone: try again next second
+    with shutdown.polling():
+        while True:
+            ready, _ = ray.wait([ref], timeout=0.5)  # also how soon a stage's verdict goes back
+            shutdown.check()
+            progress.phase(trial.number, _phase(board, trial.number, "queued"), time.monotonic() - started)
+            if objective is not None:
+                _judge_checkpoints(board, trial, objective, best, progress, margin)
+            where = note_server() if note_server else None
             if where:
-                trial.set_user_attr("server_process", {"host": where[0], "pgid": where[1]})
-                recorded = True
-        if ready:
-            return ray.get(ref)
+                trial.set_user_attr("server_process", where)
+            if ready:
+                return ray.get(ref)

@@ -94,9 +94,17 @@ def _kv_too_small(lines: list[str]) -> Failure | None:
     return None
 
 
+LAUNCH_PREFIX = "# launched: "  # the first line of a server log: the command (engine/vllm.py)
+
+
+def log_lines(log: str) -> list[str]:
+    """The server's own lines (the launch line names flags such as --max-model-len: never evidence)."""
+    return [line for line in log.splitlines() if not line.startswith(LAUNCH_PREFIX)]
+
+
 def classify_startup(log: str, returncode: int | None, timed_out: bool) -> Failure:
     """Why a server never became healthy. `returncode` is None if it was still running."""
-    lines = log.splitlines()
+    lines = log_lines(log)
     found = _kv_too_small(lines)
     if found:
         return found
@@ -115,7 +123,7 @@ def classify_startup(log: str, returncode: int | None, timed_out: bool) -> Failu
 
 def classify_runtime(log: str, returncode: int | None) -> Failure:
     """Why a server that had started died (or stopped answering) under load."""
-    lines = log.splitlines()
+    lines = log_lines(log)
     for line in reversed(lines):
         if _OOM_RUNTIME.search(line):
             return Failure("oom_runtime", line.strip(), "lower max-num-seqs or max-model-len")

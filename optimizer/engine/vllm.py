@@ -26,7 +26,9 @@ from pathlib import Path
 
 import psutil
 
-from .failures import Failure, classify_startup
+from .failures import LAUNCH_PREFIX, Failure, classify_startup
+
+DISK_EVIDENCE = "disk:"  # the evidence of an artifact write that failed (a full disk): infra, queued again
 
 HOST = "127.0.0.1"
 
@@ -134,8 +136,23 @@ class VllmServer:
         if self.state != "new":
             return self.state == "ready"
         self.port = free_port()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "wb")
+        try:  # the command heads the log; a full disk fails here, before anything is launched
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(self.log_path, "wb")
+            self._log_file.write((LAUNCH_PREFIX + " ".join(self.command()) + "\n").encode())
+            self._log_file.flush()
+        except OSError as exc:
+            if self._log_file:
+                try:
+                    self._log_file.close()  # flushes again: raises again, but closes
+                except OSError:
+                    pass
+                self._log_file = None
+            self.failure = Failure("infra", f"{DISK_EVIDENCE} cannot write the server log {self.log_path}: "
+                                   f"{exc.strerror or exc}", "free space on the artifacts disk "
+                                   "(artifacts_dir); the trial is queued again")
+            self.state = "failed"
+            return False
         env = {**os.environ, **self.env}
         self.state = "starting"
         self.proc = subprocess.Popen(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
