@@ -1,4 +1,4 @@
-"""Command line: `python -m optimizer run | workload | tiny-model`.
+"""Command line: `python -m optimizer run | daemon | workload | tiny-model`.
 
 Every OptimizerError becomes one line on stderr and its exit code (2 for bad input);
 nothing is written to the study before the configuration has been validated.
@@ -7,13 +7,15 @@ nothing is written to the study before the configuration has been validated.
 from __future__ import annotations
 
 import argparse
-import signal
+import os
 import sys
 from pathlib import Path
 
 from rich.console import Console
 
+from . import shutdown
 from .errors import OptimizerError
+from .status import TOKEN_ENV
 
 RUN_FLAGS = {  # CLI flag -> dotted config key
     "model": "model.path", "objective": "objective.name", "metric": "objective.metric", "slo": "objective.slos",
@@ -25,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m optimizer", description="Tune a vLLM server with Optuna and Ray.")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run (or resume) a study")
+    daemon = sub.add_parser("daemon", help="run the study, then keep watching the traffic and re-tune when it "
+                            "changes; serves /healthz, /status and /metrics")
     run.add_argument("--config", help="study YAML (see examples/quickstart.yaml)")
     run.add_argument("--model", help="model directory or Hugging Face id")
     run.add_argument("--goal", choices=("chat", "batch", "agent"),
@@ -46,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="replay a trace's good rows when some are malformed (they are listed)")
     run.add_argument("--new-study", action="store_true",
                      help="the study ran another workload/objective/model: start a separate one, keep the old")
+    for flag in ("--config", "--model", "--n-trials", "--storage", "--study-name", "--ray-address"):
+        src = next(a for a in run._actions if flag in a.option_strings)
+        daemon.add_argument(flag, type=src.type, help=src.help)
+    daemon.add_argument("--watch", help="a trace file, or a directory new trace files land in (daemon.watch)")
+    daemon.add_argument("--status-host", help="address of the status API (default 127.0.0.1; any other "
+                        f"needs a token: {TOKEN_ENV} or --status-token-file)")
+    daemon.add_argument("--status-port", type=int, help="port of the status API (default 8321; 0: any free one)")
+    daemon.add_argument("--status-token-file", help="a file holding the bearer token the status API asks for")
     show = sub.add_parser("workload", help="build the config's workload, write it to a file, print its shape")
     show.add_argument("--config", required=True)
     show.add_argument("--goal", choices=("chat", "batch", "agent"), help="the preset's workload")
@@ -93,7 +105,7 @@ def _load(ns: argparse.Namespace):
         out["precheck"] = False
     if ns.model is not None:
         out["model.tiny"] = False  # a model named on the command line is never generated over
-    if ns.workload is not None:
+    if getattr(ns, "workload", None) is not None:
         section = read_yaml(ns.workload)
         section = section.get("workload", section)
         if not isinstance(section, dict):
@@ -101,12 +113,41 @@ def _load(ns: argparse.Namespace):
                               "knobs (see examples/workloads/)")
         out["workload"] = section
     cfg = load_config(ns.config, out)
-    if ns.skip_bad_rows:
+    if getattr(ns, "skip_bad_rows", None):
         if cfg.workload.scenario != "trace":
             raise ConfigError(f"--skip-bad-rows applies to scenario 'trace' only (this workload is "
                               f"'{cfg.workload.scenario}'); drop the flag")
         cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"skip_bad_rows": True})})
     return cfg
+
+
+def _daemon(ns: argparse.Namespace, console: Console) -> int:
+    import optuna
+
+    from .daemon import Daemon
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg = _load(ns)
+    d = cfg.daemon.model_copy(update={k: v for k, v in (("watch", ns.watch), ("status_host", ns.status_host),
+                                                        ("status_port", ns.status_port)) if v is not None})
+    cfg = cfg.model_copy(update={"daemon": d})
+    return Daemon(cfg, console, d.status_host, d.status_port, _token(ns.status_token_file)).run()
+
+
+def _token(path: str | None) -> str | None:
+    """The status API's bearer token: from --status-token-file, else the environment (never a flag's
+    value: that would show in `ps`)."""
+    from .errors import ConfigError
+
+    if path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"--status-token-file {path}: cannot read it ({exc.strerror}); check the path") from exc
+        if not token:
+            raise ConfigError(f"--status-token-file {path}: the file is empty; put the token in it")
+        return token
+    return os.environ.get(TOKEN_ENV) or None
 
 
 def _workload(ns: argparse.Namespace, console: Console) -> int:
@@ -122,20 +163,10 @@ def _workload(ns: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _terminate_as_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
-    # SIGTERM (kill, a CI cancel) and SIGHUP (a closed terminal) stop like Ctrl-C: the
-    # running server is stopped and the trial is told FAIL and queued again.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate_as_interrupt)
-    # Ctrl-C too, even when started from a script's background job: a non-interactive shell
-    # starts `cmd &` with SIGINT ignored, and Python then leaves it ignored (measured: the
-    # driver ran its whole study through a SIGINT).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGTERM, SIGINT and SIGHUP stop the running server, tell its trial FAIL and queue it again.
+    shutdown.install()
     # soft_wrap: never break a line (a wrapped `vllm serve` command cannot be pasted)
     console = Console(highlight=False, soft_wrap=True)
     try:
@@ -146,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if ns.command == "workload":
             return _workload(ns, console)
+        if ns.command == "daemon":
+            return _daemon(ns, console)
         return _run(ns, console)
     except OptimizerError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -52,7 +52,7 @@ class KnobRange(_Strict):
             if not self.choices:
                 raise ValueError("choices is empty; list at least one value")
         elif self.low is not None and self.high is not None and self.low > self.high:
-            raise ValueError(f"low ({self.low}) is above high ({self.high}); swap them")
+            raise ValueError(f"low ({self.low:g}) is above high ({self.high:g}); swap them")
         return self
 
 
@@ -101,6 +101,21 @@ class ConfirmSpec(_Strict):
     repeats: int = Field(2, ge=0, le=9, description="extra full measurements of each")
 
 
+class DaemonSpec(_Strict):
+    """`python -m optimizer daemon`: what to watch after the budget, and where to report (daemon.py)."""
+
+    watch: str | None = Field(None, description="a trace file, or a directory new trace files land in; "
+                              "the workload must be scenario 'trace'")
+    poll_s: float = Field(30, gt=0, description="how often the watched path is checked")
+    settle_s: float = Field(5, ge=0, description="a file younger than this is still being written: not read yet")
+    threshold: float = Field(0.25, gt=0, description="relative change of a length quantile or the rate "
+                             "that counts as new traffic")
+    retune_every_h: float | None = Field(None, gt=0, description="re-tune on a schedule even without a change")
+    warm_start: int = Field(3, ge=0, le=20, description="best configurations of the previous study queued first")
+    status_host: str = "127.0.0.1"
+    status_port: int = Field(8321, ge=0, le=65535)
+
+
 class StudyConfig(_Strict):
     study_name: str = "vllm-tuning"
     storage: str = "sqlite:///trials.db"
@@ -123,6 +138,7 @@ class StudyConfig(_Strict):
     confirm: ConfirmSpec = Field(default_factory=ConfirmSpec)
     precheck: bool = Field(True, description="predict KV-cache fit before booting; prune what cannot fit (kvfit.py)")
     ray: RaySpec = Field(default_factory=RaySpec)
+    daemon: DaemonSpec = Field(default_factory=DaemonSpec)
 
 
 def _first_error(exc: ValidationError, source: str) -> ConfigError:

@@ -40,6 +40,7 @@ class Progress:
 
     def opened(self, plan, study: optuna.Study, recovered: int) -> None:
         c, cfg = self.console, plan.cfg
+        self._best = best_line(study, plan.objective) or "none yet"  # a daemon opens several studies
         done = finished_count(study)
         c.print(f"[bold]Study '{cfg.study_name}'[/] in {plan.storage_url}: {done} of {cfg.n_trials} trials done")
         c.print(f"  model {plan.model.source} ({plan.model.layers} layers, "

@@ -86,15 +86,13 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
     saved = savings(study)
     if not complete:
         return Summary(None, base, None, None, None, savings=saved)
-    artifacts.mkdir(parents=True, exist_ok=True)
     if len(study.directions) > 1:
         front = tuple(t for t in study.best_trials if _feasible(t))
         if not front:
             return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
-        path = artifacts / "pareto_front.yaml"
-        path.write_text(yaml.safe_dump([{"trial": t.number, "values": list(t.values),
-                                         "config": serve_yaml(list(t.user_attrs.get("vllm_args", [])))}
-                                        for t in front], sort_keys=False))
+        path = _write(artifacts / "pareto_front.yaml",
+                      [{"trial": t.number, "values": list(t.values),
+                        "config": serve_yaml(list(t.user_attrs.get("vllm_args", [])))} for t in front])
         return Summary(None, base, None, None, path, front, savings=saved)
     try:
         best = study.best_trial  # with constraints: the best feasible one
@@ -106,9 +104,18 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
         best = study.trials[winner]  # the best mean over re-measurements beats one lucky run
     args = list(best.user_attrs.get("vllm_args", []))
     g = gain(study.direction, best.value, base.value) if base and base.state == COMPLETE and base.value else None
-    path = artifacts / "best.yaml"
-    path.write_text(yaml.safe_dump(serve_yaml(args), sort_keys=False))
+    path = _write(artifacts / "best.yaml", serve_yaml(args))
     return Summary(best, base, g, serve_command(model, args), path, savings=saved, confirmation=confirmed)
+
+
+def _write(path: Path, data) -> Path | None:
+    """Write a YAML artifact; None when the disk refuses it (the report says so, the study is fine)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    except OSError:
+        return None
+    return path
 
 
 def _value(t: optuna.trial.FrozenTrial) -> str:
@@ -139,7 +146,8 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
                       "none beats another on both")
         for t in sorted(s.front, key=lambda t: -t.values[0]):
             console.print(f"  trial {t.number}: {_value(t)} -> {serve_command(model, list(t.user_attrs.get('vllm_args', [])))}")
-        console.print(f"written to {s.yaml_path}; pick the point whose latency you can live with")
+        console.print(f"written to {s.yaml_path}; pick the point whose latency you can live with" if s.yaml_path
+                      else "[red]pareto_front.yaml not written[/]: the artifacts disk refused it")
         return s
     if s.best is None:
         if s.infeasible_only:
@@ -174,5 +182,6 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
     console.print(f"Deploy with:\n  {s.command}")
     if "--load-format" in s.command and "dummy" in s.command:
         console.print("  (tuned with random weights: drop --load-format dummy to serve the real ones)")
-    console.print(f"or: vllm serve {model} --config {s.yaml_path}")
+    console.print(f"or: vllm serve {model} --config {s.yaml_path}" if s.yaml_path
+                  else "[red]best.yaml not written[/]: the artifacts disk refused it (free space, then re-run to print it)")
     return s

@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from .engine.vllm import group_pids, terminate_group
-from .errors import ConfigError
+from .errors import ConfigError, StorageError
 from .storage import sqlite_path
 
 STORAGE_TAG = "VLLM_OPTIMIZER_STORAGE"  # env var every trial server carries: this storage's digest
@@ -111,6 +111,7 @@ class RunState:
         self._lock_fd: int | None = None
         self._record: dict = {}
         self.previous: dict | None = None  # the dead driver's record, once acquired
+        self.unwritten: str | None = None  # why the last write failed (a full disk), if it did
 
     # --- taking over ---------------------------------------------------------------------------
     def acquire(self) -> Recovery:
@@ -133,7 +134,7 @@ class RunState:
         self._record = {"driver": {"pid": me.pid, "create_time": me.create_time(), "host": socket.gethostname(),
                                    "run_id": self.run_id, "started_at": time.time()},
                         "ray_processes": [], "servers": {}}
-        self._write()
+        self._write(strict=True)
         return recovery
 
     def _clean_up(self, old: dict | None) -> Recovery:
@@ -215,14 +216,25 @@ class RunState:
             return None
         return data if isinstance(data, dict) else None
 
-    def _write(self) -> None:
-        """Atomically: a crash leaves the old file or the new one, never half of one."""
+    def _write(self, strict: bool = False) -> None:
+        """Atomically: a crash leaves the old file or the new one, never half of one. A full disk
+        keeps the record in memory (the next write retries; the servers' environment tags cover
+        the gap) unless `strict` (taking over: then the driver must not start)."""
         tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(self._record, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self._record, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if strict:
+                raise StorageError(f"run-state {self.path}: cannot write it ({exc.strerror or exc}); "
+                                   "free space next to the study database") from exc
+            self.unwritten = f"{exc.strerror or exc}"
+            return
+        self.unwritten = None
 
 
 def _alive(p: psutil.Process) -> bool:

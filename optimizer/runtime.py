@@ -8,11 +8,14 @@ tasks with `max_retries=0`: the driver decides what to retry, so no trial runs t
 from __future__ import annotations
 
 import os
+import re
 import socket
+import threading
 from contextlib import contextmanager
 
 import ray
 
+from . import shutdown
 from .engine.vllm import terminate_group
 from .errors import RayUnavailable, first_line
 from .trial import remote_trial
@@ -36,6 +39,22 @@ def reap_server(board, number: int, timeout: float = 10.0) -> bool:
 
 
 run_trial = ray.remote(max_retries=0)(remote_trial)
+_HOST_PORT = re.compile(r"^(?:ray://)?\[?([^\]/]+?)\]?:(\d+)$")
+
+
+def check_address(address: str | None, timeout: float = 5.0) -> None:
+    """Refuse a `host:port` (or `ray://host:port`) cluster address nothing answers on, before any
+    study is opened: `ray.init` would retry for a minute and then abort (measured with ray 2.60)."""
+    m = _HOST_PORT.match(address or "")
+    if not m:
+        return  # embedded, "auto", or a form Ray resolves itself
+    host, port = m.group(1), int(m.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise RayUnavailable(f"ray: cannot reach cluster at '{address}' ({exc.strerror or exc}); check "
+                             "--ray-address (the head's GCS port, 6379 by default), or leave it out to run on "
+                             "this machine") from exc
 
 
 @contextmanager
@@ -55,6 +74,8 @@ def ray_runtime(address: str | None, on_start=None):
                                  "check --ray-address, or leave it out to run on this machine") from exc
         raise RayUnavailable(f"ray: the embedded local Ray did not start ({first_line(exc)}); "
                              "check free memory and /tmp space, or run `ray stop --force`") from exc
+    if threading.current_thread() is threading.main_thread():
+        shutdown.install(clear=False)  # take SIGTERM back from Ray (shutdown.py)
     try:
         if on_start and not address:
             on_start()

@@ -14,10 +14,37 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
+import time
 from contextlib import contextmanager
 
-requested = threading.Event()
+
+class _Flag:
+    """A stop flag a signal handler can set. Not a threading.Event: its set() takes a lock the
+    main thread may hold inside wait(), and the handler runs on the main thread (a deadlock,
+    found by a test). A plain attribute and waits in short steps have no such window."""
+
+    STEP_S = 0.1
+
+    def __init__(self):
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while not self._set and (left := end - time.monotonic()) > 0:
+            time.sleep(min(self.STEP_S, left))
+        return self._set
+
+
+requested = _Flag()
 _polling = 0
 
 
@@ -31,11 +58,14 @@ def _on_signal(signum, frame) -> None:
         raise KeyboardInterrupt
 
 
-def install() -> None:
+def install(clear: bool = True) -> None:
     """Route SIGTERM, SIGINT and SIGHUP here. SIGINT too: a non-interactive shell starts `cmd &`
     with SIGINT ignored, and Python would leave it ignored (measured: a driver ran a whole study
-    through a SIGINT)."""
-    requested.clear()
+    through a SIGINT). Called again after `ray.init` (`clear=False`), which replaces the SIGTERM
+    handler with its own `sys.exit` and a native one that aborts (measured: exit 134, the
+    running server orphaned)."""
+    if clear:
+        requested.clear()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
 

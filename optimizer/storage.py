@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import optuna
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -61,13 +62,38 @@ def check_sqlite_file(path: Path) -> None:
 
 def check_storage(url: str) -> Path | None:
     """Refuse, without writing anything, a SQLite path whose directory is missing or whose
-    file is damaged or foreign; returns the database file (None for other databases)."""
+    file is damaged or foreign, or a database server that does not answer (or refuses the
+    credentials); returns the database file (None for other databases)."""
     path = sqlite_path(url)
     if path:
         if not path.parent.is_dir():
             raise StorageError(f"storage {path}: directory {path.parent} does not exist; create it first")
         check_sqlite_file(path)
+    elif not url.startswith("sqlite"):
+        _probe_server(url)
     return path
+
+
+def _probe_server(url: str) -> None:
+    """Connect once, read nothing: an unreachable server or wrong credentials fail here, in one line."""
+    shown = make_url(url).render_as_string(hide_password=True)
+    try:
+        engine = create_engine(url, connect_args=_connect_timeout(url))
+    except (ArgumentError, ImportError, SQLAlchemyError) as exc:
+        raise StorageError(f"storage '{shown}' cannot be used ({type(exc).__name__}: {first_line(exc)}); "
+                           "check the URL and that its driver package is installed") from exc
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        raise StorageError(f"storage '{shown}' is unreachable ({first_line(exc.orig or exc)}); check the host, "
+                           "port, database name and credentials") from exc
+    finally:
+        engine.dispose()
+
+
+def _connect_timeout(url: str) -> dict:
+    return {"connect_timeout": 5} if make_url(url).drivername.startswith(("postgresql", "mysql")) else {}
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:

@@ -35,7 +35,7 @@ from .ratesearch import nominal_rate
 from .slo import describe as describe_slos, parse_slos
 from .board import TrialBoard
 from .runstate import RunState
-from .runtime import ray_runtime, reap_server, run_trial
+from .runtime import check_address, ray_runtime, reap_server, run_trial
 from .storage import check_storage, normalize_url, open_storage
 from .tinymodel import write_tiny_model
 from .trial import TrialSpec, lost_trial_result
@@ -84,6 +84,7 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
         raise ConfigError("engine.device: 'gpu' asked for but nvidia-smi sees no GPU; use 'auto' or 'cpu'")
     url = normalize_url(cfg.storage)
     check_storage(url)  # refused before anything runs
+    check_address(cfg.ray.address or os.environ.get("RAY_ADDRESS"))
     model, workload = load_workload(cfg)
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
@@ -156,7 +157,10 @@ def _stamp_mismatch(study: optuna.Study, plan: Plan) -> tuple[str, str] | None:
 def _stamp(study: optuna.Study, plan: Plan) -> None:
     """A new study records what it measures, and the file its workload was materialized to.
     `workload_hash` goes last: a study is stamped only once all of it is there."""
-    study.set_user_attr("workload_file", str(write_workload(plan.workload, plan.artifacts)))
+    try:
+        study.set_user_attr("workload_file", str(write_workload(plan.workload, plan.artifacts)))
+    except OSError as exc:  # a full disk: the study still runs (trials get the workload through Ray)
+        study.set_user_attr("workload_file_error", f"{plan.artifacts}: {exc.strerror or exc}")
     study.set_user_attr("workload", plan.workload.description)
     if plan.workload.notes:
         study.set_user_attr("workload_notes", list(plan.workload.notes))
@@ -247,16 +251,20 @@ def _resources(plan: Plan, params: dict | None = None) -> dict:
     return {"num_cpus": plan.cfg.ray.trial_cpus or os.cpu_count()}
 
 
-def run(plan: Plan, progress: Progress, runstate: RunState | None = None) -> tuple[optuna.Study, Plan]:
+def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
+        on_open=None) -> tuple[optuna.Study, Plan]:
     """Run the study to its budget; returns the study and the plan it ran (for the report;
     `--new-study` may have renamed it). Holds the storage's run-state (runstate.py) throughout:
-    one driver per storage, and what a dead driver left running is cleaned up first."""
+    one driver per storage, and what a dead driver left running is cleaned up first.
+    `on_open(study)` is called once the study is open, before any trial (the daemon stamps it)."""
     if runstate is None:
         with RunState(plan.storage_url, plan.cfg.artifacts_dir) as held:
             progress.recovery(held.acquire())
-            return run(plan, progress, held)
+            return run(plan, progress, held, on_open)
     plan = replace(plan, server_env=tuple(runstate.server_env().items()))
     study, plan = _open_study(plan)
+    if on_open is not None:
+        on_open(study)
     recovered = _recover(study, runstate.previous)
     _ensure_baseline(study, plan)
     progress.opened(plan, study, recovered)

