@@ -104,6 +104,7 @@ class Daemon:
         self.state.set(state="starting")
         self.server = StatusServer(self.state, host, port, token)  # refuses a public bind without a token
         self.url = normalize_url(cfg.storage)
+        self._seen: str | None = None  # the fingerprint of the last trace read
 
     # --- one generation ------------------------------------------------------------------------
     def _source(self) -> Path | None:
@@ -156,10 +157,17 @@ class Daemon:
                 while True:
                     study, plan = run(plan, progress, runstate, self._stamp(n, trigger, source, previous, warm, plan))
                     self._report(study, plan)
-                    trigger, source = self._watch(study, plan, source)
-                    previous, n = study.study_name, n + 1
-                    warm = warm_starts(study, self.d.warm_start)
-                    plan, dropped = self._plan(n, source, warm)
+                    self._seen = study.user_attrs.get("traffic_fingerprint")
+                    while True:  # until the next generation's plan is valid
+                        trigger, new_source = self._watch(study, plan, source)
+                        warm = warm_starts(study, self.d.warm_start)
+                        try:
+                            next_plan, dropped = self._plan(n + 1, new_source, warm)
+                            break
+                        except ConfigError as exc:  # e.g. the new traffic's prompts exceed the model
+                            self.state.set(last_error=str(exc))
+                            self.console.print(f"[red]not re-tuning[/] on {new_source}: {exc}")
+                    plan, source, previous, n = next_plan, new_source, study.study_name, n + 1
                     warm = [p for p in warm if p in plan.cfg.enqueue]
                     self.console.print(f"[bold]generation {n}[/]: {trigger}; study '{plan.cfg.study_name}', "
                                        f"{len(warm)} warm start(s) from '{previous}'")
@@ -192,7 +200,6 @@ class Daemon:
         """Wait until the traffic changes or the schedule says so; returns (trigger, the trace to tune on)."""
         shape = (drift.Shape.from_dict(study.user_attrs["traffic_shape"]) if "traffic_shape" in study.user_attrs
                  else drift.shape_of(plan.workload))
-        seen = study.user_attrs.get("traffic_fingerprint")
         started = study.user_attrs.get("generation_started", time.time())
         watch = {"source": str(source) if source else None, "last_check": None, "last_change": None}
         self.state.set(state="watching", running=None, watch=watch)
@@ -205,8 +212,8 @@ class Daemon:
                 return f"scheduled re-tune (every {self.d.retune_every_h:g} h)", (self._newest() or source)
             watch["last_check"] = now
             newest = self._newest()
-            if newest is not None and drift.fingerprint(newest) != seen:
-                seen = drift.fingerprint(newest)
+            if newest is not None and drift.fingerprint(newest) != self._seen:
+                self._seen = drift.fingerprint(newest)
                 try:
                     _, workload = load_workload(with_source(self.cfg, newest))
                 except ConfigError as exc:  # a bad trace is reported and skipped; the daemon keeps watching

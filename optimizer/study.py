@@ -159,8 +159,8 @@ def _stamp(study: optuna.Study, plan: Plan) -> None:
     `workload_hash` goes last: a study is stamped only once all of it is there."""
     try:
         study.set_user_attr("workload_file", str(write_workload(plan.workload, plan.artifacts)))
-    except OSError as exc:  # a full disk: the study still runs (trials get the workload through Ray)
-        study.set_user_attr("workload_file_error", f"{plan.artifacts}: {exc.strerror or exc}")
+    except OptimizerError as exc:  # a full disk: the study still runs (trials get the workload through Ray)
+        study.set_user_attr("workload_file_error", str(exc))
     study.set_user_attr("workload", plan.workload.description)
     if plan.workload.notes:
         study.set_user_attr("workload_notes", list(plan.workload.notes))

@@ -164,6 +164,6 @@ def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch
 
 def test_the_readme_lists_every_row():
     text = README.read_text()
-    missing = [c[0] for c in CASES if f"`error: {c[5]}`" not in text]
+    missing = [c[0] for c in CASES if f"`` error: {c[5]} ``" not in text]
     assert not missing, f"README troubleshooting table lacks (or words differently): {missing}"
     assert len(CASES) >= 15
