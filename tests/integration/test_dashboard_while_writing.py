@@ -43,7 +43,7 @@ def test_the_dashboard_reads_while_the_driver_writes(tmp_path):
         deadline = time.monotonic() + 60
         while True:
             try:
-                studies = _get(base)["studies"]
+                studies = _get(base)["study_summaries"]
                 break
             except OSError:
                 assert dash.poll() is None and time.monotonic() < deadline, dash.stderr.read()[-2000:]
@@ -71,7 +71,9 @@ def test_the_dashboard_reads_while_the_driver_writes(tmp_path):
         finally:
             stop.set()
             reader.join(timeout=30)
-        final = _get(f"{base}/{study_id}")
+        deadline = time.monotonic() + 60  # the dashboard caches trial lists for a few seconds
+        while len((final := _get(f"{base}/{study_id}"))["trials"]) < TRIALS and time.monotonic() < deadline:
+            time.sleep(0.5)
     finally:
         dash.terminate()
         dash.wait(timeout=30)
