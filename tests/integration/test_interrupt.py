@@ -58,4 +58,4 @@ def test_ctrl_c_stops_the_server_and_queues_the_trial_again(tmp_path):
     assert trials[0].state == optuna.trial.TrialState.FAIL
     assert trials[0].user_attrs["remedy"].startswith("interrupted")
     assert trials[1].state == optuna.trial.TrialState.WAITING
-    assert trials[1].user_attrs == {"baseline": True, "retry_of": 0}
+    assert trials[1].user_attrs == {"baseline": True, "retry_of": 0, "retry_reason": "interrupted"}
