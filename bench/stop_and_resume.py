@@ -127,7 +127,6 @@ def sigkill_round(work: Path, phase: str) -> dict:
         1 for p in ray if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE)
     t = time.monotonic()
     again = Daemon(work)
-    recovered = next((line for line in again.out.read_text().splitlines() if line.startswith("recovered after")), "")
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # the lost trial's retry (the next trial) has its server spawned
         r = again.running()
@@ -135,6 +134,7 @@ def sigkill_round(work: Path, phase: str) -> dict:
             break
         time.sleep(0.1)
     resumed = round(time.monotonic() - t, 1)
+    recovered = next((line for line in again.out.read_text().splitlines() if line.startswith("recovered after")), "")
     again.proc.send_signal(signal.SIGTERM)
     again.proc.wait(timeout=120)
     return {"resume_s": resumed, "left_by_dead_daemon": left, "recovery": recovered[:160]}

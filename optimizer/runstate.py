@@ -36,6 +36,7 @@ from .storage import sqlite_path
 
 STORAGE_TAG = "VLLM_OPTIMIZER_STORAGE"  # env var every trial server carries: this storage's digest
 RUN_TAG = "VLLM_OPTIMIZER_RUN"  # and the run (driver) that started it
+ORPHAN_STOP_S = 2.0  # SIGTERM -> SIGKILL for a dead run's server: no client waits on it
 
 
 def storage_digest(url: str) -> str:
@@ -153,7 +154,7 @@ class RunState:
                 groups.add(pgid)
         groups |= tagged_groups(self.digest)  # what the file had not heard of yet
         for pgid in sorted(groups):
-            terminate_group(pgid, timeout=10)
+            terminate_group(pgid, timeout=ORPHAN_STOP_S)
             rec.servers_killed.append(pgid)
         if (old or {}).get("driver", {}).get("host") == here:
             for proc_rec in old.get("ray_processes") or []:

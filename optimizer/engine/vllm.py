@@ -31,6 +31,7 @@ from .failures import LAUNCH_PREFIX, Failure, classify_startup
 DISK_EVIDENCE = "disk:"  # the evidence of an artifact write that failed (a full disk): infra, queued again
 
 HOST = "127.0.0.1"
+NOT_READY_STOP_S = 3.0  # SIGTERM -> SIGKILL for a server stopped before it was ready
 
 
 def free_port(host: str = HOST) -> int:
@@ -183,8 +184,11 @@ class VllmServer:
         t0 = time.monotonic()
         killed = False
         if self.proc is not None:
-            # start_new_session: the group id is the leader's pid
-            killed, leftovers = terminate_group(self.proc.pid, self.shutdown_timeout, self.proc)
+            # start_new_session: the group id is the leader's pid. A server that never became ready
+            # has nothing in flight to finish, and vLLM mid-start-up ignores SIGTERM for 10 s or
+            # more (measured: a stop signal then took 14 s to exit): SIGKILL it sooner.
+            grace = self.shutdown_timeout if self.state == "ready" else min(self.shutdown_timeout, NOT_READY_STOP_S)
+            killed, leftovers = terminate_group(self.proc.pid, grace, self.proc)
         else:
             leftovers = ()
         if self._log_file:
