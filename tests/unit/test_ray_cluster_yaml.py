@@ -1,0 +1,56 @@
+"""ray_cluster.yaml and ray_cluster.local.yaml against Ray's own cluster-launcher schema (the
+`ray-schema.json` shipped in the installed `ray` package) and the launcher's own config
+preparation, which also applies the provider's defaults and its cross-field rules."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import ray.autoscaler
+import yaml
+from ray.autoscaler._private.util import prepare_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+
+
+def _load(name: str) -> dict:
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["ray_cluster.yaml", "ray_cluster.local.yaml"])
+def test_the_launcher_accepts_it(name):
+    cfg = _load(name)
+    jsonschema.validate(cfg, SCHEMA)
+    validate_config(prepare_config(copy.deepcopy(cfg)))
+
+
+def test_the_cloud_cluster_has_a_cpu_head_and_named_gpu_workers():
+    cfg = _load("ray_cluster.yaml")
+    types = cfg["available_node_types"]
+    head = types[cfg["head_node_type"]]["resources"]
+    assert head.get("GPU", 0) == 0 and head["CPU"] > 0
+    gpu = [t["resources"] for name, t in types.items() if name != cfg["head_node_type"]]
+    assert gpu and all(r["GPU"] > 0 and any(k.startswith("gpu_") and v == r["GPU"] for k, v in r.items()) for r in gpu)
+
+
+@pytest.mark.parametrize("name", ["ray_cluster.yaml", "ray_cluster.local.yaml"])
+def test_it_installs_this_project_at_a_pinned_ray_and_turns_on_child_cleanup(name):
+    cfg = _load(name)
+    setup = " ".join(cfg["setup_commands"])
+    assert f"ray[default]=={ray.__version__}" in setup and "[gpu]" in setup
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        start = [c for c in cfg[key] if "ray start" in c]
+        assert start and all("RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true" in c for c in start)
+
+
+def test_the_on_prem_provider_rejects_node_types():
+    cfg = _load("ray_cluster.local.yaml")
+    assert "available_node_types" not in cfg and cfg["provider"]["head_ip"] and cfg["provider"]["worker_ips"]
+    bad = {**copy.deepcopy(cfg), "available_node_types": {"x": {"resources": {}, "node_config": {}}}, "head_node_type": "x"}
+    with pytest.raises(Exception, match="available_node_types is not supported"):
+        prepare_config(bad)
