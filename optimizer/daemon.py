@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -24,13 +25,14 @@ from rich.console import Console
 
 from . import confirm, drift, shutdown
 from .config import StudyConfig
-from .errors import ConfigError
+from .errors import ConfigError, OptimizerError
 from .report import print_report
 from .runstate import RunState
 from .status import StatusServer, StatusState
 from .statusfeed import StatusProgress
 from .storage import normalize_url, open_storage
 from .study import Plan, load_workload, prepare, run, space_mod
+from .workload.materialize import read_workload
 
 _GENERATION = re.compile(r"^(?P<base>.+)-g(?P<n>\d+)$")
 
@@ -125,6 +127,16 @@ class Daemon:
         cfg = cfg.model_copy(update={"enqueue": kept + list(cfg.enqueue)})
         return prepare(cfg), dropped
 
+    def _as_stamped(self, plan: Plan, attrs: dict) -> Plan:
+        """A resumed generation replays the workload it was stamped with, not its trace as it is now
+        (a trace appended to since is the same traffic: `_watch` decides that, not a refusal)."""
+        stored = attrs.get("workload_file")
+        if not stored or not Path(stored).exists() or attrs.get("workload_hash") == plan.workload.content_hash():
+            return plan
+        workload = read_workload(stored)
+        space = space_mod.resolve(plan.cfg, plan.device, plan.model, workload.longest_request())
+        return replace(plan, workload=workload, space=space)
+
     def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan):
         shape = drift.shape_of(plan.workload)
 
@@ -141,12 +153,14 @@ class Daemon:
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
+        prepare(with_source(self.cfg, self._source()))  # bad input is refused before the storage is read
         n, attrs = latest_generation(self.url, self.cfg.study_name) if self._storage_exists() else (1, {})
         source = Path(attrs["traffic_source"]) if attrs.get("traffic_source") else self._source()
         if source is not None and not source.exists():
             raise ConfigError(f"daemon: the trace {source} of study '{generation_name(self.cfg.study_name, n)}' "
                               "is gone; put it back, or pass --study-name NEW to start over")
-        plan, _ = self._plan(n, source, [])  # bad input is refused before anything binds or runs
+        plan, _ = self._plan(n, source, [])
+        plan = self._as_stamped(plan, attrs)
         self.server.start()  # a port in use is refused here (exit 2), before the run-state is taken
         self.console.print(f"status API on {self.server.url} (/healthz, /status, /metrics)")
         trigger, previous, warm = "start", None, []
@@ -164,8 +178,8 @@ class Daemon:
                         try:
                             next_plan, dropped = self._plan(n + 1, new_source, warm)
                             break
-                        except ConfigError as exc:  # e.g. the new traffic's prompts exceed the model
-                            self.state.set(last_error=str(exc))
+                        except OptimizerError as exc:  # the new traffic's prompts exceed the model, the
+                            self.state.set(last_error=str(exc))  # database is briefly down...: not yet
                             self.console.print(f"[red]not re-tuning[/] on {new_source}: {exc}")
                     plan, source, previous, n = next_plan, new_source, study.study_name, n + 1
                     warm = [p for p in warm if p in plan.cfg.enqueue]
@@ -212,8 +226,12 @@ class Daemon:
                 return f"scheduled re-tune (every {self.d.retune_every_h:g} h)", (self._newest() or source)
             watch["last_check"] = now
             newest = self._newest()
-            if newest is not None and drift.fingerprint(newest) != self._seen:
-                self._seen = drift.fingerprint(newest)
+            try:
+                seen = drift.fingerprint(newest) if newest is not None else self._seen
+            except OSError:  # rotated away between listing and reading: next poll
+                continue
+            if seen != self._seen:
+                self._seen = seen
                 try:
                     _, workload = load_workload(with_source(self.cfg, newest))
                 except ConfigError as exc:  # a bad trace is reported and skipped; the daemon keeps watching

@@ -87,12 +87,25 @@ def _env_of(pid: int) -> dict:
         return {}
 
 
+def _run_alive(run_id: str | None) -> bool:
+    """True if the driver a server's RUN_TAG names still runs on this host (never kill its servers)."""
+    try:
+        host, pid, _ = (run_id or "").split(":")
+        return host == socket.gethostname() and psutil.pid_exists(int(pid)) and int(pid) != os.getpid()
+    except ValueError:
+        return False
+
+
 def tagged_groups(digest: str, skip_run: str | None = None) -> set[int]:
-    """Process groups on this host led by a trial server of this storage (not of `skip_run`)."""
+    """Process groups on this host led by a trial server of this storage whose driver is gone
+    (not of `skip_run`, nor of a live driver: e.g. one started from another artifacts directory
+    on a database server, which this lock does not see)."""
     groups = set()
     for p in psutil.process_iter(["pid"]):
         env = _env_of(p.info["pid"])
         if env.get(STORAGE_TAG) != digest or (skip_run and env.get(RUN_TAG) == skip_run):
+            continue
+        if _run_alive(env.get(RUN_TAG)):
             continue
         try:
             groups.add(os.getpgid(p.info["pid"]))

@@ -276,9 +276,8 @@ def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
         while finished_count(study) < plan.cfg.n_trials:
             shutdown.check()
             state, failure = _run_one(study, plan, board, progress, runstate)
-            if is_disk_failure(failure):
-                _wait_for_disk(plan, progress)
-                continue  # not the machine failing trials: the disk, now freed
+            if is_disk_failure(failure) and _wait_for_disk(plan, progress):
+                continue  # the disk was full and is freed: not the machine failing trials
             infra_in_a_row = infra_in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
             if infra_in_a_row >= MAX_CONSECUTIVE_INFRA:
                 raise OptimizerError(f"{infra_in_a_row} trials in a row failed for reasons outside the "
@@ -288,16 +287,19 @@ def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
     return study, plan
 
 
-def _wait_for_disk(plan: Plan, progress: Progress) -> None:
-    """After a trial failed on a full disk: wait (showing why) until the artifacts directory takes writes."""
+def _wait_for_disk(plan: Plan, progress: Progress) -> bool:
+    """After a trial failed on a full disk: wait (showing why) until the artifacts directory takes
+    writes; True if it had to. False when it takes writes here already: the trial's node (its log
+    is written where the task runs) is the one refusing, and that counts as an infra failure."""
     why = writable(plan.artifacts)
     if why is None:
-        return
+        return False
     progress.waiting_disk(plan.artifacts, why)
     while (why := writable(plan.artifacts)) is not None:
         shutdown.sleep(DISK_POLL_S)
         progress.heartbeat()
     progress.disk_back(plan.artifacts)
+    return True
 
 
 def _confirmation_pending(study: optuna.Study, plan: Plan) -> bool:
@@ -337,11 +339,11 @@ def _run_task(spec: TrialSpec, plan: Plan, board, progress: Progress, runstate: 
         with shutdown.polling():
             while True:
                 ready, _ = ray.wait([ref], timeout=1.0)
+                if ready:
+                    return ray.get(ref)  # finished: a stop signal now must not throw it away
                 shutdown.check()
                 progress.phase(spec.number, _phase(board, spec.number, "queued"), time.monotonic() - started)
                 _note_server(board, spec.number, key, runstate, plan)
-                if ready:
-                    return ray.get(ref)
     except ray.exceptions.RayError as exc:
         _stop_task(ref, plan, board, spec.number, runstate, key)
         return lost_trial_result(spec.number, exc, _phase(board, spec.number))
@@ -466,7 +468,8 @@ def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, b
     with shutdown.polling():
         while True:
             ready, _ = ray.wait([ref], timeout=0.5)  # also how soon a stage's verdict goes back
-            shutdown.check()
+            if not ready:  # once finished, a stop signal must not throw the measurement away
+                shutdown.check()
             progress.phase(trial.number, _phase(board, trial.number, "queued"), time.monotonic() - started)
             if objective is not None:
                 _judge_checkpoints(board, trial, objective, best, progress, margin)

@@ -7,9 +7,12 @@ import json
 import math
 import os
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from optimizer.artifacts import is_disk_failure, writable, write_result
 from optimizer.engine.failures import Failure
@@ -128,3 +131,23 @@ def test_a_full_disk_under_the_run_state_does_not_stop_the_driver(mounted):
         assert rs.servers() == {} and rs.unwritten  # kept in memory, and it says the write failed
     finally:
         rs.release()
+
+
+def test_the_driver_waits_for_space_only_when_its_own_disk_is_full(mounted, monkeypatch):
+    """study._wait_for_disk: False at once when the artifacts dir takes writes (the trial's node
+    refused: counted as infra by the caller), True after waiting out a full disk."""
+    from types import SimpleNamespace
+
+    from optimizer import study as study_mod
+    from optimizer.progress import Progress
+
+    monkeypatch.setattr(study_mod, "DISK_POLL_S", 0.1)
+    plan = SimpleNamespace(artifacts=mounted / "study")
+    progress = Progress(Console(file=open(os.devnull, "w")))
+    assert study_mod._wait_for_disk(plan, progress) is False
+    _fill(mounted)
+    freed = threading.Timer(0.5, lambda: (mounted / "filler").unlink())
+    freed.start()
+    t = time.monotonic()
+    assert study_mod._wait_for_disk(plan, progress) is True
+    assert 0.4 < time.monotonic() - t < 5

@@ -9,6 +9,7 @@ import pytest
 
 from optimizer import confirm
 from optimizer.config import build_config
+from optimizer.errors import ConfigError
 from optimizer.daemon import generation_name, latest_generation, warm_starts, with_source
 from optimizer.runstate import RunState
 from optimizer.storage import open_storage
@@ -191,3 +192,31 @@ def test_a_retry_for_another_reason_lost_with_the_driver_is_queued_again(url):
 def _study_again(url, name: str) -> optuna.Study:
     """The study as a new driver loads it (a fresh storage object on the same file)."""
     return optuna.load_study(study_name=name, storage=open_storage(url))
+
+
+def test_a_resumed_generation_replays_its_stamped_workload_though_its_trace_grew(tmp_path, tiny_model):
+    """A watched trace appended to while the daemon was down: the restart resumes the same study
+    (the watch, not the stamp check, decides whether the traffic changed)."""
+    from optimizer.config import build_config
+    from optimizer.daemon import Daemon
+    from optimizer.study import _open_study, prepare
+
+    trace = tmp_path / "t.jsonl"
+    rows = [json.dumps({"timestamp": i / 4, "input_tokens": 50 + i, "output_tokens": 8}) for i in range(12)]
+    trace.write_text("\n".join(rows) + "\n")
+    cfg = build_config({"study_name": "grow", "storage": f"sqlite:///{tmp_path / 'trials.db'}",
+                        "artifacts_dir": str(tmp_path / "artifacts"), "model": {"path": str(tiny_model)},
+                        "space": {"max-num-seqs": {"low": 4, "high": 8}},
+                        "workload": {"scenario": "trace", "path": str(trace), "warmup_requests": 0}})
+    study, plan = _open_study(prepare(cfg))
+    with open(trace, "a") as f:
+        f.write(json.dumps({"timestamp": 3.0, "input_tokens": 70, "output_tokens": 8}) + "\n")
+    grown = prepare(cfg)
+    assert grown.workload.content_hash() != plan.workload.content_hash()
+    with pytest.raises(ConfigError, match="another workload"):
+        _open_study(grown)  # what a restart did before
+    daemon = Daemon(cfg, None, "127.0.0.1", 0, None)
+    resumed = daemon._as_stamped(grown, dict(study.user_attrs))
+    assert resumed.workload.content_hash() == plan.workload.content_hash()
+    again, _ = _open_study(resumed)
+    assert again.study_name == "grow"

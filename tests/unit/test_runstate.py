@@ -255,3 +255,21 @@ def test_servers_are_recorded_atomically_and_the_file_always_parses(url, tmp_pat
     assert rs.path.stat().st_mtime_ns == mtime
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
     rs.release()
+
+
+def test_a_server_whose_driver_still_runs_is_never_killed(url, tmp_path, spawned):
+    """A live driver on the same storage that this lock does not see (another artifacts dir on a
+    database server): its server is left alone; once that driver is gone, it is reaped."""
+    digest = storage_digest(url)
+    driver = _spawn(spawned, session=True)
+    server = _spawn(spawned, tags={STORAGE_TAG: digest, RUN_TAG: f"{socket.gethostname()}:{driver.pid}:1.0"})
+    rs = RunState(url, tmp_path / "artifacts")
+    assert rs.acquire().servers_killed == []
+    rs.release()
+    assert not _gone(server.pid)
+    _kill(driver.pid)
+    driver.wait(timeout=5)
+    rs = RunState(url, tmp_path / "artifacts")
+    assert rs.acquire().servers_killed == [server.pid]
+    rs.release()
+    _until(lambda: _gone(server.pid))
