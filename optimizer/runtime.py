@@ -7,6 +7,7 @@ tasks with `max_retries=0`: the driver decides what to retry, so no trial runs t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -39,6 +40,19 @@ def reap_server(board, number: int, timeout: float = 10.0) -> bool:
 
 
 run_trial = ray.remote(max_retries=0)(remote_trial)
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set in a `ray job submit` entrypoint's environment (measured, ray 2.60)
+
+
+def job_working_dir() -> bool:
+    """True when this process is a Ray job's entrypoint run from an uploaded `--working-dir`: its
+    working directory is then a temporary copy under /tmp/ray/.../working_dir_files, gone with the job."""
+    raw = os.environ.get(JOB_CONFIG_ENV)
+    if not raw:
+        return False
+    try:
+        return bool(json.loads(raw).get("runtime_env", {}).get("working_dir"))
+    except (ValueError, AttributeError):
+        return True  # a job whose config we cannot read: assume the worst
 _HOST_PORT = re.compile(r"^(?:ray://)?\[?([^\]/]+?)\]?:(\d+)$")
 
 

@@ -34,8 +34,14 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database).expanduser().resolve()
 
 
-def normalize_url(url: str) -> str:
-    """The URL with a SQLite path made absolute; other URLs unchanged."""
+def normalize_url(url: str, in_job: bool = False) -> str:
+    """The URL with a SQLite path made absolute; other URLs unchanged. In a Ray job run from an
+    uploaded working directory (`in_job`), a relative SQLite path is refused: it would land in
+    that temporary copy and be deleted with the job (FACTS.md)."""
+    if in_job and url.startswith("sqlite") and not url.startswith("sqlite:////") and ":memory:" not in url:
+        raise StorageError(f"storage '{url}' is a relative SQLite path, and this runs as a Ray job whose working "
+                           "directory is a temporary copy deleted with the job; pass an absolute path "
+                           "(--storage sqlite:////data/trials.db) or a database URL (postgresql://...)")
     path = sqlite_path(url)
     return f"sqlite:///{path}" if path else url
 

@@ -35,7 +35,7 @@ from .ratesearch import nominal_rate
 from .slo import describe as describe_slos, parse_slos
 from .board import TrialBoard
 from .runstate import RunState
-from .runtime import check_address, ray_runtime, reap_server, run_trial
+from .runtime import check_address, job_working_dir, ray_runtime, reap_server, run_trial
 from .storage import check_storage, normalize_url, open_storage
 from .tinymodel import write_tiny_model
 from .trial import TrialSpec, lost_trial_result
@@ -82,7 +82,7 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     device = detect(cfg.engine.device)
     if cfg.engine.device == "gpu" and device.kind != "gpu":
         raise ConfigError("engine.device: 'gpu' asked for but nvidia-smi sees no GPU; use 'auto' or 'cpu'")
-    url = normalize_url(cfg.storage)
+    url = normalize_url(cfg.storage, in_job=job_working_dir())
     check_storage(url)  # refused before anything runs
     check_address(cfg.ray.address or os.environ.get("RAY_ADDRESS"))
     model, workload = load_workload(cfg)

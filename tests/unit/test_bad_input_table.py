@@ -89,6 +89,10 @@ CASES = [
      lambda d: _study_db(d, objective="latency:ttft_p95", workload_hash="0" * 64, model="/m"),
      "study 'tune' was run with another objective (latency:ttft_p95); pass --new-study to start a separate study "
      "(the old one is kept), or --study-name NEW"),
+    ("relative-db-in-a-ray-job", "a relative SQLite path in a Ray job", SPACE, ["--storage", "sqlite:///trials.db"],
+     "job", "storage 'sqlite:///trials.db' is a relative SQLite path, and this runs as a Ray job whose working "
+     "directory is a temporary copy deleted with the job; pass an absolute path (--storage sqlite:////data/trials.db) "
+     "or a database URL (postgresql://...)"),
     ("storage-in-use", "a second driver on the same storage", SPACE, ["--storage", "sqlite:///trials.db"], "lock",
      "storage sqlite:///<dir>/trials.db is in use by another driver (pid <pid> on <host>); stop it first, or pass "
      "--storage with another database"),
@@ -133,6 +137,8 @@ def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch
     if setup == "lock":
         holder = RunState(f"sqlite:///{tmp_path / 'trials.db'}", tmp_path / "artifacts")
         holder.acquire()
+    elif setup == "job":  # what `ray job submit --working-dir .` puts in the entrypoint's environment
+        monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"runtime_env": {"working_dir": "gcs://_ray_pkg_0123"}}')
     elif setup == "port":
         held = socket.socket()
         held.bind(("127.0.0.1", 0))

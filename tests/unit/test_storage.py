@@ -68,3 +68,14 @@ def test_directory_given_as_the_database_is_a_storage_error(tmp_path):
     (tmp_path / "studies").mkdir()
     with pytest.raises(StorageError):
         open_storage(f"sqlite:///{tmp_path / 'studies'}")
+
+
+def test_a_ray_job_takes_an_absolute_sqlite_path_or_a_server_url_but_not_a_relative_path(tmp_path):
+    from optimizer.errors import StorageError
+    from optimizer.storage import normalize_url
+
+    assert normalize_url(f"sqlite:///{tmp_path}/t.db", in_job=True) == f"sqlite:///{tmp_path}/t.db"
+    assert normalize_url("postgresql://u:p@h/db", in_job=True) == "postgresql://u:p@h/db"
+    with pytest.raises(StorageError, match="relative SQLite path"):
+        normalize_url("sqlite:///trials.db", in_job=True)
+    assert normalize_url("sqlite:///trials.db").startswith("sqlite:////")  # outside a job: made absolute
