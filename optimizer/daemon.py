@@ -26,11 +26,11 @@ from rich.console import Console
 from . import confirm, drift, shutdown
 from .config import StudyConfig
 from .errors import ConfigError, OptimizerError
-from .report import print_report
+from .report import feasible, print_report
 from .runstate import RunState
 from .status import StatusServer, StatusState
 from .statusfeed import StatusProgress
-from .storage import normalize_url, open_storage
+from .storage import normalize_url, open_storage, sqlite_path
 from .study import Plan, load_workload, prepare, run, space_mod
 from .workload.materialize import read_workload
 
@@ -64,8 +64,7 @@ def warm_starts(study: optuna.Study, k: int) -> list[dict]:
     best feasible COMPLETE trials; distinct parameter sets only."""
     if k <= 0 or len(study.directions) > 1:
         return []
-    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if all(v <= 0 for v in (t.constraints or {}).values())]
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if feasible(t)]
     done.sort(key=lambda t: t.value, reverse=study.direction == optuna.study.StudyDirection.MAXIMIZE)
     winner = confirm.current_winner(study)
     if winner is not None:
@@ -153,13 +152,15 @@ class Daemon:
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
-        prepare(with_source(self.cfg, self._source()))  # bad input is refused before the storage is read
+        newest = self._source()
+        plan = prepare(with_source(self.cfg, newest))  # bad input is refused before the storage is read
         n, attrs = latest_generation(self.url, self.cfg.study_name) if self._storage_exists() else (1, {})
-        source = Path(attrs["traffic_source"]) if attrs.get("traffic_source") else self._source()
+        source = Path(attrs["traffic_source"]) if attrs.get("traffic_source") else newest
         if source is not None and not source.exists():
             raise ConfigError(f"daemon: the trace {source} of study '{generation_name(self.cfg.study_name, n)}' "
                               "is gone; put it back, or pass --study-name NEW to start over")
-        plan, _ = self._plan(n, source, [])
+        if n > 1 or source != newest:  # a later generation, or another trace: its own plan
+            plan, _ = self._plan(n, source, [])
         plan = self._as_stamped(plan, attrs)
         self.server.start()  # a port in use is refused here (exit 2), before the run-state is taken
         self.console.print(f"status API on {self.server.url} (/healthz, /status, /metrics)")
@@ -199,8 +200,6 @@ class Daemon:
             self.server.stop()
 
     def _storage_exists(self) -> bool:
-        from .storage import sqlite_path
-
         path = sqlite_path(self.url)
         return path is None or path.exists()
 

@@ -76,7 +76,7 @@ def savings(study: optuna.Study) -> dict:
                                     + probe_saved, 1)}
 
 
-def _feasible(t: optuna.trial.FrozenTrial) -> bool:
+def feasible(t: optuna.trial.FrozenTrial) -> bool:
     return all(v <= 0 for v in (t.constraints or {}).values())
 
 
@@ -87,7 +87,7 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
     if not complete:
         return Summary(None, base, None, None, None, savings=saved)
     if len(study.directions) > 1:
-        front = tuple(t for t in study.best_trials if _feasible(t))
+        front = tuple(t for t in study.best_trials if feasible(t))
         if not front:
             return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
         path = _write(artifacts / "pareto_front.yaml",
@@ -122,7 +122,7 @@ def _value(t: optuna.trial.FrozenTrial) -> str:
     if t.values is None:
         return ""
     text = " / ".join(f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}" for v in t.values)
-    return text + ("" if _feasible(t) else " (SLOs missed)")
+    return text + ("" if feasible(t) else " (SLOs missed)")
 
 
 def print_report(study: optuna.Study, model: str, artifacts: Path, objective, console: Console) -> Summary:
@@ -176,7 +176,7 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
         console.print(f"Baseline (trial {s.baseline.number}) scored {s.baseline.value:.2f} {objective.unit}: "
                       "no ratio to report (it carried no load within the SLOs).")
     else:
-        missed = "" if _feasible(s.baseline) else " [red](the baseline misses the SLOs)[/]"
+        missed = "" if feasible(s.baseline) else " [red](the baseline misses the SLOs)[/]"
         console.print(f"Gain over baseline (trial {s.baseline.number}, {s.baseline.value:.2f} {objective.unit}): "
                       f"{s.gain:.2f}x{missed}")
     console.print(f"Deploy with:\n  {s.command}")

@@ -96,14 +96,14 @@ def _run_alive(run_id: str | None) -> bool:
         return False
 
 
-def tagged_groups(digest: str, skip_run: str | None = None) -> set[int]:
+def tagged_groups(digest: str) -> set[int]:
     """Process groups on this host led by a trial server of this storage whose driver is gone
-    (not of `skip_run`, nor of a live driver: e.g. one started from another artifacts directory
-    on a database server, which this lock does not see)."""
+    (never a live driver's: e.g. one started from another artifacts directory on a database
+    server, which this lock does not see)."""
     groups = set()
     for p in psutil.process_iter(["pid"]):
         env = _env_of(p.info["pid"])
-        if env.get(STORAGE_TAG) != digest or (skip_run and env.get(RUN_TAG) == skip_run):
+        if env.get(STORAGE_TAG) != digest:
             continue
         if _run_alive(env.get(RUN_TAG)):
             continue
@@ -204,6 +204,12 @@ class RunState:
 
     def servers(self) -> dict:
         return dict(self._record.get("servers", {}))
+
+    def reap(self, key: str, timeout: float = 5.0) -> None:
+        """Kill the recorded server's process group if it runs on this host (the board is gone)."""
+        where = self.servers().get(key)
+        if where and where["host"] == socket.gethostname():
+            terminate_group(where["pgid"], timeout)
 
     def release(self) -> None:
         """A clean exit: the file goes, then the lock."""

@@ -12,7 +12,7 @@ import optuna
 from sqlalchemy.engine import make_url
 
 from .progress import Progress
-from .report import serve_command
+from .report import feasible, serve_command
 from .status import StatusState, TRIAL_STATES
 
 
@@ -33,12 +33,11 @@ def best_of(study: optuna.Study, objective, model: str) -> dict | None:
     """The best feasible trial so far as the status API shows it (None for Pareto or none yet)."""
     if getattr(objective, "multi", False):
         return None
-    feasible = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                if all(v <= 0 for v in (t.constraints or {}).values())]
-    if not feasible:
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if feasible(t)]
+    if not done:
         return None
     pick = max if objective.direction == "maximize" else min
-    t = pick(feasible, key=lambda t: t.value)
+    t = pick(done, key=lambda t: t.value)
     value = t.value
     return {"number": t.number, "value": value, "objective": objective.name, "metric": objective.metric,
             "unit": objective.unit, "direction": objective.direction,

@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import os
-import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,7 +40,6 @@ from .tinymodel import write_tiny_model
 from .trial import TrialSpec, lost_trial_result
 from .workload import Vocabulary, Workload, build_workload
 from .workload.materialize import write_workload
-from .engine.vllm import terminate_group
 
 MAX_CONSECUTIVE_INFRA = 3
 STOP_GRACE_S = 10  # on a stop signal: how long the trial may take to stop its server before the driver kills it
@@ -416,9 +414,7 @@ def _stop_task(ref, plan: Plan, board, number: int, runstate: RunState, key: str
     died, or a server slower to stop than `grace`): through the board, else the run-state's record."""
     _cancel(ref, plan, grace)
     if not reap_server(board, number, timeout=5):
-        where = runstate.servers().get(key)
-        if where and where["host"] == socket.gethostname():
-            terminate_group(where["pgid"], timeout=5)
+        runstate.reap(key)
 
 
 def _note_server(board, number: int, key: str, runstate: RunState, plan: Plan) -> dict | None:
