@@ -91,7 +91,12 @@ class EarlyStopSpec(_Strict):
 
 class RaySpec(_Strict):
     address: str | None = Field(None, description="join this cluster; none starts an embedded local Ray")
-    trial_cpus: int | None = Field(None, ge=1, description="CPUs each trial asks Ray for (default: all)")
+    trial_cpus: int | None = Field(None, ge=1, description="CPUs each trial asks Ray for (default: all "
+                                   "on CPU, divided among `parallel` trials; 1 on GPU)")
+    parallel: int | None = Field(None, ge=1, le=256, description="trials at once (default: as many as the "
+                                 "cluster's GPUs fit on GPU, 1 on CPU); never more than the cluster has")
+    gpu_model: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", description="a custom Ray "
+                                  "resource naming the GPU model (e.g. gpu_h100) every trial asks for")
 
 
 class ConfirmSpec(_Strict):

@@ -13,6 +13,7 @@ from .device import GIB
 from .earlystop import best_feasible
 from .outcome import finished_count
 from .slo import describe as describe_slos, holds as slo_holds
+from .storage import masked
 
 
 def best_line(study: optuna.Study, objective) -> str | None:
@@ -37,12 +38,24 @@ class Progress:
         self.console = console or Console(highlight=False)
         self._phase: dict[int, str] = {}
         self._best: str = "none yet"
+        self.tagged = False  # several trials run at once: their phase and stage lines name the trial
+
+    def _who(self, number: int) -> str:
+        return f"trial {number} " if self.tagged else ""
+
+    def slots(self, planned) -> None:
+        """How many trials run at once (slots.py), said when it is more than one or capped."""
+        if planned.count > 1:
+            asks = ", ".join(f"{k}={v:g}" for k, v in planned.request.items())
+            self.console.print(f"  {planned.count} trials at once (each asks Ray for {asks})")
+        if planned.warning:
+            self.console.print(f"  [yellow]warning[/]: {planned.warning}")
 
     def opened(self, plan, study: optuna.Study, recovered: int) -> None:
         c, cfg = self.console, plan.cfg
         self._best = best_line(study, plan.objective) or "none yet"  # a daemon opens several studies
         done = finished_count(study)
-        c.print(f"[bold]Study '{cfg.study_name}'[/] in {plan.storage_url}: {done} of {cfg.n_trials} trials done")
+        c.print(f"[bold]Study '{cfg.study_name}'[/] in {masked(plan.storage_url)}: {done} of {cfg.n_trials} trials done")
         c.print(f"  model {plan.model.source} ({plan.model.layers} layers, "
                 f"{plan.model.kv_bytes_per_token() // 1024} KiB KV/token), device {plan.device.kind}"
                 + (f", node memory {plan.device.memory.total / GIB:.1f} GiB "
@@ -95,7 +108,7 @@ class Progress:
     def phase(self, number: int, phase: str, elapsed: float) -> None:
         if self._phase.get(number) != phase:
             self._phase[number] = phase
-            self.console.print(f"  {elapsed:5.0f}s  {phase}   (best so far: {self._best})")
+            self.console.print(f"  {self._who(number)}{elapsed:5.0f}s  {phase}   (best so far: {self._best})")
 
     def confirming(self, top: int, repeats: int) -> None:
         self.console.print(f"[bold]Re-measuring[/] the {top} best configuration(s) {repeats} more time(s) each "
@@ -121,7 +134,7 @@ class Progress:
 
     def checkpoint(self, number: int, step: int, value: float | None, objective, stop: str) -> None:
         shown = f"{value:.1f} {objective.unit}" if value is not None else "-"
-        self.console.print(f"        stage {step}: {objective.metric} so far {shown}"
+        self.console.print(f"        {self._who(number)}stage {step}: {objective.metric} so far {shown}"
                            + (f" -> [yellow]stop[/]: {stop}" if stop else ""))
 
     def trial_done(self, study: optuna.Study, number: int, result, state, objective) -> None:
@@ -140,12 +153,12 @@ class Progress:
             if objective.slos and objective.mode == "replay":
                 feasible = " [green](SLOs hold)[/]" if slo_holds(objective.slos, m) else " [red](SLOs missed)[/]"
             self.console.print(
-                f"  [green]COMPLETE[/] {objective.metric}={shown} {objective.unit}{feasible} | {extra}"
+                f"  {self._who(number)}[green]COMPLETE[/] {objective.metric}={shown} {objective.unit}{feasible} | {extra}"
                 f"{m['output_throughput']:.0f} tok/s, p95 TTFT {m['ttft_ms_p95']:.0f} ms, "
                 f"p95 TPOT {m['tpot_ms_p95']:.1f} ms, errors {m['error_rate']:.0%} | {times}")
         else:
             f = result.failure
-            self.console.print(f"  [yellow]{state.name}[/] {f.kind}: {f.evidence[:240]}")
+            self.console.print(f"  {self._who(number)}[yellow]{state.name}[/] {f.kind}: {f.evidence[:240]}")
             saved = result.early_stop.get("saved_s") if result.early_stop else None
             self.console.print(f"    remedy: {f.remedy} | {times}" + (f", ~{saved:.0f}s of replay saved" if saved else ""))
         self._best = best_line(study, objective) or self._best

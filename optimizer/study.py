@@ -22,7 +22,7 @@ import ray
 
 from objectives import get_objective
 
-from . import confirm, earlystop, outcome, precheck, shutdown, space as space_mod
+from . import confirm, earlystop, outcome, precheck, shutdown, slots as slots_mod, space as space_mod
 from .artifacts import is_disk_failure, writable, write_result
 from .outcome import finished_count
 from .config import StudyConfig
@@ -214,16 +214,19 @@ def _trial_params(trial: optuna.Trial, plan: Plan) -> dict:
     return space_mod.suggest(trial, plan.space)
 
 
-def _spec(trial: optuna.Trial, plan: Plan, params: dict) -> TrialSpec:
+def _spec(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:
     # The baseline always runs in full: the gain is measured against it.
     spec = make_spec(trial.number, plan, params, f"trial-{trial.number}",
-                     early_stop=not trial.user_attrs.get("baseline"))
+                     early_stop=not trial.user_attrs.get("baseline"), best=best)
     trial.set_user_attr("vllm_args", list(spec.vllm_args))
     return spec
 
 
-def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: bool = True) -> TrialSpec:
-    """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/)."""
+def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: bool = True,
+              best: float | None = None) -> TrialSpec:
+    """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/).
+    With early stop on, the trial judges its stages itself against `best` (the best feasible value
+    when it starts) as well as hearing the driver's verdicts."""
     args = space_mod.to_cli_args(params) + space_mod.engine_args_for(params, plan.device.kind) + plan.fixed_args()
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
     env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}
@@ -239,14 +242,44 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
         stages=es.stages if stopping and not plan.objective.multi else 0,
         stop_on_slo=stopping and not plan.objective.multi,  # a Pareto trial always runs to its end
         max_probes=search.max_probes, rel_tol=search.rel_tol, low_share=search.low_share,
+        judge=plan.objective if stopping and not plan.objective.multi and best is not None else None,
+        best=best, margin=es.margin,
     )
 
 
+def _request(plan: Plan, params: dict | None = None) -> dict:
+    """What one trial asks Ray for (slots.py): on GPU one GPU per tensor-parallel rank (untested on a
+    GPU), plus the GPU model's custom resource when named; on CPU the cores, shared among the
+    `parallel` trials."""
+    rc = plan.cfg.ray
+    if plan.device.kind == "gpu":
+        return slots_mod.request("gpu", rc.trial_cpus or 1, int((params or {}).get("tensor-parallel-size", 1)),
+                                 rc.gpu_model)
+    return slots_mod.request("cpu", rc.trial_cpus or max(1, (os.cpu_count() or 1) // (rc.parallel or 1)))
+
+
 def _resources(plan: Plan, params: dict | None = None) -> dict:
-    if plan.device.kind == "gpu":  # untested on a GPU: one GPU per tensor-parallel rank
-        return {"num_cpus": plan.cfg.ray.trial_cpus or 1,
-                "num_gpus": int((params or {}).get("tensor-parallel-size", 1))}
-    return {"num_cpus": plan.cfg.ray.trial_cpus or os.cpu_count()}
+    return slots_mod.ray_options(_request(plan, params))
+
+
+def _largest_request(plan: Plan) -> dict:
+    """The biggest trial the space can ask for (the largest tensor-parallel-size it may pick)."""
+    tps = [1]
+    for d in plan.space.dims:
+        if d.knob.name == "tensor-parallel-size":
+            tps += [int(c) for c in d.choices or ()] + [int(x) for x in (d.low, d.high) if x is not None]
+    tps.append(int(_baseline_params(plan).get("tensor-parallel-size", 1)))
+    return _request(plan, {"tensor-parallel-size": max(tps)})
+
+
+def _plan_slots(plan: Plan, progress: Progress) -> slots_mod.Slots:
+    """How many trials run at once, from the cluster Ray reports; refuses a trial no node can run."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    where = f"the cluster at {plan.cfg.ray.address}" if plan.cfg.ray.address else "the embedded local Ray"
+    slots_mod.check_fits(nodes, _largest_request(plan), where)
+    planned = slots_mod.plan_slots(plan.cfg.ray.parallel, plan.device.kind, nodes, _request(plan))
+    progress.slots(planned)
+    return planned
 
 
 def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
@@ -270,19 +303,55 @@ def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
         return study, plan
     with ray_runtime(plan.cfg.ray.address, on_start=runstate.record_ray):
         board = TrialBoard.remote()
-        infra_in_a_row = 0
-        while finished_count(study) < plan.cfg.n_trials:
-            shutdown.check()
-            state, failure = _run_one(study, plan, board, progress, runstate)
-            if is_disk_failure(failure) and _wait_for_disk(plan, progress):
-                continue  # the disk was full and is freed: not the machine failing trials
-            infra_in_a_row = infra_in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
-            if infra_in_a_row >= MAX_CONSECUTIVE_INFRA:
-                raise OptimizerError(f"{infra_in_a_row} trials in a row failed for reasons outside the "
-                                     "configuration (failure_kind infra or replay_invalid); fix the machine and re-run to resume")
+        _run_trials(study, plan, board, progress, runstate, _plan_slots(plan, progress).count)
         if _confirmation_pending(study, plan):
             _confirm(study, plan, board, progress, runstate)
     return study, plan
+
+
+def _run_trials(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState, slots: int) -> None:
+    """Keep up to `slots` trials running until the budget of finished trials is reached. TPE's
+    constant liar keeps trials started side by side apart. A stop signal stops every running
+    trial's server and tells them FAIL `interrupted` (queued again)."""
+    running: list[_Running] = []
+    infra_in_a_row = 0
+    progress.tagged = slots > 1  # several trials' lines interleave: each says whose it is
+    try:
+        with shutdown.polling():
+            while True:
+                shutdown.check()
+                while len(running) < slots and finished_count(study) + len(running) < plan.cfg.n_trials:
+                    slot = min(set(range(slots)) - {r.slot for r in running})
+                    launched = _launch(study, plan, board, progress, runstate, len(running), _cpu_bind(plan, slot, slots))
+                    if isinstance(launched, _Running):
+                        running.append(launched)
+                    else:
+                        infra_in_a_row = _count_infra(launched, infra_in_a_row, plan, progress)
+                if not running:
+                    return
+                for r, result in _poll(running, plan, board, progress, runstate, study):
+                    running.remove(r)
+                    infra_in_a_row = _count_infra(_finish(study, plan, r, result, progress),
+                                                  infra_in_a_row, plan, progress)
+    except BaseException as exc:  # a stop signal (KeyboardInterrupt), a broken pipe, too many infra failures
+        _stop_all(running, plan, board, runstate)
+        for r in running:
+            outcome.tell_infra(study, r.trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
+            queue_again(study, r.trial, always=True, reason="interrupted")
+        raise
+
+
+def _count_infra(told: tuple, in_a_row: int, plan: Plan, progress: Progress) -> int:
+    """Three trials in a row failing for reasons outside their configuration stop the study; a full
+    artifacts disk that frees up again is waited out instead."""
+    state, failure = told
+    if is_disk_failure(failure) and _wait_for_disk(plan, progress):
+        return in_a_row  # the disk was full and is freed: not the machine failing trials
+    in_a_row = in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
+    if in_a_row >= MAX_CONSECUTIVE_INFRA:
+        raise OptimizerError(f"{in_a_row} trials in a row failed for reasons outside the "
+                             "configuration (failure_kind infra or replay_invalid); fix the machine and re-run to resume")
+    return in_a_row
 
 
 def _wait_for_disk(plan: Plan, progress: Progress) -> bool:
@@ -352,13 +421,48 @@ def _run_task(spec: TrialSpec, plan: Plan, board, progress: Progress, runstate: 
         runstate.remove_server(key)
 
 
-def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress,
-             runstate: RunState) -> tuple[optuna.trial.TrialState, object]:
-    """One trial, asked, run and told; returns its state and failure (None if it measured)."""
+@dataclass
+class _Running:
+    """A trial whose task runs: what the driver needs to watch it and tell its outcome."""
+
+    trial: optuna.Trial
+    ref: object  # the Ray task's ObjectRef
+    key: str  # its board / run-state key
+    spec: TrialSpec
+    params: dict
+    device: Device
+    best: float | None  # the best feasible value when it started (what it is judged against)
+    started: float
+    slot: int = 0  # which of the parallel slots it holds (its CPU cores on CPU)
+
+
+def _cpu_bind(plan: Plan, slot: int, slots: int) -> tuple[int, str]:
+    """(slot, cores) for a CPU trial running beside others on the embedded Ray: its own share of
+    this machine's cores for vLLM's worker (VLLM_CPU_OMP_THREADS_BIND). vLLM's own "auto" binds
+    every server's worker to the same first core (measured: affinity 0 with 2 cores), so two
+    side by side would share one core and leave the other idle. '' when vLLM should choose."""
+    if (slots < 2 or plan.device.kind != "cpu" or plan.cfg.ray.address
+            or "VLLM_CPU_OMP_THREADS_BIND" in plan.cfg.engine.env):
+        return slot, ""
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // slots)
+    mine = cores[slot * share:(slot + 1) * share] or cores[-share:]
+    return slot, ",".join(str(c) for c in mine)
+
+
+def _launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState,
+            running: int, bind: tuple[int, str] = (0, "")) -> "_Running | tuple":
+    """Ask Optuna for a trial and start its task; a trial the KV precheck rules out is told PRUNED
+    at once (returns its state and failure instead)."""
     trial = study.ask()
     params = _trial_params(trial, plan)
-    spec = _spec(trial, plan, params)
-    position = finished_count(study) + 1
+    best = earlystop.best_feasible(study, plan.objective)
+    spec = _spec(trial, plan, params, best)
+    slot, cores = bind
+    if cores:
+        spec = replace(spec, env=spec.env + (("VLLM_CPU_OMP_THREADS_BIND", cores),))
+        trial.set_user_attr("cpu_bind", cores)
+    position = finished_count(study) + running + 1
     progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
     device = precheck.device_now(plan.cfg.engine.device)  # read once: the prediction and the learning
     estimate = precheck.predict(study, plan, spec.vllm_args, device)
@@ -369,24 +473,49 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress,
         progress.trial_done(study, trial.number, result, state, plan.objective)
         return state, result.failure
     ref = run_trial.options(**_resources(plan, params)).remote(spec, board)
-    key = f"{plan.cfg.study_name}/{trial.number}"
-    try:
-        judge = plan.objective if plan.cfg.early_stop.enabled else None
-        result = _wait(ref, trial, board, progress, judge, earlystop.best_feasible(study, plan.objective),
-                       plan.cfg.early_stop.margin, lambda: _note_server(board, trial.number, key, runstate, plan))
-    except ray.exceptions.RayError as exc:
-        _stop_task(ref, plan, board, trial.number, runstate, key)  # the task may still run (only the board died)
-        result = lost_trial_result(trial.number, exc, _phase(board, trial.number))
-    except BaseException as exc:  # a stop signal (KeyboardInterrupt), a broken pipe...
-        _stop_task(ref, plan, board, trial.number, runstate, key, grace=STOP_GRACE_S)
-        outcome.tell_infra(study, trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
-        queue_again(study, trial, always=True, reason="interrupted")
-        raise
-    finally:
-        runstate.remove_server(key)
-    precheck.learn(study, plan, spec.vllm_args, result, device)
+    return _Running(trial, ref, f"{plan.cfg.study_name}/{trial.number}", spec, params, device, best,
+                    time.monotonic(), slot)
+
+
+def _poll(running: list[_Running], plan: Plan, board, progress: Progress, runstate: RunState,
+          study: optuna.Study) -> list[tuple[_Running, object]]:
+    """One look at every running trial: its phase, its new stage checkpoints (reported to Optuna
+    and judged against the best so far: another trial may have improved it), its server's process
+    group. Returns the finished ones with their results; a stop signal is acted on between polls,
+    never on a trial whose measurement already came back."""
+    refs = [r.ref for r in running]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.5)  # also how soon a stage's verdict goes back
+    if len(ready) < len(refs):
+        shutdown.check()
+    judge = plan.objective if plan.cfg.early_stop.enabled else None
+    best = earlystop.best_feasible(study, plan.objective) if judge is not None and len(running) > 1 else None
+    done = []
+    for r in running:
+        n = r.trial.number
+        progress.phase(n, _phase(board, n, "queued"), time.monotonic() - r.started)
+        if judge is not None:
+            _judge_checkpoints(board, r.trial, judge, r.best if best is None else best, progress,
+                               plan.cfg.early_stop.margin)
+        where = _note_server(board, n, r.key, runstate, plan)
+        if where:
+            r.trial.set_user_attr("server_process", where)
+        if r.ref in ready:
+            try:
+                result = ray.get(r.ref)
+            except ray.exceptions.RayError as exc:  # its worker died, or Ray lost it
+                _stop_task(r.ref, plan, board, n, runstate, r.key)
+                result = lost_trial_result(n, exc, _phase(board, n))
+            runstate.remove_server(r.key)
+            done.append((r, result))
+    return done
+
+
+def _finish(study: optuna.Study, plan: Plan, r: _Running, result, progress: Progress) -> tuple:
+    """Learn from the trial's start-up, store its result, tell Optuna; returns (state, failure)."""
+    trial = r.trial
+    precheck.learn(study, plan, r.spec.vllm_args, result, r.device)
     if not is_disk_failure(result.failure):
-        written = write_result(plan.artifacts / f"trial-{trial.number}", params, result)
+        written = write_result(plan.artifacts / f"trial-{trial.number}", r.params, result)
         if written is not None:
             result = replace(result, failure=written)  # a full disk fails the trial, not the study
     state, result = outcome.tell(study, trial, result, plan.objective)
@@ -395,6 +524,23 @@ def _run_one(study: optuna.Study, plan: Plan, board, progress: Progress,
         disk = is_disk_failure(result.failure)
         queue_again(study, trial, always=disk, reason="disk_full" if disk else "")
     return state, result.failure
+
+
+def _stop_all(running: list[_Running], plan: Plan, board, runstate: RunState) -> None:
+    """Stop every running trial's task and server within STOP_GRACE_S overall (cancelled together,
+    then each reaped if still there)."""
+    for r in running:
+        if not ray.wait([r.ref], timeout=0)[0]:
+            ray.cancel(r.ref)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for r in running:
+        try:
+            ray.get(r.ref, timeout=max(0.1, deadline - time.monotonic()))
+        except BaseException:
+            pass
+        if not reap_server(board, r.trial.number, timeout=5):
+            runstate.reap(r.key)
+        runstate.remove_server(r.key)
 
 
 def _cancel(ref, plan: Plan, grace: float | None = None) -> None:
@@ -452,25 +598,3 @@ def _phase(board, number: int, default: str = "starting") -> str:
         return ray.get(board.get.remote(), timeout=10).get(number, default)
     except (ray.exceptions.RayError, TimeoutError):
         return default
-
-
-def _wait(ref, trial: optuna.Trial, board, progress: Progress, objective=None, best: float | None = None,
-          margin: float = 0.0, note_server=None):
-    """Wait for the trial task, showing its phases; the server's host and process group go into
-    the run-state and the trial's user attributes as soon as they are known (`note_server`).
-    Stage checkpoints are reported to Optuna and judged against `best` (earlystop.py). A stop
-    signal is acted on between polls (shutdown.py)."""
-    started = time.monotonic()
-    with shutdown.polling():
-        while True:
-            ready, _ = ray.wait([ref], timeout=0.5)  # also how soon a stage's verdict goes back
-            if not ready:  # once finished, a stop signal must not throw the measurement away
-                shutdown.check()
-            progress.phase(trial.number, _phase(board, trial.number, "queued"), time.monotonic() - started)
-            if objective is not None:
-                _judge_checkpoints(board, trial, objective, best, progress, margin)
-            where = note_server() if note_server else None
-            if where:
-                trial.set_user_attr("server_process", where)
-            if ready:
-                return ray.get(ref)

