@@ -1,12 +1,17 @@
-"""What the driver writes per trial next to the server log, and what a full disk does to it.
+"""What the driver stores per trial, from what came back through Ray, and what a full disk does to it.
 
-    artifacts/<study>/trial-<n>/server.log    written by the trial (its first line: the command)
-    artifacts/<study>/trial-<n>/result.json   written by the driver before it tells Optuna:
-                                              parameters, failure, metrics, phases, server view
+    artifacts/<study>/trial-<n>/server.log      the server's log (first line: the command). Written
+                                                live by the trial when it runs on the driver's
+                                                machine; from a trial on another node, the text
+                                                its result carried back (no shared filesystem)
+    artifacts/<study>/trial-<n>/requests.jsonl  one line per measured request: send time, first
+                                                chunk, end, tokens, status (replay.RequestRecord)
+    artifacts/<study>/trial-<n>/result.json     parameters, failure, metrics, phases, server view
 
-A write that fails (a full disk, a quota) fails that trial as `infra` with evidence
-starting "disk:", and the driver waits for space before the next one; the study and the
-trials already told are never touched. Written atomically (temporary file, then rename).
+All written by the driver before it tells Optuna. A write that fails (a full disk, a quota)
+fails that trial as `infra` with evidence starting "disk:", and the driver waits for space
+before the next one; the study and the trials already told are never touched. Written
+atomically (temporary file, then rename).
 """
 
 from __future__ import annotations
@@ -31,6 +36,23 @@ def _finite(value):
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def store_trial(trial_dir: Path, params: dict, result, driver_host: str) -> Failure | None:
+    """Everything the driver keeps of a trial: its request records, its server log when it ran on
+    another node (or its local copy is missing), then `result.json`. A Failure (infra, disk) if
+    the disk refuses any of it."""
+    path = trial_dir / "requests.jsonl"
+    try:
+        if result.records:
+            write_atomically(path, "".join(json.dumps(_finite(asdict(r)), sort_keys=True) + "\n"
+                                           for r in result.records))
+        path = trial_dir / "server.log"
+        if result.log_text and (result.host != driver_host or not path.exists()):
+            write_atomically(path, result.log_text)
+    except OSError as exc:
+        return disk_failure(path, exc)
+    return write_result(trial_dir, params, result)
 
 
 def write_result(trial_dir: Path, params: dict, result) -> Failure | None:

@@ -32,7 +32,7 @@ import psutil
 
 from .engine.vllm import group_pids, terminate_group
 from .errors import ConfigError, StorageError
-from .storage import sqlite_path
+from .storage import masked, sqlite_path
 
 STORAGE_TAG = "VLLM_OPTIMIZER_STORAGE"  # env var every trial server carries: this storage's digest
 RUN_TAG = "VLLM_OPTIMIZER_RUN"  # and the run (driver) that started it
@@ -139,7 +139,7 @@ class RunState:
             holder = self._read() or {}
             d = holder.get("driver", {})
             who = f"pid {d.get('pid')} on {d.get('host')}" if d else "another process"
-            raise ConfigError(f"storage {self.url} is in use by another driver ({who}); stop it first, "
+            raise ConfigError(f"storage {masked(self.url)} is in use by another driver ({who}); stop it first, "
                               "or pass --storage with another database") from None
         self._lock_fd = fd
         recovery = self._clean_up(self._read())

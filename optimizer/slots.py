@@ -74,10 +74,15 @@ def check_fits(nodes: list[dict], req: dict, where: str) -> None:
     names = sorted({k for r in alive for k in r if k not in STANDARD and not k.startswith("node:")
                     and not k.startswith("accelerator_type")})
     hint = (f"; custom resources there: {', '.join(names)}" if names else "; the cluster has no custom resources")
-    missing = [k for k in req if not any(r.get(k, 0) >= req[k] for r in alive)]
-    fix = ("set ray.gpu_model to a resource the workers have (ray_cluster.yaml: resources)"
-           if any(k not in STANDARD for k in missing)
-           else "lower ray.trial_cpus or the tensor-parallel-size range, or add a node that has them")
+    missing = [k for k in req if not any(r.get(k, 0) >= req[k] for r in alive)] or list(req)
+    fixes = []
+    if any(k not in STANDARD for k in missing):
+        fixes.append("set ray.gpu_model to a resource the workers have (ray_cluster.yaml: resources)")
+    if "GPU" in missing:
+        fixes.append("lower the tensor-parallel-size range (a trial's GPUs must be on one node)")
+    if "CPU" in missing:
+        fixes.append("lower ray.trial_cpus")
+    fix = " or ".join(fixes) + ", or add a node that has them"
     raise NoMatchingResources(f"ray: no node in {where} can run a trial asking for {wanted} (largest node: "
                               f"{have or 'none alive'}{hint}); {fix}")
 

@@ -51,10 +51,12 @@ class StatusProgress(Progress):
         self.generation = generation
         self._plan = None
         self._study = None
+        self._running: dict[int, dict] = {}  # parallel trials: every one running, oldest first
 
     def opened(self, plan, study, recovered: int) -> None:
         super().opened(plan, study, recovered)
         self._plan, self._study = plan, study
+        self._running.clear()
         self.state.set(state="tuning", study=study.study_name, storage=masked(plan.storage_url),
                        generation=self.generation, n_trials=plan.cfg.n_trials, running=None, last_error=None,
                        trials=trial_counts(study), best=best_of(study, plan.objective, plan.model.source))
@@ -62,21 +64,28 @@ class StatusProgress(Progress):
     def trial_started(self, number, position, total, params, baseline) -> None:
         super().trial_started(number, position, total, params, baseline)
         counts = trial_counts(self._study) if self._study is not None else None
-        self.state.set(running={"number": number, "phase": "queued", "params": dict(params), "since": time.time()},
-                       **({"trials": counts} if counts else {}))
+        self._running[number] = {"number": number, "phase": "queued", "params": dict(params), "since": time.time()}
+        self._show_running(**({"trials": counts} if counts else {}))
+
+    def _show_running(self, **more) -> None:
+        """`running`: the newest trial (one at a time: the trial); `running_trials`: all of them."""
+        trials = list(self._running.values())
+        self.state.set(running=trials[-1] if trials else None, running_trials=trials, **more)
 
     def phase(self, number, phase, elapsed) -> None:
         super().phase(number, phase, elapsed)
-        running = self.state.snapshot().get("running")
-        if running and running.get("number") == number and running.get("phase") != phase:
-            self.state.set(running={**running, "phase": phase})
+        entry = self._running.get(number)
+        if entry is not None and entry.get("phase") != phase:
+            entry["phase"] = phase
+            self._show_running()
         else:
             self.state.beat()
 
     def trial_done(self, study, number, result, state, objective) -> None:
         super().trial_done(study, number, result, state, objective)
-        self.state.set(running=None, trials=trial_counts(study),
-                       best=best_of(study, objective, self._plan.model.source if self._plan else ""))
+        self._running.pop(number, None)
+        self._show_running(trials=trial_counts(study),
+                           best=best_of(study, objective, self._plan.model.source if self._plan else ""))
 
     def confirming(self, top, repeats) -> None:
         super().confirming(top, repeats)
@@ -84,7 +93,8 @@ class StatusProgress(Progress):
 
     def confirm_value(self, number, k, value) -> None:
         super().confirm_value(number, k, value)
-        self.state.set(running=None)
+        self._running.clear()
+        self._show_running()
 
     def waiting_disk(self, directory, why) -> None:
         super().waiting_disk(directory, why)

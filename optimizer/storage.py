@@ -9,6 +9,7 @@ instead of failing at once.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -32,6 +33,14 @@ def sqlite_path(url: str) -> Path | None:
     if not parsed.drivername.startswith("sqlite") or not parsed.database or parsed.database == ":memory:":
         return None
     return Path(parsed.database).expanduser().resolve()
+
+
+def masked(url: str) -> str:
+    """The URL as it may be printed or logged: a password replaced by ***."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "(unparsable URL)"
 
 
 def normalize_url(url: str, in_job: bool = False) -> str:
@@ -82,7 +91,7 @@ def check_storage(url: str) -> Path | None:
 
 def _probe_server(url: str) -> None:
     """Connect once, read nothing: an unreachable server or wrong credentials fail here, in one line."""
-    shown = make_url(url).render_as_string(hide_password=True)
+    shown = masked(url)
     try:
         engine = create_engine(url, connect_args=_connect_timeout(url))
     except (ArgumentError, ImportError, SQLAlchemyError) as exc:
@@ -92,10 +101,19 @@ def _probe_server(url: str) -> None:
         with engine.connect():
             pass
     except SQLAlchemyError as exc:
-        raise StorageError(f"storage '{shown}' is unreachable ({first_line(exc.orig or exc)}); check the host, "
+        reason = first_line(exc.orig or exc)
+        refused = _LOGIN_REFUSED.search(reason)
+        if refused:  # the server answered: saying "unreachable" would send the user to the network
+            raise StorageError(f"storage '{shown}' refused the login ({reason[refused.start():]}); check the user "
+                               "name and password in the URL") from exc
+        raise StorageError(f"storage '{shown}' is unreachable ({reason}); check the host, "
                            "port, database name and credentials") from exc
     finally:
         engine.dispose()
+
+
+# What PostgreSQL (psycopg, libpq) and MySQL say when they answer but refuse the user or password.
+_LOGIN_REFUSED = re.compile(r"password authentication failed for user \S+|Access denied for user .*")
 
 
 def _connect_timeout(url: str) -> dict:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,7 +24,7 @@ import ray
 from objectives import get_objective
 
 from . import confirm, earlystop, outcome, precheck, shutdown, slots as slots_mod, space as space_mod
-from .artifacts import is_disk_failure, writable, write_result
+from .artifacts import is_disk_failure, store_trial, writable
 from .outcome import finished_count
 from .config import StudyConfig
 from .device import Device, detect
@@ -93,7 +94,15 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
                           "{process: poisson, rate: 8}, or use --goal agent")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
-    return Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
+    plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
+    if not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # the embedded Ray: its one node is this machine
+        slots_mod.check_fits([_this_machine(device)], _largest_request(plan), "the embedded local Ray")
+    return plan
+
+
+def _this_machine(device: Device) -> dict:
+    """The one node of the embedded Ray (runtime.ray_runtime: all cores, the GPUs Ray detects)."""
+    return {"Alive": True, "Resources": {"CPU": float(os.cpu_count() or 1), "GPU": float(device.count)}}
 
 
 def load_workload(cfg: StudyConfig) -> tuple[ModelInfo, Workload]:
@@ -243,7 +252,7 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
         stop_on_slo=stopping and not plan.objective.multi,  # a Pareto trial always runs to its end
         max_probes=search.max_probes, rel_tol=search.rel_tol, low_share=search.low_share,
         judge=plan.objective if stopping and not plan.objective.multi and best is not None else None,
-        best=best, margin=es.margin,
+        best=best, margin=es.margin, driver_host=socket.gethostname(),
     )
 
 
@@ -386,6 +395,7 @@ def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
         spec = make_spec(CONFIRM_KEY + t.number * 100 + k, plan, params, f"trial-{t.number}/confirm-{k}",
                          early_stop=False)  # its own board key: the trial's verdicts and server are not its
         result = _run_task(spec, plan, board, progress, runstate)
+        store_trial(plan.artifacts / f"trial-{t.number}" / f"confirm-{k}", params, result, socket.gethostname())
         if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
             return None
         try:
@@ -515,7 +525,7 @@ def _finish(study: optuna.Study, plan: Plan, r: _Running, result, progress: Prog
     trial = r.trial
     precheck.learn(study, plan, r.spec.vllm_args, result, r.device)
     if not is_disk_failure(result.failure):
-        written = write_result(plan.artifacts / f"trial-{trial.number}", r.params, result)
+        written = store_trial(plan.artifacts / f"trial-{trial.number}", r.params, result, socket.gethostname())
         if written is not None:
             result = replace(result, failure=written)  # a full disk fails the trial, not the study
     state, result = outcome.tell(study, trial, result, plan.objective)

@@ -14,10 +14,13 @@ lost beyond repair is cut short on the spot.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
+import shutil
 import socket
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field, replace
@@ -33,6 +36,7 @@ from .replay import RequestRecord, run_replay
 from .workload import Workload
 
 LOG_TAIL_LINES = 120
+LOG_LIMIT_BYTES = 4 * 1024 * 1024  # the most of a server log one result carries back through Ray
 _KV_LINE = re.compile(r"KV cache size|non-kv usages|estimated maximum model length|requested memory for kv")
 
 
@@ -65,6 +69,7 @@ class TrialSpec:
     judge: object = None
     best: float | None = None
     margin: float = 0.0
+    driver_host: str = ""  # the driver's hostname: a trial elsewhere logs to node-local scratch (node_log_path)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class TrialResult:
     early_stop: dict = field(default_factory=dict)  # why and when the run was cut short: reason, by, step, saved_s
     kv_lines: str = ""  # the server log's lines about its KV budget (kvfit learns from them)
     channel: dict = field(default_factory=dict)  # the driver channel's health (Driver.health)
+    log_text: str = ""  # the server's whole log (its tail if huge): the driver stores it (artifacts.py)
 
     @property
     def ok(self) -> bool:
@@ -127,7 +133,8 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     report = report or driver.phase
     on_spawn = on_spawn or driver.spawned
     phases: dict[str, float] = {}
-    server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=dict(spec.env),
+    log_path = node_log_path(spec)
+    server = VllmServer(spec.model, list(spec.vllm_args), log_path, env=dict(spec.env),
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout,
                         on_spawn=on_spawn)
     failure, metrics, records, server_view, probes, early = None, {}, (), {}, (), {}
@@ -165,12 +172,36 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
         t = time.monotonic()
         stop = server.stop()
         phases["shutdown_s"] = time.monotonic() - t
-    lines = server.log_text().splitlines()
+    text = server.log_text()
+    if log_path != Path(spec.log_path):  # a node-local copy: its content travels back in the result
+        shutil.rmtree(log_path.parent, ignore_errors=True)
+    lines = text.splitlines()
     tail = "\n".join(lines[-LOG_TAIL_LINES:])
     kv_lines = "\n".join(line for line in lines if _KV_LINE.search(line))
     return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
                        socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view,
-                       probes, early, kv_lines, driver.health())
+                       probes, early, kv_lines, driver.health(), capped_log(text))
+
+
+def node_log_path(spec: TrialSpec, host: str | None = None) -> Path:
+    """Where the server logs on the node running the trial: the driver's artifacts path when the
+    trial runs on the driver's machine (a full disk then fails the trial before vLLM starts), else
+    a node-local scratch file (the artifacts path may not exist there: no shared filesystem); the
+    driver stores the text that comes back in the result either way."""
+    host = host or socket.gethostname()
+    if not spec.driver_host or spec.driver_host == host:
+        return Path(spec.log_path)
+    digest = hashlib.sha256(spec.log_path.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "vllm-optimizer" / digest / "server.log"
+
+
+def capped_log(text: str, limit: int = LOG_LIMIT_BYTES) -> str:
+    """The log as it travels back through Ray: whole unless huge, then its start (the launch line
+    and vLLM's config) and its end (where it failed), with what was left out said in between."""
+    if len(text) <= limit:
+        return text
+    head, tail = text[:limit // 8], text[-(limit - limit // 8):]
+    return f"{head}\n# ... {len(text) - len(head) - len(tail)} characters left out ...\n{tail}"
 
 
 def _measure(base_url: str, spec: TrialSpec, requests, stop_when=None,

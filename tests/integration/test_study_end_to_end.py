@@ -19,6 +19,7 @@ these machines, DESIGN.md).
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -112,7 +113,7 @@ def test_hopeless_trial_is_stopped_early_through_the_driver(finished_study):
 
 
 def test_baseline_completes_with_metrics_and_its_slo_constraint(finished_study):
-    run, study, _, _ = finished_study
+    run, study, _, root = finished_study
     workload = read_workload(study.user_attrs["workload_file"])
     assert workload.content_hash() == study.user_attrs["workload_hash"]
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -133,6 +134,9 @@ def test_baseline_completes_with_metrics_and_its_slo_constraint(finished_study):
     assert server["generation_tokens"] == sum(r.max_tokens for r in workload.requests)
     assert server["preemptions"] >= 0 and 0 <= server["kv_cache_usage_peak"] <= 1  # sampled once a second
     assert m["prefix_cache_reset"] == 1.0 and m["schedule_lag_p50_ms"] < 10
+    # What came back through Ray is stored by the driver: every measured request, one line each.
+    stored = (root / "artifacts" / "e2e" / "trial-0" / "requests.jsonl").read_text().splitlines()
+    assert len(stored) == 48 and all(json.loads(line)["ok"] for line in stored)
 
 
 def test_winner_is_re_measured_with_an_interval(finished_study):

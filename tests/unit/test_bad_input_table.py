@@ -106,6 +106,9 @@ CASES = [
     ("empty-token-file", "an empty token file", SPACE,
      ["daemon", "--status-host", "0.0.0.0", "--status-token-file", "token"], lambda d: (d / "token").write_text("\n"),
      "--status-token-file token: the file is empty; put the token in it"),
+    ("no-matching-resources", "a trial no node of the cluster can run", SPACE + "ray: {trial_cpus: 4096}\n", [],
+     None, "ray: no node in the embedded local Ray can run a trial asking for CPU=4096 (largest node: CPU=<cores>; "
+     "the cluster has no custom resources); lower ray.trial_cpus, or add a node that has them"),
     ("watch-without-trace", "watching traffic without a trace workload", SPACE, ["daemon", "--watch", "traces"],
      lambda d: (d / "traces").mkdir(),
      "daemon.watch: watching 'traces' needs workload scenario 'trace' (this workload is 'chat'); set "
@@ -123,6 +126,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def _normalize(line: str, workdir: Path, model: Path, port: int | None) -> str:
     line = line.replace(str(workdir), "<dir>").replace(str(model), "<model>")
     line = line.replace(f"pid {os.getpid()} on {socket.gethostname()}", "pid <pid> on <host>")
+    line = line.replace(f"CPU={os.cpu_count()};", "CPU=<cores>;")
     return line.replace(str(port), "<port>") if port else line
 
 

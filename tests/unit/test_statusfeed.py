@@ -99,3 +99,24 @@ def test_events_move_the_state():
     study.tell(t2, state=optuna.trial.TrialState.FAIL)
     progress.trial_done(study, t2.number, failed, optuna.trial.TrialState.FAIL, obj)
     assert state.snapshot()["trials"]["FAIL"] == 1
+
+
+def test_parallel_trials_are_all_listed_while_they_run():
+    state = StatusState()
+    progress = StatusProgress(Console(file=open("/dev/null", "w")), state)
+    study = _study()
+    obj = get_objective("throughput", None, ())
+    progress._study = study
+    a, b = study.ask(), study.ask()
+    progress.trial_started(a.number, 1, 4, {"max-num-seqs": 8}, True)
+    progress.trial_started(b.number, 2, 4, {"max-num-seqs": 16}, False)
+    progress.phase(a.number, "replaying", 70.0)
+    snap = state.snapshot()
+    assert [(t["number"], t["phase"]) for t in snap["running_trials"]] == [(0, "replaying"), (1, "queued")]
+    assert snap["running"]["number"] == 1  # the newest
+    study.tell(a, 10.0)
+    progress.trial_done(study, a.number, TrialResult(0, None, {"output_throughput": 10.0, "ttft_ms_p95": 1.0,
+                                                               "tpot_ms_p95": 1.0, "error_rate": 0.0}, {}),
+                        optuna.trial.TrialState.COMPLETE, obj)
+    snap = state.snapshot()
+    assert [t["number"] for t in snap["running_trials"]] == [1] and snap["running"]["number"] == 1

@@ -79,3 +79,40 @@ def test_a_ray_job_takes_an_absolute_sqlite_path_or_a_server_url_but_not_a_relat
     with pytest.raises(StorageError, match="relative SQLite path"):
         normalize_url("sqlite:///trials.db", in_job=True)
     assert normalize_url("sqlite:///trials.db").startswith("sqlite:////")  # outside a job: made absolute
+
+
+def test_a_url_is_shown_without_its_password():
+    from optimizer.storage import masked
+
+    assert masked("postgresql://tuner:s3cret@db:5432/optuna") == "postgresql://tuner:***@db:5432/optuna"
+    assert masked("sqlite:////data/trials.db") == "sqlite:////data/trials.db"
+
+
+@pytest.mark.parametrize("said, expected", [
+    ('connection failed: connection to server at "db", port 5432 failed: FATAL:  password authentication failed '
+     'for user "tuner"', "refused the login (password authentication failed for user \"tuner\"); check the user "
+     "name and password in the URL"),
+    ("(1045, \"Access denied for user 'tuner'@'10.0.0.2' (using password: YES)\")",
+     "refused the login (Access denied for user 'tuner'@'10.0.0.2' (using password: YES)\")); check the user"),
+    ('connection failed: connection to server at "db", port 5432 failed: FATAL:  database "optuna" does not exist',
+     "is unreachable (connection failed"),
+])
+def test_a_server_that_refuses_the_login_is_told_apart_from_one_that_does_not_answer(monkeypatch, said, expected):
+    """A wrong password is not "unreachable" (the server answered); the password is never shown.
+    (The real server's line: tests/integration/test_postgres_storage.py.)"""
+    from sqlalchemy.exc import OperationalError
+
+    from optimizer import storage
+
+    class Refusing:
+        def connect(self):
+            raise OperationalError("connect", {}, Exception(said))
+
+        def dispose(self):
+            pass
+
+    monkeypatch.setattr(storage, "create_engine", lambda url, connect_args: Refusing())
+    with pytest.raises(StorageError) as err:
+        storage.check_storage("postgresql://tuner:s3cret@db:5432/optuna")
+    assert str(err.value).startswith(f"storage 'postgresql://tuner:***@db:5432/optuna' {expected}")
+    assert "s3cret" not in str(err.value)

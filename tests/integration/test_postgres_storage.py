@@ -1,0 +1,94 @@
+"""PostgreSQL as the study storage, for real: a server from scripts/postgres_for_tests.sh (or
+$VLLM_OPTIMIZER_TEST_PG_URL), opened through optimizer/storage.py the way the driver opens it.
+No vLLM here. The database persists across runs: every study name is unique and deleted after.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from sqlalchemy.engine import make_url
+
+from optimizer.storage import check_storage, normalize_url, open_storage
+from optimizer.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_study_is_created_written_and_loaded_back_through_the_storage_layer(postgres_url):
+    assert check_storage(postgres_url) is None  # a server, not a file: probed, nothing to check on disk
+    assert normalize_url(postgres_url) == normalize_url(postgres_url, in_job=True) == postgres_url
+    name = _unique("pg-storage")
+    storage = open_storage(postgres_url)
+    assert isinstance(storage, optuna.storages.RDBStorage)
+    assert storage.engine.dialect.name == "postgresql"
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, direction="minimize")
+        study.set_user_attr("objective", "latency:ttft_p95")
+        study.enqueue_trial({"max-num-seqs": 16}, user_attrs={"baseline": True})
+        trial = study.ask()
+        assert trial.suggest_int("max-num-seqs", 1, 64) == 16  # the enqueued value, read back from the server
+        study.tell(trial, 123.5)
+        pruned = study.ask()
+        pruned.set_user_attr("failure_kind", "kv_too_small")
+        study.tell(pruned, state=optuna.trial.TrialState.PRUNED)
+
+        # A second connection, the driver's way, and a plain Optuna one on the URL: the same study.
+        again = optuna.load_study(study_name=name, storage=open_storage(postgres_url))
+        plain = optuna.load_study(study_name=name, storage=postgres_url)
+        for loaded in (again, plain):
+            assert loaded.user_attrs == {"objective": "latency:ttft_p95"}
+            assert [(t.number, t.state, t.value) for t in loaded.trials] == [
+                (0, optuna.trial.TrialState.COMPLETE, 123.5), (1, optuna.trial.TrialState.PRUNED, None)]
+            assert loaded.trials[0].params == {"max-num-seqs": 16}
+            assert loaded.trials[0].user_attrs == {"baseline": True}
+            assert loaded.trials[1].user_attrs == {"failure_kind": "kv_too_small"}
+            assert loaded.best_trial.number == 0
+        assert name in optuna.get_all_study_names(postgres_url)
+    finally:
+        optuna.delete_study(study_name=name, storage=storage)
+    assert name not in optuna.get_all_study_names(postgres_url)
+
+
+def _refused_line(url: str) -> str:
+    parsed = make_url(url)
+    shown = parsed.render_as_string(hide_password=True)
+    return (f"error: storage '{shown}' refused the login (password authentication failed for user "
+            f"\"{parsed.username}\"); check the user name and password in the URL")
+
+
+def test_wrong_credentials_get_one_line_exit_2_no_password_and_nothing_written(postgres_url, tmp_path):
+    """Bad input "a PostgreSQL URL with wrong credentials" (README troubleshooting row 25)."""
+    model = write_tiny_model(tmp_path / "tiny")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "study.yaml").write_text(f"model: {{path: {model}}}\nspace: {{max-num-seqs: {{low: 4, high: 8}}}}\n")
+    wrong = make_url(postgres_url).set(password="WRONG-pw-4711")
+    wrong_url = wrong.render_as_string(hide_password=False)
+    name = _unique("pg-wrong-login")
+    before = _files(work)
+    run = subprocess.run([sys.executable, "-m", "optimizer", "run", "--config", "study.yaml", "--storage", wrong_url,
+                          "--study-name", name], capture_output=True, text=True, timeout=120, cwd=work)
+    assert run.returncode == 2, run.stderr + run.stdout
+    assert run.stderr.splitlines() == [_refused_line(postgres_url)]
+    assert "WRONG-pw-4711" not in run.stderr + run.stdout
+    assert _files(work) == before  # no artifacts dir, no lock, no run-state
+    assert name not in optuna.get_all_study_names(postgres_url)
+    # The README's troubleshooting table quotes the line for the URL scripts/postgres_for_tests.sh prints.
+    readme_line = _refused_line("postgresql://optimizer:optimizer@127.0.0.1:5432/optimizer_test")
+    assert f"`` {readme_line} ``" in README.read_text()
