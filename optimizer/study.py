@@ -285,8 +285,9 @@ def _plan_slots(plan: Plan, progress: Progress) -> slots_mod.Slots:
     """How many trials run at once, from the cluster Ray reports; refuses a trial no node can run."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     where = f"the cluster at {plan.cfg.ray.address}" if plan.cfg.ray.address else "the embedded local Ray"
-    slots_mod.check_fits(nodes, _largest_request(plan), where)
-    planned = slots_mod.plan_slots(plan.cfg.ray.parallel, plan.device.kind, nodes, _request(plan))
+    largest = _largest_request(plan)  # counted for the biggest trial: never more at once than fit
+    slots_mod.check_fits(nodes, largest, where)
+    planned = slots_mod.plan_slots(plan.cfg.ray.parallel, plan.device.kind, nodes, largest)
     progress.slots(planned)
     return planned
 

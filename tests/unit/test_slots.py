@@ -72,3 +72,18 @@ def test_ray_options_carry_the_custom_resource():
     assert ray_options(request("gpu", 2, 4, "gpu_h100")) == {"num_cpus": 2, "num_gpus": 4,
                                                              "resources": {"gpu_h100": 4}}
     assert ray_options(request("cpu", 1)) == {"num_cpus": 1}
+
+
+def test_slots_are_counted_for_the_largest_tensor_parallel_size_the_space_can_pick():
+    from types import SimpleNamespace
+
+    from optimizer.config import RaySpec
+    from optimizer.space import Dimension, Knob
+    from optimizer.study import _largest_request
+
+    tp = Dimension(Knob("tensor-parallel-size", "categorical"), choices=(1, 2, 4))
+    plan = SimpleNamespace(device=SimpleNamespace(kind="gpu"), cfg=SimpleNamespace(ray=RaySpec(gpu_model="gpu_h100"),
+                           baseline={}), space=SimpleNamespace(dims=(tp,)))
+    largest = _largest_request(plan)
+    assert largest == {"CPU": 1, "GPU": 4, "gpu_h100": 4}
+    assert plan_slots(None, "gpu", [HEAD, H100], largest).count == 2  # two 4-GPU groups on one 8-GPU node
