@@ -20,6 +20,7 @@ from .status import TOKEN_ENV
 RUN_FLAGS = {  # CLI flag -> dotted config key
     "model": "model.path", "objective": "objective.name", "metric": "objective.metric", "slo": "objective.slos",
     "n_trials": "n_trials", "storage": "storage", "study_name": "study_name", "ray_address": "ray.address",
+    "artifacts_dir": "artifacts_dir",
 }
 
 
@@ -44,13 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--storage", help="SQLAlchemy URL (default sqlite:///trials.db)")
     run.add_argument("--study-name")
     run.add_argument("--ray-address", help="join this Ray cluster (default: embedded local Ray)")
+    run.add_argument("--artifacts-dir", help="where per-trial logs, request records and best.yaml go "
+                     "(default: artifacts); give an absolute path in a Ray job")
     run.add_argument("--workload", help="a YAML file whose `workload:` section replaces the config's "
                      "(examples/workloads/)")
     run.add_argument("--skip-bad-rows", action="store_true", default=None,
                      help="replay a trace's good rows when some are malformed (they are listed)")
     run.add_argument("--new-study", action="store_true",
                      help="the study ran another workload/objective/model: start a separate one, keep the old")
-    for flag in ("--config", "--model", "--n-trials", "--storage", "--study-name", "--ray-address"):
+    for flag in ("--config", "--model", "--n-trials", "--storage", "--study-name", "--ray-address", "--artifacts-dir"):
         src = next(a for a in run._actions if flag in a.option_strings)
         daemon.add_argument(flag, type=src.type, help=src.help)
     daemon.add_argument("--watch", help="a trace file, or a directory new trace files land in (daemon.watch)")
@@ -81,9 +84,23 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
 
     cfg = _load(ns)
     plan = prepare(cfg, new_study=ns.new_study)
+    _warn_relative_artifacts(cfg, console)
     study, plan = run(plan, Progress(console))
     summary = print_report(study, plan.model.source, plan.artifacts, plan.objective, console)
     return 0 if summary.best is not None or summary.front else 1
+
+
+def _warn_relative_artifacts(cfg, console: Console) -> None:
+    """In a Ray job run from an uploaded working dir, a relative artifacts_dir lands in the job's
+    temporary copy (like a relative SQLite path, which is refused): the logs would go with it."""
+    from pathlib import Path
+
+    from .runtime import job_working_dir
+
+    if job_working_dir() and not Path(cfg.artifacts_dir).expanduser().is_absolute():
+        console.print(f"[yellow]warning[/]: artifacts_dir '{cfg.artifacts_dir}' is relative, and this runs as a Ray "
+                      "job whose working directory is a temporary copy: its logs and best.yaml go with the job; "
+                      "pass --artifacts-dir with an absolute path to keep them")
 
 
 def _load(ns: argparse.Namespace):

@@ -58,7 +58,8 @@ class StatusProgress(Progress):
         self._plan, self._study = plan, study
         self._running.clear()
         self.state.set(state="tuning", study=study.study_name, storage=masked(plan.storage_url),
-                       generation=self.generation, n_trials=plan.cfg.n_trials, running=None, last_error=None,
+                       generation=self.generation, n_trials=plan.cfg.n_trials, running=None, running_trials=[],
+                       last_error=None,
                        trials=trial_counts(study), best=best_of(study, plan.objective, plan.model.source))
 
     def trial_started(self, number, position, total, params, baseline) -> None:

@@ -256,6 +256,12 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     )
 
 
+def _cluster(plan: Plan) -> str | None:
+    """The cluster the trials run on (config or RAY_ADDRESS, which `ray job submit` sets), or None
+    for the embedded local Ray on this machine."""
+    return plan.cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+
+
 def _request(plan: Plan, params: dict | None = None) -> dict:
     """What one trial asks Ray for (slots.py): on GPU one GPU per tensor-parallel rank (untested on a
     GPU), plus the GPU model's custom resource when named; on CPU the cores, shared among the
@@ -264,7 +270,9 @@ def _request(plan: Plan, params: dict | None = None) -> dict:
     if plan.device.kind == "gpu":
         return slots_mod.request("gpu", rc.trial_cpus or 1, int((params or {}).get("tensor-parallel-size", 1)),
                                  rc.gpu_model)
-    return slots_mod.request("cpu", rc.trial_cpus or max(1, (os.cpu_count() or 1) // (rc.parallel or 1)))
+    if rc.trial_cpus or _cluster(plan):
+        return slots_mod.request("cpu", rc.trial_cpus or 1)  # a cluster's nodes are not this machine
+    return slots_mod.request("cpu", max(1, (os.cpu_count() or 1) // (rc.parallel or 1)))
 
 
 def _resources(plan: Plan, params: dict | None = None) -> dict:
@@ -284,7 +292,7 @@ def _largest_request(plan: Plan) -> dict:
 def _plan_slots(plan: Plan, progress: Progress) -> slots_mod.Slots:
     """How many trials run at once, from the cluster Ray reports; refuses a trial no node can run."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    where = f"the cluster at {plan.cfg.ray.address}" if plan.cfg.ray.address else "the embedded local Ray"
+    where = f"the cluster at {_cluster(plan)}" if _cluster(plan) else "the embedded local Ray"
     largest = _largest_request(plan)  # counted for the biggest trial: never more at once than fit
     slots_mod.check_fits(nodes, largest, where)
     planned = slots_mod.plan_slots(plan.cfg.ray.parallel, plan.device.kind, nodes, largest)
@@ -322,28 +330,47 @@ def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
 def _run_trials(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState, slots: int) -> None:
     """Keep up to `slots` trials running until the budget of finished trials is reached. TPE's
     constant liar keeps trials started side by side apart. A stop signal stops every running
-    trial's server and tells them FAIL `interrupted` (queued again)."""
+    trial's server and tells them FAIL `interrupted` (queued again); a trial whose measurement
+    already came back is told its result, never thrown away."""
     running: list[_Running] = []
-    infra_in_a_row = 0
+    tally = _InfraTally()
+    best = earlystop.best_feasible(study, plan.objective)  # refreshed after every trial told
     progress.tagged = slots > 1  # several trials' lines interleave: each says whose it is
     try:
         with shutdown.polling():
             while True:
                 shutdown.check()
-                while len(running) < slots and finished_count(study) + len(running) < plan.cfg.n_trials:
+                while (len(running) < slots and finished_count(study) + len(running) < plan.cfg.n_trials
+                       and not shutdown.requested.is_set()):
                     slot = min(set(range(slots)) - {r.slot for r in running})
                     launched = _launch(study, plan, board, progress, runstate, len(running), _cpu_bind(plan, slot, slots))
                     if isinstance(launched, _Running):
                         running.append(launched)
                     else:
-                        infra_in_a_row = _count_infra(launched, infra_in_a_row, plan, progress)
+                        tally.count(launched, time.monotonic(), plan, progress)
                 if not running:
                     return
-                for r, result in _poll(running, plan, board, progress, runstate, study):
+                done = _poll(running, plan, board, progress, runstate, best)
+                told = []
+                for r, result in done:  # every finished one is told before any rule may raise
                     running.remove(r)
-                    infra_in_a_row = _count_infra(_finish(study, plan, r, result, progress),
-                                                  infra_in_a_row, plan, progress)
+                    told.append((_finish(study, plan, r, result, progress), r.started))
+                if told:
+                    best = earlystop.best_feasible(study, plan.objective)
+                for outcome_of, started in told:
+                    tally.count(outcome_of, started, plan, progress)
     except BaseException as exc:  # a stop signal (KeyboardInterrupt), a broken pipe, too many infra failures
+        for r in [r for r in running if ray.wait([r.ref], timeout=0)[0]]:
+            try:  # finished while the driver was stopping: keep the measurement
+                result = ray.get(r.ref)
+            except ray.exceptions.RayError as lost:
+                result = lost_trial_result(r.trial.number, lost, _phase(board, r.trial.number))
+            running.remove(r)
+            runstate.remove_server(r.key)
+            try:
+                _finish(study, plan, r, result, progress)
+            except Exception:  # e.g. the database went away: the next start recovers it (left RUNNING)
+                pass
         _stop_all(running, plan, board, runstate)
         for r in running:
             outcome.tell_infra(study, r.trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
@@ -351,17 +378,27 @@ def _run_trials(study: optuna.Study, plan: Plan, board, progress: Progress, runs
         raise
 
 
-def _count_infra(told: tuple, in_a_row: int, plan: Plan, progress: Progress) -> int:
+class _InfraTally:
     """Three trials in a row failing for reasons outside their configuration stop the study; a full
-    artifacts disk that frees up again is waited out instead."""
-    state, failure = told
-    if is_disk_failure(failure) and _wait_for_disk(plan, progress):
-        return in_a_row  # the disk was full and is freed: not the machine failing trials
-    in_a_row = in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
-    if in_a_row >= MAX_CONSECUTIVE_INFRA:
-        raise OptimizerError(f"{in_a_row} trials in a row failed for reasons outside the "
-                             "configuration (failure_kind infra or replay_invalid); fix the machine and re-run to resume")
-    return in_a_row
+    artifacts disk that frees up again is waited out instead, and the other trials that ran into
+    the same full disk (started before it came back) are not counted against the machine."""
+
+    def __init__(self):
+        self.in_a_row = 0
+        self.disk_back_at = -math.inf
+
+    def count(self, told: tuple, started: float, plan: Plan, progress: Progress) -> None:
+        state, failure = told
+        if is_disk_failure(failure):
+            if started < self.disk_back_at:
+                return  # the same full disk another trial already waited out
+            if _wait_for_disk(plan, progress):
+                self.disk_back_at = time.monotonic()
+                return  # the disk was full and is freed: not the machine failing trials
+        self.in_a_row = self.in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
+        if self.in_a_row >= MAX_CONSECUTIVE_INFRA:
+            raise OptimizerError(f"{self.in_a_row} trials in a row failed for reasons outside the configuration "
+                                 "(failure_kind infra or replay_invalid); fix the machine and re-run to resume")
 
 
 def _wait_for_disk(plan: Plan, progress: Progress) -> bool:
@@ -452,7 +489,7 @@ def _cpu_bind(plan: Plan, slot: int, slots: int) -> tuple[int, str]:
     this machine's cores for vLLM's worker (VLLM_CPU_OMP_THREADS_BIND). vLLM's own "auto" binds
     every server's worker to the same first core (measured: affinity 0 with 2 cores), so two
     side by side would share one core and leave the other idle. '' when vLLM should choose."""
-    if (slots < 2 or plan.device.kind != "cpu" or plan.cfg.ray.address
+    if (slots < 2 or plan.device.kind != "cpu" or _cluster(plan)
             or "VLLM_CPU_OMP_THREADS_BIND" in plan.cfg.engine.env):
         return slot, ""
     cores = sorted(os.sched_getaffinity(0))
@@ -489,23 +526,21 @@ def _launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate
 
 
 def _poll(running: list[_Running], plan: Plan, board, progress: Progress, runstate: RunState,
-          study: optuna.Study) -> list[tuple[_Running, object]]:
+          best: float | None) -> list[tuple[_Running, object]]:
     """One look at every running trial: its phase, its new stage checkpoints (reported to Optuna
-    and judged against the best so far: another trial may have improved it), its server's process
-    group. Returns the finished ones with their results; a stop signal is acted on between polls,
-    never on a trial whose measurement already came back."""
+    and judged against `best`, the best so far: another trial may have improved it since it
+    started), its server's process group. Returns the finished ones with their results (the
+    caller acts on a stop signal only after telling them)."""
     refs = [r.ref for r in running]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.5)  # also how soon a stage's verdict goes back
-    if len(ready) < len(refs):
-        shutdown.check()
     judge = plan.objective if plan.cfg.early_stop.enabled else None
-    best = earlystop.best_feasible(study, plan.objective) if judge is not None and len(running) > 1 else None
+    phases = _phases(board)
     done = []
     for r in running:
         n = r.trial.number
-        progress.phase(n, _phase(board, n, "queued"), time.monotonic() - r.started)
+        progress.phase(n, phases.get(n, "queued"), time.monotonic() - r.started)
         if judge is not None:
-            _judge_checkpoints(board, r.trial, judge, r.best if best is None else best, progress,
+            _judge_checkpoints(board, r.trial, judge, best if best is not None else r.best, progress,
                                plan.cfg.early_stop.margin)
         where = _note_server(board, n, r.key, runstate, plan)
         if where:
@@ -515,7 +550,7 @@ def _poll(running: list[_Running], plan: Plan, board, progress: Progress, runsta
                 result = ray.get(r.ref)
             except ray.exceptions.RayError as exc:  # its worker died, or Ray lost it
                 _stop_task(r.ref, plan, board, n, runstate, r.key)
-                result = lost_trial_result(n, exc, _phase(board, n))
+                result = lost_trial_result(n, exc, phases.get(n, "starting"))
             runstate.remove_server(r.key)
             done.append((r, result))
     return done
@@ -549,9 +584,12 @@ def _stop_all(running: list[_Running], plan: Plan, board, runstate: RunState) ->
             ray.get(r.ref, timeout=max(0.1, deadline - time.monotonic()))
         except BaseException:
             pass
-        if not reap_server(board, r.trial.number, timeout=5):
-            runstate.reap(r.key)
-        runstate.remove_server(r.key)
+        try:  # one trial's clean-up failing must not leave the others' servers running
+            if not reap_server(board, r.trial.number, timeout=5):
+                runstate.reap(r.key)
+            runstate.remove_server(r.key)
+        except Exception:
+            pass
 
 
 def _cancel(ref, plan: Plan, grace: float | None = None) -> None:
@@ -602,6 +640,14 @@ def _judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None
         reason = earlystop.verdict(objective, payload, best, margin)
         board.decide.remote(trial.number, step, reason)
         progress.checkpoint(trial.number, step, value, objective, reason)
+
+
+def _phases(board) -> dict:
+    """Every trial's phase, in one read of the board ({} if the board is slow or gone)."""
+    try:
+        return ray.get(board.get.remote(), timeout=10)
+    except (ray.exceptions.RayError, TimeoutError):
+        return {}
 
 
 def _phase(board, number: int, default: str = "starting") -> str:

@@ -144,3 +144,26 @@ def test_bad_objective_or_slo(workdir, capsys, tiny_model, config, flags, words)
     code, err = run_cli(workdir, capsys, GOOD_SPACE + config, "--model", str(tiny_model), *flags)
     assert_refused(code, err, *words)
     assert sorted(p.name for p in workdir.iterdir()) == ["study.yaml"]
+
+
+def test_a_relative_artifacts_dir_in_a_ray_job_is_warned_about_and_the_flag_overrides_it(monkeypatch, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from optimizer.cli import _parser, _warn_relative_artifacts
+    from optimizer.config import StudyConfig
+
+    out = io.StringIO()
+    cfg = StudyConfig.model_validate({"model": {"path": "/m"}})
+    _warn_relative_artifacts(cfg, Console(file=out))
+    assert out.getvalue() == ""  # not a job: relative is fine
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"runtime_env": {"working_dir": "gcs://_ray_pkg_1"}}')
+    _warn_relative_artifacts(cfg, Console(file=out, width=300))
+    assert "artifacts_dir 'artifacts' is relative" in out.getvalue() and "--artifacts-dir" in out.getvalue()
+    absolute = StudyConfig.model_validate({"model": {"path": "/m"}, "artifacts_dir": str(tmp_path)})
+    quiet = io.StringIO()
+    _warn_relative_artifacts(absolute, Console(file=quiet))
+    assert quiet.getvalue() == ""
+    ns = _parser().parse_args(["run", "--config", "c.yaml", "--artifacts-dir", "/data/a"])
+    assert ns.artifacts_dir == "/data/a"
