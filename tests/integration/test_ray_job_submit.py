@@ -21,10 +21,7 @@ including another study's embedded Ray running next to this test.
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,12 +36,13 @@ import yaml
 
 from sqlalchemy.engine import make_url
 
+from optimizer import rayhead
 from optimizer.device import GIB, read_node_memory
 from optimizer.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.integration
 
-RAY = Path(sys.executable).with_name("ray")
+RAY = rayhead.RAY
 NON_KV = 0.97 * GIB  # measured "consumed by non-kv usages" of the tiny model (as in test_study_end_to_end.py)
 JOB_TIMEOUT_S = 600
 
@@ -67,53 +65,19 @@ while True:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _fraction(kv_bytes: float, total: int) -> float:
     return round((NON_KV + kv_bytes) / total, 3)
-
-
-def _head_processes(temp_dir: str, gcs_port: int) -> set[psutil.Process]:
-    """The head's processes: those naming its temp dir (or, like Ray's client server, its GCS port
-    in an address flag) and all their children: workers, the job's driver, a trial's vLLM."""
-    addr = re.compile(rf"^--(gcs[-_])?address=\S+:{gcs_port}$")
-    roots = [p for p in psutil.process_iter(["cmdline"]) if p.pid != os.getpid()
-             and any(temp_dir in a or addr.match(a) for a in (p.info["cmdline"] or []))]
-    found = set(roots)
-    for p in roots:
-        try:
-            found.update(p.children(recursive=True))
-        except psutil.NoSuchProcess:
-            pass
-    return found
 
 
 @pytest.fixture(scope="module")
 def ray_head():
     temp_dir = tempfile.mkdtemp(prefix="rayjob-", dir="/tmp")  # short: Ray's socket paths live under it
-    gcs, dashboard = _free_port(), _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_AUTH_MODE": "token"}
-    cmd = [str(RAY), "start", "--head", "--port", str(gcs), "--dashboard-port", str(dashboard),
-           "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--temp-dir", temp_dir,
-           "--dashboard-agent-listen-port", str(_free_port()), "--ray-client-server-port", str(_free_port()),
-           "--disable-usage-stats"]
+    head = None
     try:
-        start = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
-        assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-3000:]
-        yield {"address": f"http://127.0.0.1:{dashboard}", "env": env, "temp_dir": temp_dir}
+        head = rayhead.start(temp_dir)
+        yield {"address": head.address, "env": head.env, "temp_dir": temp_dir}
     finally:
-        procs = _head_processes(temp_dir, gcs)
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(list(procs), timeout=20)
-        left = set(alive) | _head_processes(temp_dir, gcs)
+        left = rayhead.stop(head) if head is not None else set()
         shutil.rmtree(temp_dir, ignore_errors=True)
         assert not left, f"Ray head processes survived: {sorted(p.pid for p in left)}"
 
