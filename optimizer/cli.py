@@ -1,4 +1,4 @@
-"""Command line: `python -m optimizer run | daemon | workload | tiny-model`.
+"""Command line: `python -m optimizer run | daemon | report | plan | regress | sensitivity | workload | tiny-model`.
 
 Every OptimizerError becomes one line on stderr and its exit code (2 for bad input);
 nothing is written to the study before the configuration has been validated.
@@ -70,6 +70,23 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--out", default=".", help="directory for workload-<hash>.jsonl (default: here)")
     tiny = sub.add_parser("tiny-model", help="write the tiny local demo model")
     tiny.add_argument("directory")
+    report = sub.add_parser("report", help="write a stored study's report: Markdown, HTML, pictures, best.yaml")
+    report.add_argument("--out", help="directory for the report (default: artifacts/<study>/report)")
+    sens = sub.add_parser("sensitivity", help="re-measure the best configuration with one knob moved at a time")
+    sens.add_argument("--knobs", help="comma-separated knobs to move (default: every knob of the space)")
+    sens.add_argument("--to", action="append", default=[], metavar="KNOB=VALUE",
+                      help="the value a knob moves to (default: one step: x2 on a log range, a quarter of the "
+                      "range otherwise, the next choice)")
+    sens.add_argument("--repeats", type=int, default=0, help="extra runs of the best for its noise band "
+                      "(default 0: its search run and confirmation re-measurements)")
+    from . import capacity, outputcheck
+
+    commands = [report, sens, capacity.register(sub), outputcheck.register(sub)]
+    for command in commands:
+        for flag in ("--config", "--storage", "--study-name", "--artifacts-dir", "--model"):
+            if not any(flag in a.option_strings for a in command._actions):
+                src = next(a for a in run._actions if flag in a.option_strings)
+                command.add_argument(flag, type=src.type, help=src.help)
     return p
 
 
@@ -87,7 +104,60 @@ def _run(ns: argparse.Namespace, console: Console) -> int:
     _warn_relative_artifacts(cfg, console)
     study, plan = run(plan, Progress(console))
     summary = print_report(study, plan.model.source, plan.artifacts, plan.objective, console)
+    _write_report(study, plan.model.source, plan.artifacts, plan.objective, plan.artifacts / "report", console)
     return 0 if summary.best is not None or summary.front else 1
+
+
+def _write_report(study, model: str, artifacts: Path, objective, out: Path, console: Console) -> int:
+    """The written report (reportfiles.py); a full disk is a note, never a failed run."""
+    from .reportfiles import write_report
+
+    try:
+        files = write_report(study, model, artifacts, objective, out)
+    except OSError as exc:
+        console.print(f"[yellow]note[/]: the written report was not stored in {out} ({exc.strerror or exc})")
+        return 1
+    console.print(f"Report: {files.html} (and {files.markdown.name}, pictures beside them); "
+                  f"dashboard: make dashboard")
+    return 0
+
+
+def _report(ns: argparse.Namespace, console: Console) -> int:
+    import optuna
+
+    from .finished import open_finished
+    from .report import print_report
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    f = open_finished(_load(ns))
+    out = Path(ns.out) if ns.out else f.artifacts / "report"
+    summary = print_report(f.study, f.model, f.artifacts, f.objective, console)
+    code = _write_report(f.study, f.model, f.artifacts, f.objective, out, console)
+    return code if summary.best is not None or summary.front else 1
+
+
+def _sensitivity(ns: argparse.Namespace, console: Console) -> int:
+    import optuna
+
+    from . import sensitivity
+    from .errors import ConfigError
+    from .finished import open_finished
+    from .outputcheck import parse_candidate
+    from .progress import Progress
+    from .study import measuring, prepare
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if ns.repeats < 0:
+        raise ConfigError(f"--repeats {ns.repeats}: a count of extra runs, 0 or more")
+    cfg = _load(ns)
+    f = open_finished(cfg)
+    plan = prepare(cfg)
+    knobs = [k.strip() for k in ns.knobs.split(",") if k.strip()] if ns.knobs else None
+    to = parse_candidate(" ".join(ns.to)) if ns.to else None
+    progress = Progress(console)
+    with measuring(plan, progress) as measure:
+        rows = sensitivity.run(f.study, plan, progress, measure, knobs, to, ns.repeats)
+    return 0 if any(r["value"] is not None for r in rows) else 1
 
 
 def _warn_relative_artifacts(cfg, console: Console) -> None:
@@ -103,8 +173,8 @@ def _warn_relative_artifacts(cfg, console: Console) -> None:
                       "pass --artifacts-dir with an absolute path to keep them")
 
 
-def _load(ns: argparse.Namespace):
-    """The config file with the command line's flags applied; raises ConfigError."""
+def _load(ns: argparse.Namespace, extra: dict | None = None):
+    """The config file with the command line's flags (and `extra` dotted keys) applied; raises ConfigError."""
     from .config import load_config, read_yaml
     from .errors import ConfigError
 
@@ -120,7 +190,7 @@ def _load(ns: argparse.Namespace):
         out["objective"] = {}  # an explicit --objective replaces the preset's, SLOs and all
     if getattr(ns, "no_precheck", False):
         out["precheck"] = False
-    if ns.model is not None:
+    if getattr(ns, "model", None) is not None:
         out["model.tiny"] = False  # a model named on the command line is never generated over
     if getattr(ns, "workload", None) is not None:
         section = read_yaml(ns.workload)
@@ -129,6 +199,7 @@ def _load(ns: argparse.Namespace):
             raise ConfigError(f"--workload {ns.workload}: 'workload' must be a mapping with a scenario and its "
                               "knobs (see examples/workloads/)")
         out["workload"] = section
+    out.update(extra or {})
     cfg = load_config(ns.config, out)
     if getattr(ns, "skip_bad_rows", None):
         if cfg.workload.scenario != "trace":
@@ -196,6 +267,18 @@ def main(argv: list[str] | None = None) -> int:
             return _workload(ns, console)
         if ns.command == "daemon":
             return _daemon(ns, console)
+        if ns.command == "report":
+            return _report(ns, console)
+        if ns.command == "sensitivity":
+            return _sensitivity(ns, console)
+        if ns.command == "plan":
+            from .capacity import main as plan_main
+
+            return plan_main(ns, console, _load)
+        if ns.command == "regress":
+            from .outputcheck import main as regress_main
+
+            return regress_main(ns, console, _load)
         return _run(ns, console)
     except OptimizerError as exc:
         print(f"error: {exc}", file=sys.stderr)

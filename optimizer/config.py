@@ -106,6 +106,19 @@ class ConfirmSpec(_Strict):
     repeats: int = Field(2, ge=0, le=9, description="extra full measurements of each")
 
 
+class RegressionSpec(_Strict):
+    """The output-regression gate (regression.py): each measured trial answers a fixed prompt set
+    greedily with logprobs, and its tokens are compared with the baseline's."""
+
+    enabled: bool = False
+    max_flip_rate: float | None = Field(None, ge=0, le=1, description="prune a trial whose top-1 flip rate "
+                                        "vs the baseline is above this (kind output_changed); none: report only")
+    prompts: int = Field(8, ge=1, le=64, description="how many of the built-in prompts (or of prompts_file's)")
+    prompts_file: str | None = Field(None, description="a text file, one prompt per line (default: built-in set)")
+    max_tokens: int = Field(32, ge=1, le=2048, description="greedy tokens generated per prompt")
+    top_k: int = Field(5, ge=1, le=20, description="logprobs kept per position (the margin at a flip)")
+
+
 class DaemonSpec(_Strict):
     """`python -m optimizer daemon`: what to watch after the budget, and where to report (daemon.py)."""
 
@@ -144,6 +157,7 @@ class StudyConfig(_Strict):
     precheck: bool = Field(True, description="predict KV-cache fit before booting; prune what cannot fit (kvfit.py)")
     ray: RaySpec = Field(default_factory=RaySpec)
     daemon: DaemonSpec = Field(default_factory=DaemonSpec)
+    regression: RegressionSpec = Field(default_factory=RegressionSpec)
 
 
 def _first_error(exc: ValidationError, source: str) -> ConfigError:

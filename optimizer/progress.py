@@ -98,6 +98,11 @@ class Progress:
     def disk_back(self, directory) -> None:
         self.console.print(f"  {directory} takes writes again: going on")
 
+    def note(self, text: str | None) -> None:
+        """A side effect that did not happen (a dashboard note or artifact); the study goes on."""
+        if text:
+            self.console.print(f"  [yellow]note[/]: {text}")
+
     def heartbeat(self) -> None:
         """The driver's loop is alive (the daemon's status API reads it)."""
 

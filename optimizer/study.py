@@ -15,6 +15,7 @@ import math
 import os
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import ray
 
 from objectives import get_objective
 
-from . import confirm, earlystop, outcome, precheck, shutdown, slots as slots_mod, space as space_mod
+from . import confirm, dashboard, earlystop, outcome, outputcheck, precheck, shutdown, slots as slots_mod, space as space_mod
 from .artifacts import is_disk_failure, store_trial, writable
 from .outcome import finished_count
 from .config import StudyConfig
@@ -93,6 +94,7 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
                           "(a closed loop fixes the concurrency, not the rate); give it an arrival process such as "
                           "{process: poisson, rate: 8}, or use --goal agent")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
+    outputcheck.trial_spec_part(cfg)  # a missing or empty prompts file is refused here
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
     if not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # the embedded Ray: its one node is this machine
@@ -226,16 +228,17 @@ def _trial_params(trial: optuna.Trial, plan: Plan) -> dict:
 def _spec(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:
     # The baseline always runs in full: the gain is measured against it.
     spec = make_spec(trial.number, plan, params, f"trial-{trial.number}",
-                     early_stop=not trial.user_attrs.get("baseline"), best=best)
+                     early_stop=not trial.user_attrs.get("baseline"), best=best, outputs=True)
     trial.set_user_attr("vllm_args", list(spec.vllm_args))
     return spec
 
 
 def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: bool = True,
-              best: float | None = None) -> TrialSpec:
+              best: float | None = None, outputs: bool = False) -> TrialSpec:
     """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/).
     With early stop on, the trial judges its stages itself against `best` (the best feasible value
-    when it starts) as well as hearing the driver's verdicts."""
+    when it starts) as well as hearing the driver's verdicts. With `outputs`, it also answers the
+    output-regression prompts when the config asks (outputcheck.py)."""
     args = space_mod.to_cli_args(params) + space_mod.engine_args_for(params, plan.device.kind) + plan.fixed_args()
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
     env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}
@@ -253,6 +256,7 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
         max_probes=search.max_probes, rel_tol=search.rel_tol, low_share=search.low_share,
         judge=plan.objective if stopping and not plan.objective.multi and best is not None else None,
         best=best, margin=es.margin, driver_host=socket.gethostname(),
+        regression=outputcheck.trial_spec_part(plan.cfg) if outputs else None,
     )
 
 
@@ -430,19 +434,39 @@ def _confirm(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
 
     def measure(t: optuna.trial.FrozenTrial, k: int) -> float | None:
         params = {**(_baseline_params(plan) if t.user_attrs.get("baseline") else {}), **t.params}
-        spec = make_spec(CONFIRM_KEY + t.number * 100 + k, plan, params, f"trial-{t.number}/confirm-{k}",
-                         early_stop=False)  # its own board key: the trial's verdicts and server are not its
-        result = _run_task(spec, plan, board, progress, runstate)
-        store_trial(plan.artifacts / f"trial-{t.number}" / f"confirm-{k}", params, result, socket.gethostname())
-        if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
-            return None
-        try:
-            return plan.objective.score(result.metrics)
-        except ValueError:
-            return None
+        # Its own board key: the trial's verdicts and server are not its.
+        return measure_once(plan, params, CONFIRM_KEY + t.number * 100 + k, f"trial-{t.number}/confirm-{k}",
+                            board, progress, runstate)
 
     record = confirm.remeasure(study, c.top, c.repeats, measure, progress.confirm_value)
     progress.confirmed(record, plan.objective)
+
+
+@contextmanager
+def measuring(plan: Plan, progress: Progress):
+    """For measurements outside a study's loop (sensitivity.py): the storage's run-state held, Ray up
+    and a board; yields `measure(params, key, log_dir) -> value or None` (measure_once)."""
+    with RunState(plan.storage_url, plan.cfg.artifacts_dir) as held:
+        progress.recovery(held.acquire())
+        plan = replace(plan, server_env=tuple(held.server_env().items()))
+        with ray_runtime(plan.cfg.ray.address, on_start=held.record_ray):
+            board = TrialBoard.remote()
+            yield lambda params, key, log_dir: measure_once(plan, params, key, log_dir, board, progress, held)
+
+
+def measure_once(plan: Plan, params: dict, key: int, log_dir: str, board, progress: Progress,
+                 runstate: RunState) -> float | None:
+    """One full measurement of `params` outside the Optuna loop (no early stop), its files stored in
+    artifacts/<study>/<log_dir>/; the objective's value, or None if the run failed."""
+    spec = make_spec(key, plan, params, log_dir, early_stop=False)
+    result = _run_task(spec, plan, board, progress, runstate)
+    store_trial(plan.artifacts / log_dir, params, result, socket.gethostname())
+    if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
+        return None
+    try:
+        return plan.objective.score(result.metrics)
+    except ValueError:
+        return None
 
 
 def _run_task(spec: TrialSpec, plan: Plan, board, progress: Progress, runstate: RunState):
@@ -519,6 +543,7 @@ def _launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate
         trial.set_user_attr("precheck", "pruned")
         state, result = outcome.tell(study, trial, precheck.predicted_result(trial.number, estimate), plan.objective)
         progress.trial_done(study, trial.number, result, state, plan.objective)
+        progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))
         return state, result.failure
     ref = run_trial.options(**_resources(plan, params)).remote(spec, board)
     return _Running(trial, ref, f"{plan.cfg.study_name}/{trial.number}", spec, params, device, best,
@@ -564,8 +589,13 @@ def _finish(study: optuna.Study, plan: Plan, r: _Running, result, progress: Prog
         written = store_trial(plan.artifacts / f"trial-{trial.number}", r.params, result, socket.gethostname())
         if written is not None:
             result = replace(result, failure=written)  # a full disk fails the trial, not the study
+        else:  # before the tell: Optuna refuses attributes on a finished trial
+            progress.note(dashboard.upload_trial_files(trial, plan.artifacts / f"trial-{trial.number}",
+                                                       plan.cfg.artifacts_dir))
+    result = outputcheck.gate(study, trial, result, plan.cfg)
     state, result = outcome.tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
+    progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))
     if state == optuna.trial.TrialState.FAIL:
         disk = is_disk_failure(result.failure)
         queue_again(study, trial, always=disk, reason="disk_full" if disk else "")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from . import earlystop, gpucheck, ratesearch, servermetrics, slo as slo_mod, validity
+from . import earlystop, gpucheck, ratesearch, regression, servermetrics, slo as slo_mod, validity
 from .engine.failures import Failure, classify_runtime
 from .errors import first_line
 from .engine.vllm import StopReport, VllmServer
@@ -70,6 +70,9 @@ class TrialSpec:
     best: float | None = None
     margin: float = 0.0
     driver_host: str = ""  # the driver's hostname: a trial elsewhere logs to node-local scratch (node_log_path)
+    # The output-regression prompt set (regression.py): (prompts, max_tokens, top_k), or None. Answered
+    # greedily after a measured run, one prompt at a time on the then idle server.
+    regression: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class TrialResult:
     kv_lines: str = ""  # the server log's lines about its KV budget (kvfit learns from them)
     channel: dict = field(default_factory=dict)  # the driver channel's health (Driver.health)
     log_text: str = ""  # the server's whole log (its tail if huge): the driver stores it (artifacts.py)
+    outputs: tuple[dict, ...] = ()  # the regression prompts' greedy outputs (regression.Output.to_dict)
+    outputs_error: str = ""  # why they could not be read (the measurement still counts)
 
     @property
     def ok(self) -> bool:
@@ -138,6 +143,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout,
                         on_spawn=on_spawn)
     failure, metrics, records, server_view, probes, early = None, {}, (), {}, (), {}
+    outputs, outputs_error = (), ""
     try:
         report("starting")
         t = time.monotonic()
@@ -166,6 +172,11 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
                     spec.workload, records, metrics, server_view, spec.max_lag_p50_ms, spec.min_rate_ratio))
             metrics["prefix_cache_reset"] = float(reset)
             phases["replay_s"] = time.monotonic() - t
+            if spec.regression and failure is None and not early:
+                report("checking outputs")
+                t = time.monotonic()
+                outputs, outputs_error = _outputs(server.base_url, spec)
+                phases["outputs_s"] = time.monotonic() - t
     finally:
         driver.close()
         report("stopping")
@@ -180,7 +191,18 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     kv_lines = "\n".join(line for line in lines if _KV_LINE.search(line))
     return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
                        socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view,
-                       probes, early, kv_lines, driver.health(), capped_log(text))
+                       probes, early, kv_lines, driver.health(), capped_log(text), outputs, outputs_error)
+
+
+def _outputs(base_url: str, spec: TrialSpec) -> tuple[tuple[dict, ...], str]:
+    """The regression prompts' greedy outputs, or why not (an error never fails the measurement)."""
+    prompts, max_tokens, top_k = spec.regression
+    servermetrics.wait_idle(base_url)  # alone on the server: batching can change the numerics
+    try:
+        got = regression.collect(base_url, spec.model, prompts, max_tokens=max_tokens, top_k=top_k)
+    except (RuntimeError, OSError, ValueError) as exc:
+        return (), first_line(exc, 500)
+    return tuple(o.to_dict() for o in got), ""
 
 
 def node_log_path(spec: TrialSpec, host: str | None = None) -> Path:

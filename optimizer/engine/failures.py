@@ -13,6 +13,8 @@ Kinds (what pruning records):
     replay_invalid  the measurement cannot be trusted (the client lagged its schedule, or
                     its token counts disagree with the server's): retried once, like infra
     early_stopped   not a fault: cut short because it could not win, or its SLOs were lost
+    output_changed  ran fine, but its greedy answers differ from the baseline's above the
+                    study's maximum flip rate (outputcheck.py)
 
 Rules are tried in order; the first that matches a log line wins. The patterns are the
 messages vLLM prints (quoted in FACTS.md / DESIGN.md and collected from real runs in
@@ -25,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra",
-         "replay_invalid", "early_stopped")
+         "replay_invalid", "early_stopped", "output_changed")
 RETRIED = ("infra", "replay_invalid")  # told FAIL: says nothing about the configuration
 
 

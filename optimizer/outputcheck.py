@@ -1,0 +1,195 @@
+"""The output-regression check in use: the prompt set a study asks for, the study's gate (a trial's
+greedy outputs against the baseline's), and `python -m optimizer regress`.
+
+In a study (`regression: {enabled: true, max_flip_rate: ...}`) every measured trial answers the
+prompt set after its replay (trial.py). The baseline's answers become the study's reference
+(study user attribute `regression_reference`); every later trial is compared with them
+(regression.compare) and the comparison stored on it (`regression`). Above `max_flip_rate` the
+trial is PRUNED as `output_changed`: it cannot become the best. A trial measured before the
+baseline's answers exist (parallel trials) is compared with nothing and says so.
+
+`regress` boots the baseline and each candidate in turn in this process (no Ray: on a cluster,
+submit it as a job on a GPU node, `ray job submit --entrypoint-num-gpus N -- python -m optimizer
+regress ...`), answers the prompt set on each, and prints each candidate's comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from . import regression
+from .engine.failures import Failure
+from .engine.vllm import VllmServer
+from .errors import ConfigError
+from .space import from_cli_args
+
+REFERENCE = "regression_reference"  # study user attribute: the baseline's answers
+
+
+def prompt_set(spec) -> tuple[str, ...]:
+    """The prompts a study or `regress` uses (config `regression`); raises ConfigError."""
+    if spec.prompts_file is None:
+        if spec.prompts > len(regression.DEFAULT_PROMPTS):
+            raise ConfigError(f"regression.prompts: {spec.prompts} asked for, the built-in set has "
+                              f"{len(regression.DEFAULT_PROMPTS)}; lower it or give prompts_file")
+        return tuple(regression.DEFAULT_PROMPTS[:spec.prompts])
+    path = Path(spec.prompts_file).expanduser()
+    try:
+        lines = [line.strip() for line in path.read_text().splitlines()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"regression.prompts_file {path}: cannot read it ({getattr(exc, 'strerror', None) or exc}); "
+                          "give a UTF-8 text file with one prompt per line") from exc
+    prompts = tuple(line for line in lines if line)[:spec.prompts]
+    if not prompts:
+        raise ConfigError(f"regression.prompts_file {path}: no prompt in it; one prompt per line")
+    return prompts
+
+
+def trial_spec_part(cfg) -> tuple | None:
+    """What TrialSpec.regression carries for this config: (prompts, max_tokens, top_k), or None."""
+    r = cfg.regression
+    return (prompt_set(r), r.max_tokens, r.top_k) if r.enabled else None
+
+
+def gate(study, trial, result, cfg):
+    """Before the tell: keep the baseline's answers as the reference, or compare a trial's with
+    them (stored on the trial) and fail it `output_changed` above the maximum flip rate."""
+    r = cfg.regression
+    if not r.enabled or result.failure is not None:
+        return result
+    if result.outputs_error or not result.outputs:
+        trial.set_user_attr("regression", {"summary": f"not checked: {result.outputs_error or 'no outputs'}"})
+        return result
+    if trial.user_attrs.get("baseline"):
+        study.set_user_attr(REFERENCE, {"trial": trial.number, "outputs": list(result.outputs)})
+        trial.set_user_attr("regression", {"summary": "the reference: the other trials' outputs are compared with these"})
+        return result
+    reference = study.user_attrs.get(REFERENCE)
+    if not reference:
+        trial.set_user_attr("regression", {"summary": "not compared: the baseline's outputs are not recorded yet"})
+        return result
+    try:
+        cmp = regression.compare([regression.Output.from_dict(o) for o in reference["outputs"]],
+                                 [regression.Output.from_dict(o) for o in result.outputs])
+    except ValueError as exc:  # another prompt set than the reference's (the config changed)
+        trial.set_user_attr("regression", {"summary": f"not compared: {exc}"})
+        return result
+    record = {**cmp.to_dict(), "summary": cmp.summary(), "reference_trial": reference["trial"],
+              "max_flip_rate": r.max_flip_rate}
+    trial.set_user_attr("regression", record)
+    if r.max_flip_rate is not None and regression.exceeds(cmp, r.max_flip_rate):
+        return replace(result, failure=Failure(
+            "output_changed", f"vs trial {reference['trial']}: {cmp.summary()}"[:1000],
+            f"this configuration changes the model's answers (flip rate above {r.max_flip_rate}): keep the "
+            "baseline's kv-cache-dtype / dtype / attention backend, or raise regression.max_flip_rate"))
+    return result
+
+
+# ---- python -m optimizer regress ---------------------------------------------------------------
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("regress", help="compare greedy outputs of candidate configurations with the baseline's")
+    p.add_argument("--config", help="study YAML: its model, baseline, engine flags and `regression` section")
+    p.add_argument("--model", help="model directory or id (overrides the config)")
+    p.add_argument("--candidate", action="append", default=[], metavar="FLAGS",
+                   help="knobs changed from the baseline, e.g. 'kv-cache-dtype=fp8' or "
+                        "'kv-cache-dtype=fp8 max-num-seqs=32' (repeatable)")
+    p.add_argument("--max-flip-rate", type=float, help="exit 1 if a candidate's top-1 flip rate is above this")
+    p.add_argument("--prompts", type=int, help="how many prompts (default: the config's regression.prompts)")
+    p.add_argument("--max-tokens", type=int, help="greedy tokens per prompt (default: regression.max_tokens)")
+    p.add_argument("--out", help="write every comparison here as JSON (default: artifacts/<study>/regress.json)")
+    return p
+
+
+def parse_candidate(text: str) -> dict:
+    """'kv-cache-dtype=fp8 max-num-seqs=32' -> {'kv-cache-dtype': 'fp8', 'max-num-seqs': 32}."""
+    args = []
+    for item in text.replace(",", " ").split():
+        key, eq, value = item.removeprefix("--").partition("=")
+        if not eq or not key or not value:
+            raise ConfigError(f"--candidate '{text}': '{item}' is not knob=value; write e.g. 'kv-cache-dtype=fp8'")
+        args += [f"--{key}", value]
+    if not args:
+        raise ConfigError("--candidate '': give the knobs that differ from the baseline, e.g. 'kv-cache-dtype=fp8'")
+    parsed = from_cli_args(args)  # typed values for the knobs this project knows
+    return {flag[2:]: parsed.get(flag[2:], value) for flag, value in zip(args[::2], args[1::2])}
+
+
+def main(ns: argparse.Namespace, console, load) -> int:
+    from .study import make_spec, prepare  # noqa: PLC0415 - the study module pulls in Ray
+
+    overrides = {"regression.enabled": True}
+    if ns.prompts is not None:
+        overrides["regression.prompts"] = ns.prompts
+    if ns.max_tokens is not None:
+        overrides["regression.max_tokens"] = ns.max_tokens
+    if ns.max_flip_rate is not None and not 0 <= ns.max_flip_rate <= 1:
+        raise ConfigError(f"--max-flip-rate {ns.max_flip_rate}: a rate between 0 and 1, e.g. 0.05")
+    if not ns.candidate:
+        raise ConfigError("regress: no --candidate given; e.g. --candidate 'kv-cache-dtype=fp8'")
+    cfg = load(ns, overrides)
+    candidates = [parse_candidate(c) for c in ns.candidate]
+    plan = prepare(cfg)
+    prompts, max_tokens, top_k = trial_spec_part(cfg)
+    base = dict(cfg.baseline or {})
+    configs = [("baseline", base)] + [(f"candidate {i + 1}", {**base, **c}) for i, c in enumerate(candidates)]
+    console.print(f"Output check: {len(prompts)} prompts, {max_tokens} greedy tokens each, top-{top_k} logprobs, "
+                  f"one prompt at a time; {len(configs)} server boots")
+    answers = []
+    with tempfile.TemporaryDirectory(prefix="vllm-regress-") as scratch:
+        for i, (name, params) in enumerate(configs):
+            spec = make_spec(i, plan, params, f"regress-{i}")
+            spec = replace(spec, log_path=str(Path(scratch) / f"{i}" / "server.log"))
+            console.print(f"[bold]{name}[/]: {' '.join(spec.vllm_args)}")
+            t = time.monotonic()
+            outputs, why = answer(spec, prompts, max_tokens, top_k)
+            if outputs is None:
+                console.print(f"  [red]could not answer[/]: {why}")
+                return 2 if i == 0 else 1
+            console.print(f"  answered in {time.monotonic() - t:.0f} s (boot included)")
+            answers.append((name, params, outputs))
+    reference = answers[0][2]
+    report, worst = [], 0.0
+    for name, params, outputs in answers[1:]:
+        cmp = regression.compare(reference, outputs)
+        worst = max(worst, cmp.flip_rate)
+        changed = {k: v for k, v in params.items() if base.get(k) != v} or "(same as the baseline)"
+        console.print(f"{name} {changed}: {cmp.summary()}")
+        for flip in cmp.flips[:10]:
+            margin = "beyond the top-k" if flip.margin is None else f"{flip.margin:.3f} nats"
+            console.print(f"  prompt {flip.prompt}: token {flip.position} {flip.reference} -> {flip.candidate}, "
+                          f"baseline's margin {margin}")
+        report.append({"name": name, "params": params, "changed": changed, **cmp.to_dict(), "summary": cmp.summary()})
+    out = Path(ns.out) if ns.out else plan.artifacts / "regress.json"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"prompts": list(prompts), "max_tokens": max_tokens, "top_k": top_k,
+                                   "baseline": base, "candidates": report}, indent=1, default=str))
+        console.print(f"written to {out}")
+    except OSError as exc:
+        console.print(f"[yellow]note[/]: {out} not written ({exc.strerror or exc})")
+    if ns.max_flip_rate is not None and worst > ns.max_flip_rate:
+        console.print(f"[red]regression[/]: a candidate's flip rate {worst:.3f} is above {ns.max_flip_rate}")
+        return 1
+    return 0
+
+
+def answer(spec, prompts, max_tokens: int, top_k: int):
+    """Boot the spec's server, answer the prompts, stop it: (outputs, '') or (None, why)."""
+    server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=dict(spec.env),
+                        startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout)
+    try:
+        if not server.start():
+            f = server.failure
+            return None, f"{f.kind}: {f.evidence} (remedy: {f.remedy})" if f else "the server did not start"
+        try:
+            return regression.collect(server.base_url, spec.model, prompts, max_tokens=max_tokens, top_k=top_k), ""
+        except (RuntimeError, OSError, ValueError) as exc:
+            return None, str(exc)[:500]
+    finally:
+        server.stop()

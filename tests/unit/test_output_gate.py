@@ -1,0 +1,122 @@
+"""The study's output-regression gate (outputcheck.gate): the baseline's answers become the
+reference, a later trial is compared with them and pruned `output_changed` above the maximum
+flip rate; and the `regress` command's inputs (candidates, prompt files)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from optimizer import outputcheck
+from optimizer.config import build_config
+from optimizer.errors import ConfigError
+from optimizer.regression import DEFAULT_PROMPTS, Output
+from optimizer.trial import TrialResult
+
+
+def _cfg(**regression):
+    return build_config({"model": {"path": "m"}, "regression": {"enabled": True, **regression}})
+
+
+def _out(i, tokens):
+    return Output(i, tuple(f"token_id:{t}" for t in tokens), tuple(-0.1 for _ in tokens),
+                  tuple({f"token_id:{t}": -0.1, "token_id:999": -0.4} for t in tokens)).to_dict()
+
+
+REFERENCE = (_out(0, [1, 2, 3, 4]), _out(1, [5, 6, 7, 8]))
+
+
+def _result(number, outputs, error=""):
+    return TrialResult(number, None, metrics={"ttft_ms_p95": 1.0}, outputs=tuple(outputs), outputs_error=error)
+
+
+@pytest.fixture
+def study():
+    return optuna.create_study(direction="minimize")
+
+
+def _baseline(study, cfg):
+    trial = study.ask()
+    trial.set_user_attr("baseline", True)
+    result = outputcheck.gate(study, trial, _result(0, REFERENCE), cfg)
+    study.tell(trial, 1.0)
+    return result
+
+
+def test_the_baselines_answers_become_the_reference(study):
+    cfg = _cfg(max_flip_rate=0.1)
+    assert _baseline(study, cfg).failure is None
+    assert study.user_attrs[outputcheck.REFERENCE] == {"trial": 0, "outputs": list(REFERENCE)}
+    assert study.trials[0].user_attrs["regression"]["summary"].startswith("the reference")
+
+
+def test_identical_answers_pass_with_flip_rate_zero(study):
+    cfg = _cfg(max_flip_rate=0.0)
+    _baseline(study, cfg)
+    trial = study.ask()
+    result = outputcheck.gate(study, trial, _result(1, REFERENCE), cfg)
+    assert result.failure is None
+    record = study.trials[1].user_attrs["regression"]
+    assert record["compared_tokens"] == 8 and record["flips"] == [] and record["reference_trial"] == 0
+
+
+def test_a_flip_above_the_maximum_prunes_as_output_changed(study):
+    cfg = _cfg(max_flip_rate=0.1)
+    _baseline(study, cfg)
+    trial = study.ask()
+    changed = (_out(0, [1, 999, 3, 4]), _out(1, [5, 6, 7, 8]))  # flips at token 1 of prompt 0: 1 of 6 compared
+    result = outputcheck.gate(study, trial, _result(1, changed), cfg)
+    assert result.failure.kind == "output_changed"
+    assert result.failure.evidence.startswith("vs trial 0: top-1 flip rate 0.167 (1 of 6 tokens")
+    assert "kv-cache-dtype" in result.failure.remedy
+    assert study.trials[1].user_attrs["regression"]["first_divergence"] == [1, None]
+
+
+def test_without_a_maximum_the_flip_is_reported_only(study):
+    cfg = _cfg()
+    _baseline(study, cfg)
+    trial = study.ask()
+    changed = (_out(0, [1, 999, 3, 4]), _out(1, [5, 6, 7, 8]))
+    assert outputcheck.gate(study, trial, _result(1, changed), cfg).failure is None
+    assert "flip rate 0.167" in study.trials[1].user_attrs["regression"]["summary"]
+
+
+def test_before_the_baseline_or_without_outputs_nothing_is_judged(study):
+    cfg = _cfg(max_flip_rate=0.0)
+    trial = study.ask()
+    assert outputcheck.gate(study, trial, _result(0, REFERENCE), cfg).failure is None
+    assert "not recorded yet" in study.trials[0].user_attrs["regression"]["summary"]
+    other = study.ask()
+    assert outputcheck.gate(study, other, _result(1, (), "prompt 0: HTTP 400"), cfg).failure is None
+    assert study.trials[1].user_attrs["regression"]["summary"] == "not checked: prompt 0: HTTP 400"
+
+
+def test_off_by_default():
+    cfg = build_config({"model": {"path": "m"}})
+    assert outputcheck.trial_spec_part(cfg) is None
+    study = optuna.create_study()
+    trial = study.ask()
+    result = _result(0, REFERENCE)
+    assert outputcheck.gate(study, trial, result, cfg) is result and "regression" not in trial.user_attrs
+
+
+def test_prompt_sets(tmp_path):
+    assert outputcheck.trial_spec_part(_cfg(prompts=3, max_tokens=16, top_k=4)) == (DEFAULT_PROMPTS[:3], 16, 4)
+    f = tmp_path / "p.txt"
+    f.write_text("first prompt\n\n  second prompt \nthird\n")
+    assert outputcheck.prompt_set(_cfg(prompts_file=str(f), prompts=2).regression) == ("first prompt", "second prompt")
+    f.write_text("\n \n")
+    with pytest.raises(ConfigError, match="no prompt in it"):
+        outputcheck.prompt_set(_cfg(prompts_file=str(f)).regression)
+    with pytest.raises(ConfigError, match="cannot read it"):
+        outputcheck.prompt_set(_cfg(prompts_file=str(tmp_path / "missing.txt")).regression)
+    with pytest.raises(ConfigError, match="the built-in set has 12"):
+        outputcheck.prompt_set(_cfg(prompts=40).regression)
+
+
+def test_candidates_are_knob_value_pairs_typed_like_the_space():
+    assert outputcheck.parse_candidate("kv-cache-dtype=fp8 max-num-seqs=32") == {"kv-cache-dtype": "fp8",
+                                                                                  "max-num-seqs": 32}
+    assert outputcheck.parse_candidate("--gpu-memory-utilization=0.4,") == {"gpu-memory-utilization": 0.4}
+    with pytest.raises(ConfigError, match="'kv-cache-dtype' is not knob=value"):
+        outputcheck.parse_candidate("kv-cache-dtype fp8")
