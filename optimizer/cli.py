@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--out", default=".", help="directory for workload-<hash>.jsonl (default: here)")
     tiny = sub.add_parser("tiny-model", help="write the tiny local demo model")
     tiny.add_argument("directory")
+    tiny.add_argument("--weights", action="store_true", help="also write seeded random weights (model.safetensors), "
+                      "served without --load-format dummy: for the output check (regress)")
     report = sub.add_parser("report", help="write a stored study's report: Markdown, HTML, pictures, best.yaml")
     report.add_argument("--out", help="directory for the report (default: artifacts/<study>/report)")
     sens = sub.add_parser("sensitivity", help="re-measure the best configuration with one knob moved at a time")
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.command == "tiny-model":
             from .tinymodel import write_tiny_model
 
-            print(write_tiny_model(ns.directory))
+            print(write_tiny_model(ns.directory, weights=ns.weights))
             return 0
         if ns.command == "workload":
             return _workload(ns, console)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -141,19 +140,21 @@ def main(ns: argparse.Namespace, console, load) -> int:
     console.print(f"Output check: {len(prompts)} prompts, {max_tokens} greedy tokens each, top-{top_k} logprobs, "
                   f"one prompt at a time; {len(configs)} server boots")
     answers = []
-    with tempfile.TemporaryDirectory(prefix="vllm-regress-") as scratch:
-        for i, (name, params) in enumerate(configs):
-            spec = make_spec(i, plan, params, f"regress-{i}")
-            spec = replace(spec, log_path=str(Path(scratch) / f"{i}" / "server.log"))
-            console.print(f"[bold]{name}[/]: {' '.join(spec.vllm_args)}")
-            t = time.monotonic()
-            outputs, why = answer(spec, prompts, max_tokens, top_k)
-            if outputs is None:
-                console.print(f"  [red]could not answer[/]: {why}")
-                return 2 if i == 0 else 1
-            console.print(f"  answered in {time.monotonic() - t:.0f} s (boot included)")
-            answers.append((name, params, outputs))
+    for i, (name, params) in enumerate(configs):
+        spec = make_spec(i, plan, params, f"regress/{i}")  # its server.log: artifacts/<study>/regress/<i>/
+        console.print(f"[bold]{name}[/]: {' '.join(spec.vllm_args)}")
+        t = time.monotonic()
+        outputs, why = answer(spec, prompts, max_tokens, top_k)
+        if outputs is None:
+            console.print(f"  [red]could not answer[/]: {why} (log: {spec.log_path})")
+            return 2 if i == 0 else 1
+        console.print(f"  answered in {time.monotonic() - t:.0f} s (boot included)")
+        answers.append((name, params, outputs))
     reference = answers[0][2]
+    gap = regression.median_gap(reference)
+    if gap is not None:
+        console.print(f"The baseline's median lead of its top-1 token over the runner-up: {gap:.3f} nats "
+                      "(small: near-ties any numeric change can flip)")
     report, worst = [], 0.0
     for name, params, outputs in answers[1:]:
         cmp = regression.compare(reference, outputs)
@@ -169,7 +170,9 @@ def main(ns: argparse.Namespace, console, load) -> int:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"prompts": list(prompts), "max_tokens": max_tokens, "top_k": top_k,
-                                   "baseline": base, "candidates": report}, indent=1, default=str))
+                                   "baseline": base, "median_gap_nats": gap, "candidates": report,
+                                   "outputs": {name: [o.to_dict() for o in outputs] for name, _, outputs in answers}},
+                                  indent=1, default=str))
         console.print(f"written to {out}")
     except OSError as exc:
         console.print(f"[yellow]note[/]: {out} not written ({exc.strerror or exc})")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import statistics
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -200,3 +201,15 @@ def compare(reference: list[Output], candidate: list[Output]) -> Comparison:
 def exceeds(comparison: Comparison, max_flip_rate: float) -> bool:
     """True when the comparison's top-1 flip rate is above `max_flip_rate` (reject the candidate)."""
     return comparison.flip_rate > max_flip_rate
+
+
+def median_gap(outputs: list[Output]) -> float | None:
+    """The median, over every generated position, of how far the chosen token's logprob leads the
+    best alternative in the top-k (nats): how close the calls a numeric change could flip are."""
+    gaps = []
+    for o in outputs:
+        for chosen, own, top in zip(o.tokens, o.logprobs, o.top):
+            others = [lp for tok, lp in top.items() if tok != chosen]
+            if others:
+                gaps.append(own - max(others))
+    return statistics.median(gaps) if gaps else None

