@@ -4,7 +4,7 @@ PIP     := .venv/bin/pip
 CONFIG  ?= examples/quickstart.yaml
 EXTRA   := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 
-.PHONY: setup run test test-unit bench dashboard clean
+.PHONY: setup run test test-unit bench dashboard report clean
 
 setup: .venv/.installed-$(EXTRA)
 
@@ -28,6 +28,9 @@ test-unit: setup
 
 dashboard: setup
 	.venv/bin/optuna-dashboard sqlite:///trials.db --artifact-dir artifacts
+
+report: setup
+	$(PY) -m optimizer report --config $(CONFIG)
 
 clean:
 	rm -rf artifacts models trials.db trials.db-wal trials.db-shm

@@ -121,6 +121,12 @@ def _write_report(study, model: str, artifacts: Path, objective, out: Path, cons
         return 1
     console.print(f"Report: {files.html} (and {files.markdown.name}, pictures beside them); "
                   f"dashboard: make dashboard")
+    from .dashboard import save_study_note
+    from .report import summarize_study
+
+    note = save_study_note(study, summarize_study(study, model, out), files.html)
+    if note:
+        console.print(f"[yellow]note[/]: {note}")
     return 0
 
 
@@ -152,8 +158,8 @@ def _sensitivity(ns: argparse.Namespace, console: Console) -> int:
     if ns.repeats < 0:
         raise ConfigError(f"--repeats {ns.repeats}: a count of extra runs, 0 or more")
     cfg = _load(ns)
+    plan = prepare(cfg)  # every check first; then the study
     f = open_finished(cfg)
-    plan = prepare(cfg)
     knobs = [k.strip() for k in ns.knobs.split(",") if k.strip()] if ns.knobs else None
     to = parse_candidate(" ".join(ns.to)) if ns.to else None
     progress = Progress(console)

@@ -97,6 +97,28 @@ def save_trial_note(study: optuna.Study, number: int, metric: str, unit: str) ->
     return None
 
 
+def save_study_note(study: optuna.Study, summary, report_html: Path | None) -> str | None:
+    """The study page's note: the best, its gain and the command to deploy, and where the full
+    written report is. None, or why it was not written."""
+    lines = [f"## Study {study.study_name}"]
+    if summary.best is not None:
+        lines.append(f"**Best**: trial {summary.best.number}, value {summary.best.value:.4g}"
+                     + (f", **{summary.gain:.2f}x** the baseline (trial {summary.baseline.number})"
+                        if summary.gain is not None else ""))
+        lines.append(f"**Deploy**: `{summary.command}`")
+    elif summary.front:
+        lines.append(f"**Pareto front**: trials {', '.join(str(t.number) for t in summary.front)}")
+    else:
+        lines.append("No trial completed within the SLOs yet: see the trials' notes for why.")
+    if report_html is not None:
+        lines.append(f"Full report (pictures, failure table, diagnosis): `{report_html}`")
+    try:
+        save_note(study, "\n\n".join(lines) + "\n")
+    except (OSError, optuna.exceptions.StorageInternalError) as exc:
+        return f"study note not written: {exc}"
+    return None
+
+
 class _TrialRef:
     """What `optuna_dashboard.save_note` reads of a trial (its storage, study and id): a finished
     trial is a FrozenTrial, which carries none of them."""

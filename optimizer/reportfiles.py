@@ -84,7 +84,6 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 else math.inf
 
 
-
 # -- sections ---------------------------------------------------------------------------------------
 
 def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, objective) -> None:
@@ -121,6 +120,9 @@ def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, object
              + ("" if rep.feasible(base) else " (the baseline misses the SLOs)") + ".")
     if s.gain is None:
         doc.para("No gain to report: the baseline carried no load within the SLOs.")
+        return
+    if base.number == s.best.number:
+        doc.para("The baseline is the best configuration found: no other beat it (gain 1.00x); keep it.")
         return
     ci = _gain_ci(study.direction, best_ci, _interval(intervals, base.number), base.value)
     doc.para(f"Gain over the baseline: {s.gain:.2f}x {ci}")

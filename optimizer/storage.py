@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -20,7 +21,6 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from .errors import StorageError, first_line
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 20
 
 
@@ -56,19 +56,24 @@ def normalize_url(url: str, in_job: bool = False) -> str:
 
 
 def check_sqlite_file(path: Path) -> None:
-    """Raise StorageError if `path` exists but is not a SQLite database holding an Optuna study."""
+    """Raise StorageError if `path` exists but is not a SQLite database holding an Optuna study.
+
+    Read through SQLite only, never with a plain open(): closing any other descriptor of the
+    database file drops every POSIX lock this process holds on it, so a process that already
+    has the study open (the daemon opening its next generation) would lose its locks, and
+    another process could checkpoint the WAL under it ("database disk image is malformed";
+    sqlite.org/howtocorrupt.html, 2.2). SQLite shares its descriptors per file within a process."""
     if path.is_dir():
         raise StorageError(f"storage {path} is a directory; name a database file, e.g. {path / 'trials.db'}")
     if not path.exists() or path.stat().st_size == 0:
         return
-    with open(path, "rb") as f:
-        if f.read(16) != SQLITE_MAGIC:
-            raise StorageError(f"storage {path} is not a SQLite database (damaged or foreign file); "
-                               "move it aside or pass --storage with another path")
     try:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise StorageError(f"storage {path} is not a SQLite database (damaged or foreign file); "
+                               "move it aside or pass --storage with another path") from exc
         raise StorageError(f"storage {path} is damaged ({exc}); move it aside or pass --storage") from exc
     if tables and "studies" not in tables:
         raise StorageError(f"storage {path} is a SQLite database but not an Optuna one; "
@@ -124,7 +129,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     """An Optuna RDB storage for `url`; raises StorageError with the fix."""
     path = check_storage(url)
     if path:
-        with sqlite3.connect(path) as con:
+        with closing(sqlite3.connect(path)) as con:
             con.execute("PRAGMA journal_mode=WAL")
         url = f"sqlite:///{path}"
         kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}

@@ -99,3 +99,19 @@ def test_rewriting_a_note_replaces_it(study):
     dashboard.save_trial_note(study, 1, "ttft_p95", "ms")
     assert get_note(_ref(study, 1)).count("## Trial 1") == 1
     assert get_note(_ref(study, 0)) == ""
+
+
+def test_the_study_note_gives_the_best_its_gain_and_the_command(study, tmp_path):
+    from optimizer.report import summarize_study
+
+    for value, seqs, baseline in ((900.0, "16", True), (300.0, "32", False)):
+        trial = study.ask()
+        trial.set_user_attr("vllm_args", ["--max-num-seqs", seqs])
+        if baseline:
+            trial.set_user_attr("baseline", True)
+        study.tell(trial, value)
+    summary = summarize_study(study, "/models/m", tmp_path)
+    assert dashboard.save_study_note(study, summary, tmp_path / "report.html") is None
+    note = get_note(study)
+    assert "**Best**: trial 1, value 300, **3.00x** the baseline (trial 0)" in note
+    assert "`vllm serve /models/m --max-num-seqs 32`" in note and str(tmp_path / "report.html") in note

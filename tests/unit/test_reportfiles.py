@@ -317,3 +317,12 @@ def test_a_study_where_nothing_completed_still_gets_a_report(tmp_path):
     assert files.best_yaml is None and files.pictures == {} and not (tmp_path / "out" / "best.yaml").exists()
     assert "No trial completed" in md and "Nothing to deploy." in md and "| 0 | PRUNED | timeout |" in md
     assert TOO_FEW in md
+
+
+def test_when_the_baseline_is_the_best_the_report_says_keep_it(tmp_path, study_dir):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/b.db", study_name="lat", direction="minimize")
+    study.add_trial(_complete(250.0, BEST_ARGS, _metrics(250.0, 300.0), baseline=True, constraints={"tpot_p95": -0.5}))
+    study.add_trial(_complete(400.0, _args(32, 0.4), _metrics(400.0, 200.0), constraints={"tpot_p95": -0.1}))
+    md = _markdown(study, study_dir, tmp_path / "out")
+    assert "The baseline is the best configuration found: no other beat it (gain 1.00x); keep it." in md
+    assert "95% CI" not in md
