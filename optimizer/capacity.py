@@ -300,7 +300,7 @@ def main(ns: argparse.Namespace, console, load) -> int:
 
     check_inputs(ns.peak_qps, ns.tokens_per_request, ns.headroom)  # before the study is opened
     slos = parse_slos(ns.slo)
-    study = open_finished(load(ns)).study
+    study = open_finished(load(ns), check_objective=False).study  # --slo here asks, it does not relabel
     p = plan(measurement_from_study(study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request, ns.headroom)
     for line in describe(p):
         console.print(line, markup=False)

@@ -24,6 +24,14 @@ RUN_FLAGS = {  # CLI flag -> dotted config key
 }
 
 
+INTERRUPTED = {  # what Ctrl-C / SIGTERM leaves behind, per command
+    "run": "interrupted: the running trial was told FAIL; re-run the same command to resume",
+    "daemon": "interrupted: the running trial was told FAIL; re-run the same command to resume",
+    "regress": "interrupted: the running server was stopped; nothing was stored",
+    "sensitivity": "interrupted: the running server was stopped; the knobs measured so far are stored on the study",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m optimizer", description="Tune a vLLM server with Optuna and Ray.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -84,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     from . import capacity, outputcheck
 
     commands = [report, sens, capacity.register(sub), outputcheck.register(sub)]
+    for command in (report, sens):  # the objective the study ran with, as `run` was given it
+        for flag in ("--goal", "--objective", "--metric", "--slo", "--workload"):
+            src = next(a for a in run._actions if flag in a.option_strings)
+            command.add_argument(flag, choices=src.choices, help=src.help)
     for command in commands:
         for flag in ("--config", "--storage", "--study-name", "--artifacts-dir", "--model"):
             if not any(flag in a.option_strings for a in command._actions):
@@ -116,8 +128,11 @@ def _write_report(study, model: str, artifacts: Path, objective, out: Path, cons
 
     try:
         files = write_report(study, model, artifacts, objective, out)
-    except OSError as exc:
-        console.print(f"[yellow]note[/]: the written report was not stored in {out} ({exc.strerror or exc})")
+    except Exception as exc:  # noqa: BLE001 - a full disk, a picture that cannot be drawn: the study is fine
+        from .errors import first_line
+
+        why = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {first_line(exc)}"
+        console.print(f"[yellow]note[/]: the written report was not stored in {out} ({why})")
         return 1
     console.print(f"Report: {files.html} (and {files.markdown.name}, pictures beside them); "
                   f"dashboard: make dashboard")
@@ -152,7 +167,7 @@ def _sensitivity(ns: argparse.Namespace, console: Console) -> int:
     from .finished import open_finished
     from .outputcheck import parse_candidate
     from .progress import Progress
-    from .study import measuring, prepare
+    from .study import measuring, prepare, stamp_mismatch
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if ns.repeats < 0:
@@ -160,11 +175,16 @@ def _sensitivity(ns: argparse.Namespace, console: Console) -> int:
     cfg = _load(ns)
     plan = prepare(cfg)  # every check first; then the study
     f = open_finished(cfg)
+    mismatch = stamp_mismatch(f.study, plan)
+    if mismatch:
+        raise ConfigError(f"study '{cfg.study_name}' was run with another {mismatch[0].replace('_', ' ')} "
+                          f"({mismatch[1]}); pass the config it ran with: the moves must measure what it measured")
     knobs = [k.strip() for k in ns.knobs.split(",") if k.strip()] if ns.knobs else None
     to = parse_candidate(" ".join(ns.to)) if ns.to else None
+    prepared = sensitivity.prepare_run(f.study, plan, knobs, to)  # bad knobs are refused before Ray starts
     progress = Progress(console)
     with measuring(plan, progress) as measure:
-        rows = sensitivity.run(f.study, plan, progress, measure, knobs, to, ns.repeats)
+        rows = sensitivity.run(f.study, plan, progress, measure, prepared, ns.repeats)
     return 0 if any(r["value"] is not None for r in rows) else 1
 
 
@@ -292,5 +312,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted: the running trial was told FAIL; re-run the same command to resume", file=sys.stderr)
+        print(INTERRUPTED.get(ns.command, INTERRUPTED["run"]), file=sys.stderr)
         return 130

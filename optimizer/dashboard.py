@@ -20,6 +20,7 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna_dashboard import save_note
 
+from .errors import first_line
 from .space import from_cli_args
 
 TRIAL_FILES = ("result.json", "requests.jsonl", "server.log")
@@ -45,8 +46,9 @@ def upload_trial_files(trial: optuna.Trial, trial_dir: Path, artifacts_dir: str 
             if path.is_file():
                 upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial,
                                 mimetype="text/plain" if name.endswith((".log", ".jsonl")) else None)
-    except OSError as exc:
-        return f"artifacts for optuna-dashboard not stored ({exc.strerror or exc}); the files stay in {trial_dir}"
+    except Exception as exc:  # noqa: BLE001 - a full disk, a locked database: never the study's end
+        why = getattr(exc, "strerror", None) or first_line(exc)
+        return f"artifacts for optuna-dashboard not stored ({why}); the files stay in {trial_dir}"
     return None
 
 
@@ -92,8 +94,8 @@ def save_trial_note(study: optuna.Study, number: int, metric: str, unit: str) ->
     try:
         found = diagnosis.diagnose(t, diagnosis.context_of(study))
         save_note(_TrialRef(study, t), note_text(t, metric, unit, found))
-    except (OSError, optuna.exceptions.StorageInternalError) as exc:
-        return f"note of trial {number} not written: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a note is a convenience: never the study's end
+        return f"note of trial {number} not written ({type(exc).__name__}: {first_line(exc)})"
     return None
 
 
@@ -114,8 +116,8 @@ def save_study_note(study: optuna.Study, summary, report_html: Path | None) -> s
         lines.append(f"Full report (pictures, failure table, diagnosis): `{report_html}`")
     try:
         save_note(study, "\n\n".join(lines) + "\n")
-    except (OSError, optuna.exceptions.StorageInternalError) as exc:
-        return f"study note not written: {exc}"
+    except Exception as exc:  # noqa: BLE001 - as for a trial's note
+        return f"study note not written ({type(exc).__name__}: {first_line(exc)})"
     return None
 
 

@@ -14,6 +14,7 @@ from .errors import ConfigError
 from .slo import parse_slos
 from .storage import check_storage, masked, normalize_url, open_storage, sqlite_path
 from .runtime import job_working_dir
+from .study import objective_stamp
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,10 @@ class Finished:
     url: str
 
 
-def open_finished(cfg) -> Finished:
-    """The config's study in its storage; raises ConfigError (a one-line fix) when there is none."""
+def open_finished(cfg, check_objective: bool = True) -> Finished:
+    """The config's study in its storage; raises ConfigError (a one-line fix) when there is none, or
+    (`check_objective`) when the study was run with another objective than the config's: its
+    values would be labelled and judged as something they are not."""
     url = normalize_url(cfg.storage, in_job=job_working_dir())
     path = sqlite_path(url)
     if path is not None and not path.exists():
@@ -43,6 +46,10 @@ def open_finished(cfg) -> Finished:
         objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos))
     except ValueError as exc:
         raise ConfigError(f"objective: {exc}") from exc
+    stored = study.user_attrs.get("objective")
+    if check_objective and stored and stored != objective_stamp(objective):
+        raise ConfigError(f"study '{cfg.study_name}' was run with objective {stored}, the config says "
+                          f"{objective_stamp(objective)}; pass the config (or --goal / --objective / --slo) it ran with")
     model = study.user_attrs.get("model") or cfg.model.path
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     return Finished(study, model, artifacts, objective, url)

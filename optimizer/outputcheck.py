@@ -16,7 +16,9 @@ regress ...`), answers the prompt set on each, and prints each candidate's compa
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +27,7 @@ from . import regression
 from .engine.failures import Failure
 from .engine.vllm import VllmServer
 from .errors import ConfigError
-from .space import from_cli_args
+from .space import KNOBS, from_cli_args
 
 REFERENCE = "regression_reference"  # study user attribute: the baseline's answers
 
@@ -64,13 +66,21 @@ def gate(study, trial, result, cfg):
     if result.outputs_error or not result.outputs:
         trial.set_user_attr("regression", {"summary": f"not checked: {result.outputs_error or 'no outputs'}"})
         return result
+    asked = asked_for(cfg)
     if trial.user_attrs.get("baseline"):
-        study.set_user_attr(REFERENCE, {"trial": trial.number, "outputs": list(result.outputs)})
+        study.set_user_attr(REFERENCE, {"trial": trial.number, "outputs": list(result.outputs), **asked})
+        if r.max_flip_rate is not None:
+            study.set_user_attr("max_flip_rate", r.max_flip_rate)  # diagnosis.Context reads it
         trial.set_user_attr("regression", {"summary": "the reference: the other trials' outputs are compared with these"})
         return result
     reference = study.user_attrs.get(REFERENCE)
     if not reference:
-        trial.set_user_attr("regression", {"summary": "not compared: the baseline's outputs are not recorded yet"})
+        trial.set_user_attr("regression", {"summary": "not compared: the baseline's outputs are not recorded (it "
+                                                      "did not finish first, failed, or ran before the check was on)"})
+        return result
+    if any(reference.get(k) != v for k, v in asked.items()):
+        trial.set_user_attr("regression", {"summary": "not compared: the baseline answered another prompt set, "
+                                                      "max_tokens or top_k (the config's regression section changed)"})
         return result
     try:
         cmp = regression.compare([regression.Output.from_dict(o) for o in reference["outputs"]],
@@ -87,6 +97,21 @@ def gate(study, trial, result, cfg):
             f"this configuration changes the model's answers (flip rate above {r.max_flip_rate}): keep the "
             "baseline's kv-cache-dtype / dtype / attention backend, or raise regression.max_flip_rate"))
     return result
+
+
+def asked_for(cfg) -> dict:
+    """What a reference must have answered to be comparable: the prompts (a digest), max_tokens, top_k."""
+    prompts, max_tokens, top_k = trial_spec_part(cfg)
+    digest = hashlib.sha256("\n\0".join(prompts).encode()).hexdigest()[:16]
+    return {"prompts_sha256": digest, "max_tokens": max_tokens, "top_k": top_k}
+
+
+def hold_launches(study, cfg, running_trials) -> bool:
+    """With a maximum flip rate, no trial starts beside the baseline while its answers (the reference)
+    are pending: a trial compared with nothing could become the best unchecked."""
+    r = cfg.regression
+    return bool(r.enabled and r.max_flip_rate is not None and REFERENCE not in study.user_attrs
+                and any(t.user_attrs.get("baseline") for t in running_trials))
 
 
 # ---- python -m optimizer regress ---------------------------------------------------------------
@@ -106,21 +131,43 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def parse_candidate(text: str) -> dict:
-    """'kv-cache-dtype=fp8 max-num-seqs=32' -> {'kv-cache-dtype': 'fp8', 'max-num-seqs': 32}."""
-    args = []
+    """'kv-cache-dtype=fp8 max-num-seqs=32' -> {'kv-cache-dtype': 'fp8', 'max-num-seqs': 32}: typed as
+    the space types each knob (true/false for an on/off knob); raises ConfigError."""
+    out = {}
     for item in text.replace(",", " ").split():
         key, eq, value = item.removeprefix("--").partition("=")
         if not eq or not key or not value:
             raise ConfigError(f"--candidate '{text}': '{item}' is not knob=value; write e.g. 'kv-cache-dtype=fp8'")
-        args += [f"--{key}", value]
-    if not args:
+        out[key] = _typed(key, value, text)
+    if not out:
         raise ConfigError("--candidate '': give the knobs that differ from the baseline, e.g. 'kv-cache-dtype=fp8'")
-    parsed = from_cli_args(args)  # typed values for the knobs this project knows
-    return {flag[2:]: parsed.get(flag[2:], value) for flag, value in zip(args[::2], args[1::2])}
+    return out
+
+
+def _typed(key: str, value: str, text: str):
+    knob = KNOBS.get(key)
+    if knob is None:
+        return value  # a flag this project does not tune: passed to vLLM as written
+    if knob.kind == "bool":
+        if value.lower() not in BOOLS:
+            raise ConfigError(f"--candidate '{text}': {key} is on or off; write {key}=true or {key}=false")
+        return BOOLS[value.lower()]
+    try:
+        return from_cli_args([f"--{key}", value])[key]
+    except ValueError:
+        raise ConfigError(f"--candidate '{text}': {key}={value} is not a {'whole number' if knob.kind == 'int' else 'number'}"
+                          f"; write e.g. {key}={'32' if knob.kind == 'int' else '0.5'}") from None
+
+
+BOOLS = {"true": True, "on": True, "1": True, "yes": True, "false": False, "off": False, "0": False, "no": False}
 
 
 def main(ns: argparse.Namespace, console, load) -> int:
-    from .study import make_spec, prepare  # noqa: PLC0415 - the study module pulls in Ray
+    """`regress`: 0 when every candidate answered within --max-flip-rate (or none was given), 1 when
+    one is above it or could not answer; raises ConfigError for bad input (exit 2)."""
+    from .progress import Progress  # noqa: PLC0415
+    from .runstate import RunState  # noqa: PLC0415
+    from .study import prepare  # noqa: PLC0415 - the study module pulls in Ray
 
     overrides = {"regression.enabled": True}
     if ns.prompts is not None:
@@ -134,32 +181,47 @@ def main(ns: argparse.Namespace, console, load) -> int:
     cfg = load(ns, overrides)
     candidates = [parse_candidate(c) for c in ns.candidate]
     plan = prepare(cfg)
-    prompts, max_tokens, top_k = trial_spec_part(cfg)
-    base = dict(cfg.baseline or {})
+    # One driver per storage, and its servers tagged: a study on this storage never runs beside
+    # these boots, and a killed `regress` leaves nothing the next start does not stop.
+    with RunState(plan.storage_url, cfg.artifacts_dir) as held:
+        Progress(console).recovery(held.acquire())
+        plan = replace(plan, server_env=tuple(held.server_env().items()))
+        return _compare_all(ns, console, plan, candidates)
+
+
+def _compare_all(ns, console, plan, candidates: list[dict]) -> int:
+    from .study import make_spec  # noqa: PLC0415
+
+    prompts, max_tokens, top_k = trial_spec_part(plan.cfg)
+    base = dict(plan.cfg.baseline or {})
     configs = [("baseline", base)] + [(f"candidate {i + 1}", {**base, **c}) for i, c in enumerate(candidates)]
     console.print(f"Output check: {len(prompts)} prompts, {max_tokens} greedy tokens each, top-{top_k} logprobs, "
                   f"one prompt at a time; {len(configs)} server boots")
-    answers = []
+    answers, report, worst = {}, [], 0.0
     for i, (name, params) in enumerate(configs):
         spec = make_spec(i, plan, params, f"regress/{i}")  # its server.log: artifacts/<study>/regress/<i>/
         console.print(f"[bold]{name}[/]: {' '.join(spec.vllm_args)}")
         t = time.monotonic()
         outputs, why = answer(spec, prompts, max_tokens, top_k)
+        changed = {k: v for k, v in params.items() if base.get(k) != v} or "(same as the baseline)"
         if outputs is None:
             console.print(f"  [red]could not answer[/]: {why} (log: {spec.log_path})")
-            return 2 if i == 0 else 1
+            if i == 0:
+                console.print("[red]no reference[/]: the baseline must answer first; fix it, then run again")
+                return 1
+            report.append({"name": name, "params": params, "changed": changed, "error": why})
+            worst = math.inf
+            continue
         console.print(f"  answered in {time.monotonic() - t:.0f} s (boot included)")
-        answers.append((name, params, outputs))
-    reference = answers[0][2]
-    gap = regression.median_gap(reference)
-    if gap is not None:
-        console.print(f"The baseline's median lead of its top-1 token over the runner-up: {gap:.3f} nats "
-                      "(small: near-ties any numeric change can flip)")
-    report, worst = [], 0.0
-    for name, params, outputs in answers[1:]:
-        cmp = regression.compare(reference, outputs)
+        answers[name] = outputs
+        if i == 0:
+            gap = regression.median_gap(outputs)
+            if gap is not None:
+                console.print(f"The baseline's median lead of its top-1 token over the runner-up: {gap:.3f} nats "
+                              "(small: near-ties any numeric change can flip)")
+            continue
+        cmp = regression.compare(answers["baseline"], outputs)
         worst = max(worst, cmp.flip_rate)
-        changed = {k: v for k, v in params.items() if base.get(k) != v} or "(same as the baseline)"
         console.print(f"{name} {changed}: {cmp.summary()}")
         for flip in cmp.flips[:10]:
             margin = "beyond the top-k" if flip.margin is None else f"{flip.margin:.3f} nats"
@@ -170,12 +232,16 @@ def main(ns: argparse.Namespace, console, load) -> int:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"prompts": list(prompts), "max_tokens": max_tokens, "top_k": top_k,
-                                   "baseline": base, "median_gap_nats": gap, "candidates": report,
-                                   "outputs": {name: [o.to_dict() for o in outputs] for name, _, outputs in answers}},
+                                   "baseline": base, "median_gap_nats": regression.median_gap(answers["baseline"]),
+                                   "candidates": report,
+                                   "outputs": {n: [o.to_dict() for o in o_list] for n, o_list in answers.items()}},
                                   indent=1, default=str))
         console.print(f"written to {out}")
     except OSError as exc:
         console.print(f"[yellow]note[/]: {out} not written ({exc.strerror or exc})")
+    if math.isinf(worst):
+        console.print("[red]incomplete[/]: a candidate could not answer (see above)")
+        return 1
     if ns.max_flip_rate is not None and worst > ns.max_flip_rate:
         console.print(f"[red]regression[/]: a candidate's flip rate {worst:.3f} is above {ns.max_flip_rate}")
         return 1

@@ -1,9 +1,10 @@
 """One-factor sensitivity: the best configuration re-measured with one knob moved at a time, the
 single-variable experiment operators run by hand, each effect shown against the noise band.
 
-The band is the best configuration's own spread: a 95% t-interval over every measurement of
-it (the search's run, the confirmation's re-measurements, and `repeats` more taken here). A
-moved knob whose value falls inside the band did nothing measurable on this machine.
+The band is where one more run of the best configuration itself lands 95% of the time: a
+prediction interval (mean +- t s sqrt(1 + 1/n)) over every measurement of it (the search's run,
+the confirmation's re-measurements, and `repeats` more taken here). A moved knob, measured once,
+whose value falls inside the band did nothing measurable on this machine.
 
 A knob moves one step from the best's value: a numeric knob doubles (a log range) or moves by a
 quarter of its range, upward unless that leaves the range; a categorical knob takes the next
@@ -15,6 +16,7 @@ stop), stored under `artifacts/<study>/sensitivity/<knob>/`; the results go to t
 from __future__ import annotations
 
 import math
+import statistics
 
 import optuna
 
@@ -84,7 +86,14 @@ def moves(params: dict, space: SearchSpace, knobs: list[str] | None = None, to: 
 
 
 def band(values: list[float]) -> confirm.Interval:
-    return confirm.interval(-1, values)
+    """Where one more run of the best lands 95% of the time: a prediction interval, mean +- t s
+    sqrt(1 + 1/n), not the interval of the mean (which one run falls outside of far more often
+    than 5%, the more so the more runs). One value: no band (infinite bounds)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return confirm.Interval(-1, tuple(values), mean, -math.inf, math.inf)
+    half = confirm.T95.get(len(values) - 1, 1.96) * statistics.stdev(values) * math.sqrt(1 + 1 / len(values))
+    return confirm.Interval(-1, tuple(values), mean, mean - half, mean + half)
 
 
 def effect(name: str, old, new, value: float | None, noise: confirm.Interval, maximize: bool) -> dict:
@@ -94,7 +103,9 @@ def effect(name: str, old, new, value: float | None, noise: confirm.Interval, ma
            "band_low": _finite(noise.low), "band_high": _finite(noise.high), "best_mean": noise.mean}
     if value is None:
         return {**row, "ratio": None, "verdict": "failed"}
-    ratio = (value / noise.mean if maximize else noise.mean / value) if value and noise.mean else None
+    ratio = None
+    if noise.mean and (value or maximize):  # a zero latency has no ratio; a zero throughput has 0
+        ratio = value / noise.mean if maximize else noise.mean / value
     inside = noise.low <= value <= noise.high
     better = (value > noise.mean) == maximize
     verdict = "within noise" if inside else ("better" if better else "worse")
@@ -107,14 +118,21 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def run(study: optuna.Study, plan, progress, measure, knobs=None, to=None, repeats: int = 0) -> list[dict]:
-    """Measure the best once more `repeats` times, then each move once; `measure(params, key,
-    log_dir)` runs one full measurement (study.measure_once) and returns its value or None."""
+def prepare_run(study: optuna.Study, plan, knobs=None, to=None) -> tuple[optuna.trial.FrozenTrial, dict, list]:
+    """The best trial, its full parameters and the planned moves; raises ConfigError (before any boot)."""
     best = best_trial(study)
     base = {**(dict(plan.cfg.baseline or {}) if best.user_attrs.get("baseline") else {}), **best.params}
     planned = moves(base, plan.space, knobs, to)
     if not planned:
         raise ConfigError("sensitivity: no knob to move (each is fixed or has one value in the space); widen the space")
+    return best, base, planned
+
+
+def run(study: optuna.Study, plan, progress, measure, prepared, repeats: int = 0) -> list[dict]:
+    """Measure the best once more `repeats` times, then each move once; `measure(params, key,
+    log_dir)` runs one full measurement (study.measure_once) and returns its value or None. The
+    rows are stored on the study after each move: an interruption loses one run at most."""
+    best, base, planned = prepared
     runs = ((study.user_attrs.get(confirm.ATTR) or {}).get("runs") or {}).get(str(best.number)) or {}
     values = list(runs.get("values") or [best.value])
     progress.console.print(f"[bold]Sensitivity[/] of trial {best.number} ({len(planned)} knob(s), "
@@ -126,13 +144,12 @@ def run(study: optuna.Study, plan, progress, measure, knobs=None, to=None, repea
         progress.console.print(f"  best again: {value if value is None else round(value, 2)}")
     noise = band(values)
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    rows = []
+    record = []
     for i, (name, old, new) in enumerate(planned):
         value = measure({**base, name: new}, KEY + 100 + i, f"sensitivity/{name}")
-        rows.append(effect(name, old, new, value, noise, maximize))
-        progress.console.print(f"  {name} {old} -> {new}: {describe(rows[-1], plan.objective.unit)}")
-    record = [{**r, "trial": best.number} for r in rows]
-    study.set_user_attr(ATTR, record)
+        record.append({**effect(name, old, new, value, noise, maximize), "trial": best.number})
+        progress.console.print(f"  {name} {old} -> {new}: {describe(record[-1], plan.objective.unit)}")
+        study.set_user_attr(ATTR, record)
     return record
 
 
@@ -141,6 +158,7 @@ def describe(row: dict, unit: str) -> str:
         return "the run failed (see its server.log)"
     band_text = (f"band [{row['band_low']:.2f}, {row['band_high']:.2f}]" if row["band_low"] is not None
                  else "no band")
-    return f"{row['value']:.2f} {unit} ({row['ratio']:.2f}x the best's mean {row['best_mean']:.2f}; {band_text}): " \
+    ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "no ratio to"
+    return f"{row['value']:.2f} {unit} ({ratio} the best's mean {row['best_mean']:.2f}; {band_text}): " \
            f"{row['verdict']}"
 

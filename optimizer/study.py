@@ -122,7 +122,7 @@ def _open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
     # Optuna 5 keeps a stored study's direction silently; the stamp check catches an objective change.
     study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage,
                                 directions=list(plan.objective.directions), load_if_exists=True)
-    mismatch = _stamp_mismatch(study, plan)
+    mismatch = stamp_mismatch(study, plan)
     if mismatch and plan.new_study:
         name = f"{plan.cfg.study_name}-{_stamp_digest(plan)[:8]}"
         cfg = plan.cfg.model_copy(update={"study_name": name})
@@ -140,11 +140,14 @@ def _open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
     return study, plan
 
 
+def objective_stamp(objective) -> str:
+    """How a study records what it optimizes, e.g. 'latency:ttft_p95 slos p95 TPOT <= 50 ms'."""
+    text = f"{objective.name}:{objective.metric}"
+    return text + (f" slos {describe_slos(objective.slos)}" if objective.slos else "")
+
+
 def _stamp_of(plan: Plan) -> dict:
-    objective = f"{plan.objective.name}:{plan.objective.metric}"
-    if plan.objective.slos:
-        objective += f" slos {describe_slos(plan.objective.slos)}"
-    return {"objective": objective,
+    return {"objective": objective_stamp(plan.objective),
             "workload_hash": plan.workload.content_hash(), "model": plan.model.source}
 
 
@@ -152,7 +155,7 @@ def _stamp_digest(plan: Plan) -> str:
     return hashlib.sha256(json.dumps(_stamp_of(plan), sort_keys=True).encode()).hexdigest()
 
 
-def _stamp_mismatch(study: optuna.Study, plan: Plan) -> tuple[str, str] | None:
+def stamp_mismatch(study: optuna.Study, plan: Plan) -> tuple[str, str] | None:
     """A resumed study must measure the same thing: the first stamp key that differs, with its old value."""
     old = study.user_attrs
     if not old.get("workload_hash"):
@@ -345,7 +348,8 @@ def _run_trials(study: optuna.Study, plan: Plan, board, progress: Progress, runs
             while True:
                 shutdown.check()
                 while (len(running) < slots and finished_count(study) + len(running) < plan.cfg.n_trials
-                       and not shutdown.requested.is_set()):
+                       and not shutdown.requested.is_set()
+                       and not outputcheck.hold_launches(study, plan.cfg, [r.trial for r in running])):
                     slot = min(set(range(slots)) - {r.slot for r in running})
                     launched = _launch(study, plan, board, progress, runstate, len(running), _cpu_bind(plan, slot, slots))
                     if isinstance(launched, _Running):
@@ -585,6 +589,7 @@ def _finish(study: optuna.Study, plan: Plan, r: _Running, result, progress: Prog
     """Learn from the trial's start-up, store its result, tell Optuna; returns (state, failure)."""
     trial = r.trial
     precheck.learn(study, plan, r.spec.vllm_args, result, r.device)
+    result = outputcheck.gate(study, trial, result, plan.cfg)  # before result.json: an output_changed is in it
     if not is_disk_failure(result.failure):
         written = store_trial(plan.artifacts / f"trial-{trial.number}", r.params, result, socket.gethostname())
         if written is not None:
@@ -592,7 +597,6 @@ def _finish(study: optuna.Study, plan: Plan, r: _Running, result, progress: Prog
         else:  # before the tell: Optuna refuses attributes on a finished trial
             progress.note(dashboard.upload_trial_files(trial, plan.artifacts / f"trial-{trial.number}",
                                                        plan.cfg.artifacts_dir))
-    result = outputcheck.gate(study, trial, result, plan.cfg)
     state, result = outcome.tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
     progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))

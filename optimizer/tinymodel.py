@@ -97,8 +97,9 @@ def write_tiny_model(directory: str | Path, weights: bool = False) -> Path:
     Idempotent: an existing, complete directory is left as it is.
     """
     out = Path(directory).resolve()
-    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file() \
-            and (not weights or (out / "model.safetensors").is_file()):
+    if (out / "config.json").is_file() and (out / "tokenizer.json").is_file():
+        if weights and not (out / "model.safetensors").is_file():  # a dummy-weights model gets its weights
+            write_weights(out / "model.safetensors", json.loads((out / "config.json").read_text()))
         return out
     if out.is_dir() and any(out.iterdir()):
         from .errors import ConfigError

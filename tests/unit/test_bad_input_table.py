@@ -119,6 +119,10 @@ CASES = [
      lambda d: optuna.create_study(study_name="other", storage=open_storage(f"sqlite:///{d / 'trials.db'}")),
      "no study 'tune' in sqlite:///<dir>/trials.db (it holds: other); pass --study-name, or run "
      "`python -m optimizer run` first"),
+    ("report-other-objective", "a report with another objective than the study ran", SPACE, ["report"],
+     lambda d: _study_db(d, objective="latency:ttft_p95", workload_hash="0" * 64, model="/m"),
+     "study 'tune' was run with objective latency:ttft_p95, the config says throughput:output_throughput; pass the "
+     "config (or --goal / --objective / --slo) it ran with"),
     ("plan-headroom", "a capacity plan with no headroom left", SPACE,
      ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--headroom", "1"], None,
      "--headroom 1: give the share of each replica kept free, from 0 up to (not including) 1, e.g. 0.3"),

@@ -46,7 +46,10 @@ def _baseline(study, cfg):
 def test_the_baselines_answers_become_the_reference(study):
     cfg = _cfg(max_flip_rate=0.1)
     assert _baseline(study, cfg).failure is None
-    assert study.user_attrs[outputcheck.REFERENCE] == {"trial": 0, "outputs": list(REFERENCE)}
+    ref = study.user_attrs[outputcheck.REFERENCE]
+    assert ref["trial"] == 0 and ref["outputs"] == list(REFERENCE)
+    assert (ref["max_tokens"], ref["top_k"]) == (32, 5) and len(ref["prompts_sha256"]) == 16
+    assert study.user_attrs["max_flip_rate"] == 0.1
     assert study.trials[0].user_attrs["regression"]["summary"].startswith("the reference")
 
 
@@ -85,7 +88,7 @@ def test_before_the_baseline_or_without_outputs_nothing_is_judged(study):
     cfg = _cfg(max_flip_rate=0.0)
     trial = study.ask()
     assert outputcheck.gate(study, trial, _result(0, REFERENCE), cfg).failure is None
-    assert "not recorded yet" in study.trials[0].user_attrs["regression"]["summary"]
+    assert "the baseline's outputs are not recorded" in study.trials[0].user_attrs["regression"]["summary"]
     other = study.ask()
     assert outputcheck.gate(study, other, _result(1, (), "prompt 0: HTTP 400"), cfg).failure is None
     assert study.trials[1].user_attrs["regression"]["summary"] == "not checked: prompt 0: HTTP 400"
@@ -129,3 +132,34 @@ def test_median_gap_is_the_chosen_tokens_lead_over_the_runner_up():
                    ({"a": -0.1, "x": -2.1}, {"b": -0.5, "y": -0.6}, {"c": -1.0, "z": -1.5, "w": -3.0}))]
     assert median_gap(outs) == pytest.approx(0.5)  # leads 2.0, 0.1, 0.5
     assert median_gap([Output(0, ("a",), (-0.1,), ({"a": -0.1},))]) is None
+
+
+def test_candidate_values_are_checked_against_the_knobs_type():
+    assert outputcheck.parse_candidate("enable-prefix-caching=false") == {"enable-prefix-caching": False}
+    assert outputcheck.parse_candidate("enable-chunked-prefill=on") == {"enable-chunked-prefill": True}
+    with pytest.raises(ConfigError, match="max-num-seqs=lots is not a whole number; write e.g. max-num-seqs=32"):
+        outputcheck.parse_candidate("max-num-seqs=lots")
+    with pytest.raises(ConfigError, match="gpu-memory-utilization=0.9x is not a number"):
+        outputcheck.parse_candidate("gpu-memory-utilization=0.9x")
+    with pytest.raises(ConfigError, match="enable-prefix-caching is on or off"):
+        outputcheck.parse_candidate("enable-prefix-caching=maybe")
+
+
+def test_a_reference_of_another_prompt_set_is_not_compared(study):
+    _baseline(study, _cfg(max_flip_rate=0.0))
+    trial = study.ask()
+    changed = (_out(0, [1, 999, 3, 4]), _out(1, [5, 6, 7, 8]))
+    result = outputcheck.gate(study, trial, _result(1, changed), _cfg(max_flip_rate=0.0, max_tokens=64))
+    assert result.failure is None
+    assert "another prompt set, max_tokens or top_k" in study.trials[1].user_attrs["regression"]["summary"]
+
+
+def test_launches_wait_for_the_reference_only_with_a_maximum_and_while_the_baseline_runs(study):
+    baseline = study.ask()
+    baseline.set_user_attr("baseline", True)
+    other = study.ask()
+    assert outputcheck.hold_launches(study, _cfg(max_flip_rate=0.05), [baseline])
+    assert not outputcheck.hold_launches(study, _cfg(), [baseline])  # report only: nothing to protect
+    assert not outputcheck.hold_launches(study, _cfg(max_flip_rate=0.05), [other])  # the baseline is done
+    study.set_user_attr(outputcheck.REFERENCE, {"trial": 0})
+    assert not outputcheck.hold_launches(study, _cfg(max_flip_rate=0.05), [baseline])

@@ -138,7 +138,7 @@ def test_writes_report_best_yaml_and_pictures(tmp_path, study_dir):
     md = files.markdown.read_text()
     assert "Best: trial 1, ttft_p95 = 120.00 ms" in md
     assert "Baseline: trial 0, ttft_p95 = 250.00 ms" in md
-    assert "Gain over the baseline: 2.08x (one run each, no interval)." in md
+    assert "Gain over the baseline: 2.08x in the search's one run of each (no re-measurement: no interval)." in md
     assert serve_command(MODEL, BEST_ARGS) in md and f"vllm serve {MODEL} --config best.yaml" in md
     page = files.html.read_text()
     assert page.startswith("<!DOCTYPE html>") and '<img src="tradeoff.png"' in page and "2.08x" in page
@@ -192,7 +192,8 @@ def test_gain_interval_with_both_re_measured(tmp_path, study_dir):
                           "0": {"mean": 252.0, "low": 240.0, "high": 264.0, "n": 4}}, "clear": True}
     md = _markdown(latency_study(tmp_path, conf), study_dir, tmp_path / "out")
     low, high = 240 / 126, 264 / 110
-    assert f"Gain over the baseline: 2.08x (95% CI {low:.2f}x to {high:.2f}x, from both re-measured intervals" in md
+    assert (f"Gain over the baseline: 2.08x in the search's one run of each; re-measured: {252 / 118:.2f}x (ratio of "
+            f"the means), 95% CI {low:.2f}x to {high:.2f}x (from both re-measured intervals, n=4 and n=4") in md
     assert "Re-measured: mean 118.00 ms over 4 runs, 95% CI [110.00, 126.00]; a clear winner." in md
 
 
@@ -200,7 +201,8 @@ def test_gain_interval_over_one_baseline_run(tmp_path, study_dir):
     conf = {"intervals": {"1": {"mean": 118.0, "low": 110.0, "high": 126.0, "n": 4}}, "clear": False}
     md = _markdown(latency_study(tmp_path, conf), study_dir, tmp_path / "out")
     low, high = 250 / 126, 250 / 110  # latency: the best's high end bounds the gain's low end
-    assert f"2.08x (95% CI {low:.2f}x to {high:.2f}x: the best's re-measured interval over one baseline run" in md
+    assert (f"2.08x in the search's one run of each; re-measured: {250 / 118:.2f}x, 95% CI {low:.2f}x to {high:.2f}x "
+            "(the best's mean over n=4 runs against one baseline run") in md
     assert "no clear winner" in md
 
 
@@ -273,7 +275,7 @@ def test_sensitivity_table_when_the_study_has_one(tmp_path, study_dir):
     study.set_user_attr("sensitivity", [{**row, "trial": 1}])
     md = _markdown(study, study_dir, tmp_path / "out")
     assert "## Sensitivity" in md and "Trial 1 re-measured with one knob moved at a time" in md
-    assert "| max-num-seqs | 16 | 32 | 141.5 | 0.85 | 115.0 to 125.0 | 3 | worse |" in md
+    assert "| max-num-seqs | 16 | 32 | 141.5 | 0.85 | 110.1 to 129.9 | 3 | worse |" in md
     assert "Saved: 0 boot(s) avoided by the KV precheck; 0 trial(s) stopped early; ~0 s of replay not spent." in md
 
 

@@ -58,3 +58,26 @@ def test_throughput_direction_and_a_single_measurement_has_no_band():
     assert row["ratio"] == pytest.approx(1.2) and row["band_low"] is None
     assert row["verdict"] == "better (no band: one measurement of the best)"
     assert "no band" in sensitivity.describe(row, "tok/s")
+
+
+@pytest.mark.parametrize("n", [2, 3, 6])
+def test_a_knob_that_does_nothing_stays_within_noise_95_percent_of_the_time(n):
+    """The band is for one new run of the same configuration (a prediction interval): simulated
+    with normal noise, an unchanged configuration's run lands inside it ~95% of the time, for any
+    number of measurements of the best (the interval of the mean would catch it far less often)."""
+    import random
+
+    rng = random.Random(n)
+    inside, rounds = 0, 4000
+    for _ in range(rounds):
+        noise = sensitivity.band([rng.gauss(500, 40) for _ in range(n)])
+        inside += noise.low <= rng.gauss(500, 40) <= noise.high
+    assert 0.93 <= inside / rounds <= 0.97
+
+
+def test_a_zero_throughput_run_is_worse_with_ratio_zero_and_describable():
+    row = sensitivity.effect("max-num-seqs", 16, 1, 0.0, sensitivity.band([5.0, 5.2, 4.8]), maximize=True)
+    assert row["ratio"] == 0.0 and row["verdict"] == "worse"
+    zero_latency = sensitivity.effect("x", 1, 2, 0.0, sensitivity.band([5.0, 5.2]), maximize=False)
+    assert zero_latency["ratio"] is None
+    assert "no ratio to the best's mean" in sensitivity.describe(zero_latency, "ms")

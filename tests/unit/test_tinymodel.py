@@ -94,6 +94,9 @@ def test_weights_are_seeded_shaped_for_the_config_and_at_llamas_init_scale(tmp_p
     assert tuple(w["model.layers.7.mlp.down_proj.weight"].shape) == (cfg["hidden_size"], cfg["intermediate_size"])
     assert abs(w["lm_head.weight"].float().std().item() - INIT_STD) < 0.001
     assert w["model.norm.weight"].float().eq(1).all()
-    # A dummy-weights directory has none, and asking again for weights on a complete one is a no-op.
-    assert not (write_tiny_model(tmp_path / "c") / "model.safetensors").exists()
+    # A dummy-weights directory has none until asked; asking again on a complete one is a no-op.
+    c = write_tiny_model(tmp_path / "c")
+    assert not (c / "model.safetensors").exists()
+    assert write_tiny_model(c, weights=True) == c
+    assert (c / "model.safetensors").read_bytes() == (a / "model.safetensors").read_bytes()
     assert write_tiny_model(a, weights=True) == a
