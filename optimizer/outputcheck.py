@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from . import regression
+from . import regression, shutdown
 from .engine.failures import Failure
 from .engine.vllm import VllmServer
 from .errors import ConfigError
@@ -199,6 +199,7 @@ def _compare_all(ns, console, plan, candidates: list[dict]) -> int:
                   f"one prompt at a time; {len(configs)} server boots")
     answers, report, worst = {}, [], 0.0
     for i, (name, params) in enumerate(configs):
+        shutdown.check()  # a signal that came while the last server stopped
         spec = make_spec(i, plan, params, f"regress/{i}")  # its server.log: artifacts/<study>/regress/<i>/
         console.print(f"[bold]{name}[/]: {' '.join(spec.vllm_args)}")
         t = time.monotonic()
@@ -261,4 +262,5 @@ def answer(spec, prompts, max_tokens: int, top_k: int):
         except (RuntimeError, OSError, ValueError) as exc:
             return None, str(exc)[:500]
     finally:
-        server.stop()
+        with shutdown.deferred():  # a signal now would skip the stop's escalation to SIGKILL
+            server.stop()

@@ -93,3 +93,15 @@ def sleep(seconds: float) -> None:
     with polling():
         if requested.wait(seconds):
             check()
+
+
+@contextmanager
+def deferred():
+    """A region a signal must not cut short (a server's stop after a first signal): signals only set
+    the flag, and the caller's next `check()` acts on them."""
+    global _polling
+    _polling += 1
+    try:
+        yield
+    finally:
+        _polling -= 1

@@ -150,3 +150,19 @@ def test_installing_again_after_ray_keeps_a_stop_already_asked_for():
         print(shutdown.requested.is_set(), flush=True)
     """)
     assert (rc, out, err) == (0, ["True", "False"], "")
+
+
+def test_a_first_signal_inside_a_deferred_stop_waits_for_the_next_check():
+    """`regress` stops its server in a deferred region: a first Ctrl-C there must not cut the stop
+    (and its escalation to SIGKILL) short; the loop's next check acts on it."""
+    rc, out, err = _run("""
+        with shutdown.deferred():
+            me(signal.SIGINT)
+            print("stop finished", shutdown.requested.is_set(), flush=True)
+        try:
+            shutdown.check()
+            print("not reached", flush=True)
+        except KeyboardInterrupt:
+            print("check raised", flush=True)
+    """)
+    assert (rc, out, err) == (0, ["stop finished True", "check raised"], "")
