@@ -23,8 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.device import GIB, read_node_memory  # noqa: E402
-from optimizer.tinymodel import write_tiny_model  # noqa: E402
+from optimizer.tinymodel import memory_fraction, write_tiny_model  # noqa: E402
 
 KV_LINE = re.compile(r"kv_cache_dtype|KV cache size|fp8", re.IGNORECASE)
 
@@ -37,7 +36,7 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="regress-bench-"))
     model = write_tiny_model(root / "tiny", weights=not args.dummy)
-    fraction = round((0.97 * GIB + 0.5 * GIB) / read_node_memory().total, 3)
+    fraction = memory_fraction(0.5)
     cfg = {"study_name": "reg", "storage": f"sqlite:///{root / 'trials.db'}", "artifacts_dir": str(root / "artifacts"),
            "model": {"path": str(model), "load_format": "dummy" if args.dummy else None, "dtype": "bfloat16"},
            "baseline": {"max-num-seqs": 8, "gpu-memory-utilization": fraction, "max-model-len": 4096,

@@ -27,14 +27,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.device import GIB, read_node_memory  # noqa: E402
-from optimizer.tinymodel import write_tiny_model  # noqa: E402
+from optimizer.tinymodel import memory_fraction, write_tiny_model  # noqa: E402
 
-NON_KV = 0.97 * GIB
 
 
 def study_config(root: Path, model: Path, parallel: int) -> dict:
-    fits = round((NON_KV + 0.5 * GIB) / read_node_memory().total, 3)
+    fits = memory_fraction(0.5)
     base = {"gpu-memory-utilization": fits, "max-model-len": 2048, "kv-cache-dtype": "auto"}
     return {
         "study_name": f"parallel-{parallel}", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 4,

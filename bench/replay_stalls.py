@@ -21,11 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from optimizer.config import StudyConfig  # noqa: E402
-from optimizer.device import GIB, read_node_memory  # noqa: E402
 from optimizer.engine.vllm import VllmServer  # noqa: E402
 from optimizer.metrics import percentile  # noqa: E402
 from optimizer.replay import run_replay  # noqa: E402
-from optimizer.tinymodel import write_tiny_model  # noqa: E402
+from optimizer.tinymodel import memory_fraction, write_tiny_model  # noqa: E402
 from optimizer.trial import reset_prefix_cache  # noqa: E402
 from optimizer.study import load_workload  # noqa: E402
 
@@ -41,7 +40,7 @@ def main() -> None:
         "workload": {"requests": 48, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
                      "output": [192, 256], "arrival": {"process": "closed", "concurrency": 16}}})
     _, workload = load_workload(cfg)
-    fits = round((0.97 * GIB + 0.8 * GIB) / read_node_memory().total, 3)
+    fits = memory_fraction(0.8)
     flags = ["--max-num-seqs", "16", "--gpu-memory-utilization", str(fits), "--max-model-len", "2048",
              "--load-format", "dummy", "--dtype", "bfloat16"]
     p95s = []

@@ -137,9 +137,8 @@ def _write_report(study, model: str, artifacts: Path, objective, out: Path, cons
     console.print(f"Report: {files.html} (and {files.markdown.name}, pictures beside them); "
                   f"dashboard: make dashboard")
     from .dashboard import save_study_note
-    from .report import summarize_study
 
-    note = save_study_note(study, summarize_study(study, model, out), files.html)
+    note = save_study_note(study, files.summary, files.html)
     if note:
         console.print(f"[yellow]note[/]: {note}")
     return 0

@@ -40,13 +40,15 @@ class Interval:
         return self.low <= other.high and other.low <= self.high
 
 
-def interval(trial: int, values: list[float]) -> Interval:
-    """Mean and 95% t-interval of `values` (a single value: an interval of zero width is not
-    claimed; low/high are -inf/inf)."""
+def interval(trial: int, values: list[float], one_run: bool = False) -> Interval:
+    """Mean and 95% t-interval of `values`: of their mean, or with `one_run` of where one more run
+    lands (a prediction interval, sqrt(1 + 1/n) instead of sqrt(1/n)). A single value: an interval
+    of zero width is not claimed; low/high are -inf/inf."""
     mean = statistics.fmean(values)
     if len(values) < 2:
         return Interval(trial, tuple(values), mean, -math.inf, math.inf)
-    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    spread = math.sqrt(1 + 1 / len(values)) if one_run else 1 / math.sqrt(len(values))
+    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) * spread
     return Interval(trial, tuple(values), mean, mean - half, mean + half)
 
 

@@ -21,7 +21,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna_dashboard import save_note
 
 from .errors import first_line
-from .space import from_cli_args
+from .report import knobs_of
 
 TRIAL_FILES = ("result.json", "requests.jsonl", "server.log")
 HEADLINE = (  # (metric key, label, unit) shown in a note
@@ -58,7 +58,7 @@ def note_text(t: optuna.trial.FrozenTrial, metric: str, unit: str, diagnosis=Non
     kind = t.user_attrs.get("failure_kind")
     head = f"## Trial {t.number}{role}: {t.state.name}" + (f", `{kind}`" if kind else "")
     args = list(t.user_attrs.get("vllm_args", []))
-    knobs = from_cli_args(args) or t.params
+    knobs = knobs_of(t)
     lines = [head, "", "**Configuration**: " + (" ".join(f"`{k}={v}`" for k, v in knobs.items()) or "vLLM defaults")]
     if t.values is not None:
         feasible = t.user_attrs.get("feasible")

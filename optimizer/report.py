@@ -38,6 +38,11 @@ class Summary:
     confirmation: dict = field(default_factory=dict)  # re-measurements of the top configurations (confirm.py)
 
 
+def knobs_of(t: optuna.trial.FrozenTrial) -> dict:
+    """The knobs a trial ran with: from its flags (a baseline's fixed ones included), else its params."""
+    return from_cli_args(list(t.user_attrs.get("vllm_args", []))) or t.params
+
+
 def serve_command(model: str, args: list[str]) -> str:
     """The `vllm serve` command for a trial's flags."""
     return " ".join(["vllm", "serve", model, *args])
@@ -133,7 +138,7 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
         failure = t.user_attrs.get("failure_kind", "")
         if t.user_attrs.get("precheck") == "pruned":
             failure += " (predicted)"
-        params = fmt_params(from_cli_args(t.user_attrs.get("vllm_args", [])) or t.params)
+        params = fmt_params(knobs_of(t))
         table.add_row(str(t.number), "baseline" if t.user_attrs.get("baseline") else "", t.state.name, params,
                       _value(t), failure)
     console.print(table)

@@ -29,9 +29,8 @@ from . import report as rep
 from .progress import fmt_params
 from .reportplots import DRAWINGS, finite, save
 from .slo import describe as describe_slos
-from .space import from_cli_args
 
-COMPLETE = optuna.trial.TrialState.COMPLETE
+COMPLETE = rep.COMPLETE
 TOP = 5
 EVIDENCE_CHARS = 160
 KEY_METRICS = ("ttft_ms_p95", "tpot_ms_p95", "output_throughput")
@@ -44,6 +43,7 @@ class ReportFiles:
     best_yaml: Path | None  # None: no single best (multi-objective, or nothing feasible completed)
     pictures: dict[str, tuple[Path, Path]] = field(default_factory=dict)  # name -> (png, interactive html)
     front_yaml: Path | None = None  # multi-objective studies
+    summary: rep.Summary | None = None  # what the report rests on (report.summarize_study)
 
 
 def write_report(study: optuna.Study, model: str, artifacts: Path, objective, out_dir: Path) -> ReportFiles:
@@ -64,7 +64,7 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
     md, page = out_dir / "report.md", out_dir / "report.html"
     md.write_text(doc.markdown())
     page.write_text(doc.html(f"vLLM tuning report: {study.study_name}"))
-    return ReportFiles(md, page, s.yaml_path if s.best else None, pictures, s.yaml_path if s.front else None)
+    return ReportFiles(md, page, s.yaml_path if s.best else None, pictures, s.yaml_path if s.front else None, s)
 
 
 def gain_interval(direction, best_ci: tuple[float, float], base: tuple[float, float] | float) -> tuple[float, float]:
@@ -187,7 +187,7 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
         role = "best" if s.best is not None and t.number == s.best.number else "front" if t.number in front else ""
         role = ", ".join(r for r in ("baseline" if t.user_attrs.get("baseline") else "", role) if r)
         m = t.user_attrs.get("metrics") or {}
-        params = fmt_params(from_cli_args(t.user_attrs.get("vllm_args", [])) or t.params)
+        params = fmt_params(rep.knobs_of(t))
         rows.append([str(t.number), role, params, _values(t), *(_num(m.get(k)) for k in KEY_METRICS)])
     doc.table(["#", "role", "parameters", f"{objective.metric} ({objective.unit})", *KEY_METRICS], rows)
 

@@ -24,9 +24,8 @@ import optuna
 from . import report as rep
 from .metrics import percentile
 from .progress import fmt_params
-from .space import from_cli_args
 
-COMPLETE = optuna.trial.TrialState.COMPLETE
+COMPLETE = rep.COMPLETE
 MIN_FOR_IMPORTANCE = 3
 TOO_FEW = "too few completed trials for parameter importance"
 
@@ -217,7 +216,7 @@ DRAWINGS = (("tradeoff", _tradeoff), ("importance", _importance), ("ttft", _ttft
 
 
 def _hover(t: optuna.trial.FrozenTrial) -> str:
-    return f"trial {t.number}: " + fmt_params(from_cli_args(t.user_attrs.get("vllm_args", [])) or t.params)
+    return f"trial {t.number}: " + fmt_params(rep.knobs_of(t))
 
 
 def finite(v) -> bool:

@@ -16,7 +16,6 @@ stop), stored under `artifacts/<study>/sensitivity/<knob>/`; the results go to t
 from __future__ import annotations
 
 import math
-import statistics
 
 import optuna
 
@@ -89,11 +88,7 @@ def band(values: list[float]) -> confirm.Interval:
     """Where one more run of the best lands 95% of the time: a prediction interval, mean +- t s
     sqrt(1 + 1/n), not the interval of the mean (which one run falls outside of far more often
     than 5%, the more so the more runs). One value: no band (infinite bounds)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return confirm.Interval(-1, tuple(values), mean, -math.inf, math.inf)
-    half = confirm.T95.get(len(values) - 1, 1.96) * statistics.stdev(values) * math.sqrt(1 + 1 / len(values))
-    return confirm.Interval(-1, tuple(values), mean, mean - half, mean + half)
+    return confirm.interval(-1, values, one_run=True)
 
 
 def effect(name: str, old, new, value: float | None, noise: confirm.Interval, maximize: bool) -> dict:

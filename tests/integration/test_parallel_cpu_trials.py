@@ -17,19 +17,17 @@ import psutil
 import pytest
 import yaml
 
-from optimizer.device import GIB, read_node_memory
-from optimizer.tinymodel import write_tiny_model
+from optimizer.tinymodel import memory_fraction, write_tiny_model
 
 pytestmark = pytest.mark.integration
 
-NON_KV = 0.97 * GIB  # the tiny model's measured non-KV memory (tests/fixtures/vllm_logs)
 
 
 @pytest.fixture(scope="module")
 def side_by_side(tmp_path_factory):
     root = tmp_path_factory.mktemp("parallel")
     model = write_tiny_model(root / "tiny")
-    fits = round((NON_KV + 0.5 * GIB) / read_node_memory().total, 3)
+    fits = memory_fraction(0.5)
     cfg = {
         "study_name": "side-by-side", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 2,
         "artifacts_dir": str(root / "artifacts"),

@@ -37,13 +37,12 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from optimizer import rayhead
-from optimizer.device import GIB, read_node_memory
-from optimizer.tinymodel import write_tiny_model
+from optimizer.device import read_node_memory
+from optimizer.tinymodel import memory_fraction, write_tiny_model
 
 pytestmark = pytest.mark.integration
 
 RAY = rayhead.RAY
-NON_KV = 0.97 * GIB  # measured "consumed by non-kv usages" of the tiny model (as in test_study_end_to_end.py)
 JOB_TIMEOUT_S = 600
 
 # Polls the job SDK in its own process (the auth mode is read once per process, so it stays out of
@@ -63,10 +62,6 @@ while True:
         break
     time.sleep(1)
 """
-
-
-def _fraction(kv_bytes: float, total: int) -> float:
-    return round((NON_KV + kv_bytes) / total, 3)
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +123,7 @@ def job_study(ray_head, postgres_url, tmp_path_factory):
     workdir = root / "submit"  # what `--working-dir` uploads: the study config only
     workdir.mkdir()
     total = read_node_memory().total
-    fits, starved = _fraction(0.8 * GIB, total), _fraction(0.3 * GIB, total)
+    fits, starved = memory_fraction(0.8, total), memory_fraction(0.3, total)
     name = f"job-{uuid.uuid4().hex[:12]}"
     cfg = {
         "study_name": name, "storage": postgres_url, "n_trials": 2, "artifacts_dir": str(root / "artifacts"),

@@ -17,19 +17,17 @@ import sys
 import pytest
 import yaml
 
-from optimizer.device import GIB, read_node_memory
-from optimizer.tinymodel import write_tiny_model
+from optimizer.tinymodel import memory_fraction, write_tiny_model
 
 pytestmark = pytest.mark.integration
 
-NON_KV = 0.97 * GIB  # the tiny model's measured non-KV memory (tests/fixtures/vllm_logs)
 
 
 @pytest.fixture(scope="module")
 def regress(tmp_path_factory):
     root = tmp_path_factory.mktemp("regress")
     model = write_tiny_model(root / "tiny", weights=True)
-    fraction = round((NON_KV + 0.5 * GIB) / read_node_memory().total, 3)
+    fraction = memory_fraction(0.5)
     cfg = {"study_name": "reg", "storage": f"sqlite:///{root / 'trials.db'}", "artifacts_dir": str(root / "artifacts"),
            "model": {"path": str(model), "dtype": "bfloat16"},
            "baseline": {"max-num-seqs": 8, "gpu-memory-utilization": fraction, "max-model-len": 4096,

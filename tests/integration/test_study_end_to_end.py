@@ -33,25 +33,18 @@ import psutil
 import pytest
 import yaml
 
-from optimizer.device import GIB, read_node_memory
-from optimizer.tinymodel import write_tiny_model
+from optimizer.device import read_node_memory
+from optimizer.tinymodel import memory_fraction, write_tiny_model
 from optimizer.workload.materialize import read_workload
 
 pytestmark = pytest.mark.integration
-
-NON_KV = 0.97 * GIB  # measured "consumed by non-kv usages" of the tiny model (tests/fixtures/vllm_logs)
-
-
-def _fraction(kv_bytes: float, total: int) -> float:
-    return round((NON_KV + kv_bytes) / total, 3)
-
 
 @pytest.fixture(scope="module")
 def finished_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     model = write_tiny_model(root / "tiny")
     total = read_node_memory().total
-    fits, starved = _fraction(0.8 * GIB, total), _fraction(0.3 * GIB, total)
+    fits, starved = memory_fraction(0.8, total), memory_fraction(0.3, total)
     cfg = {
         "study_name": "e2e", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 3,
         "artifacts_dir": str(root / "artifacts"),

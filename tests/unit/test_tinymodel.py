@@ -100,3 +100,11 @@ def test_weights_are_seeded_shaped_for_the_config_and_at_llamas_init_scale(tmp_p
     assert write_tiny_model(c, weights=True) == c
     assert (c / "model.safetensors").read_bytes() == (a / "model.safetensors").read_bytes()
     assert write_tiny_model(a, weights=True) == a
+
+
+def test_memory_fraction_leaves_the_asked_kv_cache_beside_the_measured_non_kv_memory():
+    from optimizer.device import GIB
+    from optimizer.tinymodel import NON_KV_GIB, memory_fraction
+
+    assert memory_fraction(0.5, total_bytes=int(14.7 * GIB)) == round((NON_KV_GIB + 0.5) / 14.7, 3)
+    assert memory_fraction(0.8, total_bytes=int(8.21 * GIB)) == 0.216
