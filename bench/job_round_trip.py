@@ -25,7 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer import rayhead  # noqa: E402
+from optimizer.testing import ray_head as rayhead  # noqa: E402
 
 
 def main() -> None:

@@ -23,7 +23,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.tinymodel import memory_fraction, write_tiny_model  # noqa: E402
+from optimizer.testing.memory import memory_fraction  # noqa: E402
+from optimizer.engine.tiny_model import write_tiny_model
 
 KV_LINE = re.compile(r"kv_cache_dtype|KV cache size|fp8", re.IGNORECASE)
 

@@ -27,7 +27,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.tinymodel import memory_fraction, write_tiny_model  # noqa: E402
+from optimizer.testing.memory import memory_fraction  # noqa: E402
+from optimizer.engine.tiny_model import write_tiny_model
 
 
 

@@ -68,11 +68,12 @@ def _load() -> dict[str, dict]:
 
 
 def measure(args) -> None:
-    from optimizer import kvfit, space as space_mod
-    from optimizer.config import build_config
-    from optimizer.device import detect
-    from optimizer.study import prepare
-    from optimizer.trial import TrialSpec, execute_trial
+    from optimizer.config import kv_fit as kvfit, space as space_mod
+    from optimizer.config.schema import build_config
+    from optimizer.engine.device import detect
+    from optimizer.driver.plan import prepare
+    from optimizer.trial.spec import TrialSpec
+    from optimizer.trial.task import execute_trial
 
     plan = prepare(build_config(CONFIG))
     done = _load()

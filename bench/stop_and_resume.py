@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from optimizer.engine.vllm import group_pids  # noqa: E402
-from optimizer.tinymodel import write_tiny_model  # noqa: E402
+from optimizer.engine.tiny_model import write_tiny_model  # noqa: E402
 
 SERVER = "vllm.entrypoints.openai.api_server"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from .failures import LAUNCH_PREFIX, NOTE_PREFIX, Failure, classify_startup
+from optimizer.engine.failures import LAUNCH_PREFIX, NOTE_PREFIX, Failure, classify_startup
 
 DISK_EVIDENCE = "disk:"  # the evidence of an artifact write that failed (a full disk): infra, queued again
 

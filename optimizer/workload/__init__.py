@@ -12,14 +12,14 @@ token ids, fixed output lengths and arrival offsets. One module per scenario:
             Mooncake, generic JSONL)
 """
 
-from .agent import agent_workload
-from .base import Request, Workload
-from .batch import batch_workload
-from .burst import burst_workload
-from .chat import chat_workload
-from .rag import rag_workload
-from .tokens import Vocabulary
-from .trace import trace_workload
+from optimizer.workload.agent import agent_workload
+from optimizer.workload.base import Request, Workload
+from optimizer.workload.batch import batch_workload
+from optimizer.workload.burst import burst_workload
+from optimizer.workload.chat import chat_workload
+from optimizer.workload.rag import rag_workload
+from optimizer.workload.tokens import Vocabulary
+from optimizer.workload.trace import trace_workload
 
 SCENARIOS = {"chat": chat_workload, "agent": agent_workload, "batch": batch_workload, "rag": rag_workload,
              "burst": burst_workload, "trace": trace_workload}

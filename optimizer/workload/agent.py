@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import random
 
-from .arrivals import closed_concurrency, describe_arrival, offsets
-from .base import Request, Workload
-from .spec import AgentSpec
-from .tokens import Vocabulary
+from optimizer.workload.arrivals import closed_concurrency, describe_arrival, offsets
+from optimizer.workload.base import Request, Workload
+from optimizer.config.workload_spec import AgentSpec
+from optimizer.workload.tokens import Vocabulary
 
 
 def _log_uniform(rng: random.Random, low: int, high: int) -> int:

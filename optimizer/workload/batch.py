@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from .base import Request, Workload
-from .spec import BatchSpec
-from .tokens import Vocabulary
+from optimizer.workload.base import Request, Workload
+from optimizer.config.workload_spec import BatchSpec
+from optimizer.workload.tokens import Vocabulary
 
 
 def batch_workload(spec: BatchSpec, vocab: Vocabulary) -> Workload:

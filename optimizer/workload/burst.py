@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import random
 
-from .arrivals import Spikes, spike_schedule
-from .base import Request, Workload
-from .spec import BurstSpec
-from .tokens import Vocabulary
+from optimizer.workload.arrivals import Spikes, spike_schedule
+from optimizer.workload.base import Request, Workload
+from optimizer.config.workload_spec import BurstSpec
+from optimizer.workload.tokens import Vocabulary
 
 
 def burst_workload(spec: BurstSpec, vocab: Vocabulary) -> Workload:

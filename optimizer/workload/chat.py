@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import random
 
-from .arrivals import closed_concurrency, describe_arrival, offsets
-from .base import Request, Workload
-from .spec import ChatSpec
-from .tokens import Vocabulary
+from optimizer.workload.arrivals import closed_concurrency, describe_arrival, offsets
+from optimizer.workload.base import Request, Workload
+from optimizer.config.workload_spec import ChatSpec
+from optimizer.workload.tokens import Vocabulary
 
 
 def _request(rid: str, rng: random.Random, spec: ChatSpec, vocab: Vocabulary, offset: float) -> Request:

@@ -12,8 +12,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..errors import ConfigError, OptimizerError
-from .base import Request, Workload
+from optimizer.errors import ConfigError, OptimizerError
+from optimizer.workload.base import Request, Workload
 
 
 def workload_path(workload: Workload, directory: Path) -> Path:

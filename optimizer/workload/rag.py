@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import random
 
-from .arrivals import closed_concurrency, describe_arrival, offsets
-from .base import Request, Workload
-from .spec import RagSpec
-from .tokens import Vocabulary
+from optimizer.workload.arrivals import closed_concurrency, describe_arrival, offsets
+from optimizer.workload.base import Request, Workload
+from optimizer.config.workload_spec import RagSpec
+from optimizer.workload.tokens import Vocabulary
 
 
 def _documents(spec: RagSpec, vocab: Vocabulary, rng: random.Random, tag: str) -> list[tuple[int, ...]]:

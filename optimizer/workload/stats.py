@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-from .base import Workload
+from optimizer.workload.base import Workload
 
 PREFIX_PROBE = 128  # tokens: requests starting with the same 128 ids share a cacheable prefix
 

@@ -13,7 +13,7 @@ import random
 from functools import cached_property, lru_cache
 from pathlib import Path
 
-from ..errors import ConfigError
+from optimizer.errors import ConfigError
 
 FIRST_ORDINARY_ID = 3  # ids below are special tokens in Llama-style vocabularies
 MAX_DRAWN_ID = 32000  # stay inside the base vocabulary of any tokenizer we may meet

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import random
 
-from ..errors import ConfigError
-from .arrivals import closed_concurrency, describe_arrival, offsets
-from .base import Request, Workload
-from .spec import TraceSpec
-from .tokens import Vocabulary
-from .traces import BadRow, TraceRow, read_trace
+from optimizer.errors import ConfigError
+from optimizer.workload.arrivals import closed_concurrency, describe_arrival, offsets
+from optimizer.workload.base import Request, Workload
+from optimizer.config.workload_spec import TraceSpec
+from optimizer.workload.tokens import Vocabulary
+from optimizer.workload.traces import BadRow, TraceRow, read_trace
 
 MOONCAKE_BLOCK = 512
 SHOWN_LINES = 5

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from optimizer.engine.vllm import group_pids, port_is_free
-from optimizer.tinymodel import write_tiny_model
+from optimizer.engine.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.integration
 SERVER = "vllm.entrypoints.openai.api_server"

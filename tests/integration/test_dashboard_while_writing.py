@@ -18,7 +18,7 @@ import optuna
 import pytest
 
 from optimizer.engine.vllm import free_port
-from optimizer.storage import open_storage
+from optimizer.driver.store.database import open_storage
 
 pytestmark = pytest.mark.integration
 TRIALS = 150

@@ -13,7 +13,7 @@ import psutil
 import pytest
 import yaml
 
-from optimizer.tinymodel import write_tiny_model
+from optimizer.engine.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer import kvfit
-from optimizer.device import GIB, detect, read_node_memory
+from optimizer.config import kv_fit as kvfit
+from optimizer.engine.device import GIB, detect, read_node_memory
 from optimizer.engine.vllm import VllmServer
-from optimizer.modelinfo import load_model_info
-from optimizer.tinymodel import write_tiny_model
+from optimizer.config.model_info import load_model_info
+from optimizer.engine.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.integration
 

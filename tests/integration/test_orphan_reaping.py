@@ -10,8 +10,8 @@ import pytest
 import ray
 
 from optimizer.engine.vllm import group_pids
-from optimizer.board import TrialBoard
-from optimizer.runtime import ray_runtime, reap_server
+from optimizer.trial.channel import TrialBoard
+from optimizer.driver.ray_runtime import ray_runtime, reap_server
 
 pytestmark = pytest.mark.integration
 

@@ -14,12 +14,12 @@ import optuna
 import pytest
 from sqlalchemy.engine import make_url
 
-from optimizer.storage import check_storage, normalize_url, open_storage
-from optimizer.tinymodel import write_tiny_model
+from optimizer.driver.store.database import check_storage, normalize_url, open_storage
+from optimizer.engine.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TROUBLESHOOTING = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 
 
 def _unique(prefix: str) -> str:
@@ -73,7 +73,7 @@ def _refused_line(url: str) -> str:
 
 
 def test_wrong_credentials_get_one_line_exit_2_no_password_and_nothing_written(postgres_url, tmp_path):
-    """Bad input "a PostgreSQL URL with wrong credentials" (README troubleshooting row 25)."""
+    """Bad input "a PostgreSQL URL with wrong credentials" (docs/troubleshooting.md)."""
     model = write_tiny_model(tmp_path / "tiny")
     work = tmp_path / "work"
     work.mkdir()
@@ -89,6 +89,6 @@ def test_wrong_credentials_get_one_line_exit_2_no_password_and_nothing_written(p
     assert "WRONG-pw-4711" not in run.stderr + run.stdout
     assert _files(work) == before  # no artifacts dir, no lock, no run-state
     assert name not in optuna.get_all_study_names(postgres_url)
-    # The README's troubleshooting table quotes the line for the URL scripts/postgres_for_tests.sh prints.
+    # docs/troubleshooting.md quotes the line for the URL scripts/postgres_for_tests.sh prints.
     readme_line = _refused_line("postgresql://optimizer:optimizer@127.0.0.1:5432/optimizer_test")
-    assert f"`` {readme_line} ``" in README.read_text()
+    assert f"`` {readme_line} ``" in TROUBLESHOOTING.read_text()

@@ -11,7 +11,7 @@ The study is two trials: trial 0, the baseline, boots vLLM for real (the tiny mo
 weights); trial 1 asks for max-model-len 65536 with a memory fraction that leaves ~0.3 GiB of KV
 cache, which the KV precheck prunes without a boot. The study is then read back with
 `optuna.load_study` on the PostgreSQL URL. A second job with a relative SQLite path must fail at
-once with its one line (README bad-input row 19).
+once with its one line (docs/troubleshooting.md).
 
 The head is stopped by killing its own processes (those naming its temp dir or its GCS port,
 and their children), not by `ray stop --force`: that kills every Ray process on the machine,
@@ -36,9 +36,10 @@ import yaml
 
 from sqlalchemy.engine import make_url
 
-from optimizer import rayhead
-from optimizer.device import read_node_memory
-from optimizer.tinymodel import memory_fraction, write_tiny_model
+from optimizer.testing import ray_head as rayhead
+from optimizer.engine.device import read_node_memory
+from optimizer.testing.memory import memory_fraction
+from optimizer.engine.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.integration
 
@@ -198,7 +199,7 @@ def test_no_vllm_process_of_the_model_remains(job_study):
 
 
 def test_a_relative_sqlite_path_in_a_job_fails_at_once_with_its_line(ray_head, tmp_path):
-    """README bad-input row 19, through a real `ray job submit --working-dir`."""
+    """A relative SQLite path in a Ray job (docs/troubleshooting.md), through a real `ray job submit --working-dir`."""
     model = write_tiny_model(tmp_path / "tiny")
     workdir = tmp_path / "submit"
     workdir.mkdir()

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.config import build_config
-from optimizer.device import GIB, read_node_memory
+from optimizer.config.schema import build_config
+from optimizer.engine.device import GIB, read_node_memory
 from optimizer.engine.vllm import VllmServer
-from optimizer.modelinfo import load_model_info
-from optimizer.replay import run_replay
-from optimizer.tinymodel import write_tiny_model
-from optimizer.slo import parse_slos
-from optimizer.trial import Driver, TrialSpec, _measure, _search, reset_prefix_cache
-from optimizer.validity import check
+from optimizer.config.model_info import load_model_info
+from optimizer.measure.replay import run_replay
+from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.measure.slo import parse_slos
+from optimizer.trial.channel import Driver
+from optimizer.trial.spec import TrialSpec
+from optimizer.trial.stages import measure_window, search_rates
+from optimizer.trial.task import reset_prefix_cache
+from optimizer.measure.validity import check
 from optimizer.workload import Vocabulary, build_workload
 
 pytestmark = pytest.mark.integration
@@ -51,7 +54,7 @@ def _replay(server, scenario: dict):
     run_replay(srv.base_url, model, workload.warmup, len(workload.warmup))
     assert reset_prefix_cache(srv.base_url)
     spec = TrialSpec(0, model, {}, (), workload, "unused", metrics_poll_s=0.5)
-    records, metrics, view, _ = _measure(srv.base_url, spec, workload.requests)
+    records, metrics, view, _ = measure_window(srv.base_url, spec, workload.requests)
     return workload, records, metrics, view
 
 
@@ -98,7 +101,7 @@ def test_goodput_rate_search_on_the_burst_schedule(server):
     # failed a probe as replay_invalid here.
     spec = TrialSpec(0, model, {}, (), workload, "unused", metrics_poll_s=0.5, mode="goodput", slos=slos,
                      max_probes=4, rel_tol=0.15, max_lag_p50_ms=50, min_rate_ratio=0.9)
-    records, metrics, view, probes, early, failure = _search(srv, spec, Driver())
+    records, metrics, view, probes, early, failure = search_rates(srv, spec, Driver())
     assert failure is None and early == {}
     assert probes[0]["rate"] is None and 2 <= len(probes) <= 4  # inf first
     capacity = probes[0]["request_throughput"]

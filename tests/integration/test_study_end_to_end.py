@@ -33,8 +33,9 @@ import psutil
 import pytest
 import yaml
 
-from optimizer.device import read_node_memory
-from optimizer.tinymodel import memory_fraction, write_tiny_model
+from optimizer.engine.device import read_node_memory
+from optimizer.testing.memory import memory_fraction
+from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.workload.materialize import read_workload
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 
 import pytest
 
-from optimizer.tinymodel import write_tiny_model
+from optimizer.engine.tiny_model import write_tiny_model
 
 
 @pytest.fixture(scope="session")

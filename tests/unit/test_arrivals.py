@@ -10,10 +10,10 @@ import statistics
 
 import pytest
 
-from optimizer.config import build_config
+from optimizer.config.schema import build_config
 from optimizer.errors import ConfigError
 from optimizer.workload.arrivals import Spikes, offsets, spike_schedule, trace_schedule
-from optimizer.workload.spec import ArrivalSpec
+from optimizer.config.workload_spec import ArrivalSpec
 from optimizer.workload.stats import burstiness_cv, gaps, mean_rate
 
 N = 4000

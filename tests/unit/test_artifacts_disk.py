@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from optimizer.artifacts import is_disk_failure, writable, write_result
+from optimizer.driver.store.trial_files import is_disk_failure, writable, write_result
 from optimizer.engine.failures import Failure
 from optimizer.engine.vllm import DISK_EVIDENCE, LAUNCH_PREFIX, VllmServer
-from optimizer.runstate import RunState
-from optimizer.trial import TrialResult
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.trial.spec import TrialResult
 
 
 @pytest.fixture
@@ -138,16 +138,16 @@ def test_the_driver_waits_for_space_only_when_its_own_disk_is_full(mounted, monk
     refused: counted as infra by the caller), True after waiting out a full disk."""
     from types import SimpleNamespace
 
-    from optimizer import study as study_mod
-    from optimizer.progress import Progress
+    from optimizer.driver import recovery as study_mod
+    from optimizer.driver.progress import Progress
 
     monkeypatch.setattr(study_mod, "DISK_POLL_S", 0.1)
     plan = SimpleNamespace(artifacts=mounted / "study")
     progress = Progress(Console(file=open(os.devnull, "w")))
-    assert study_mod._wait_for_disk(plan, progress) is False
+    assert study_mod.wait_for_disk(plan, progress) is False
     _fill(mounted)
     freed = threading.Timer(0.5, lambda: (mounted / "filler").unlink())
     freed.start()
     t = time.monotonic()
-    assert study_mod._wait_for_disk(plan, progress) is True
+    assert study_mod.wait_for_disk(plan, progress) is True
     assert 0.4 < time.monotonic() - t < 5

@@ -8,9 +8,10 @@ import pickle
 import socket
 from pathlib import Path
 
-from optimizer.artifacts import store_trial
-from optimizer.replay import RequestRecord
-from optimizer.trial import TrialResult, TrialSpec, capped_log, node_log_path
+from optimizer.driver.store.trial_files import store_trial
+from optimizer.measure.replay import RequestRecord
+from optimizer.trial.spec import TrialResult, TrialSpec
+from optimizer.trial.task import capped_log, node_log_path
 from optimizer.workload import Workload
 
 RECORDS = (RequestRecord("r0", 0.0, 0.01, 0.05, 0.4, (0.05, 0.4), 12, 2, 2, True, 200),
@@ -18,7 +19,7 @@ RECORDS = (RequestRecord("r0", 0.0, 0.01, 0.05, 0.4, (0.05, 0.4), 12, 2, 2, True
 LOG = "# launched: python -m vllm.entrypoints.openai.api_server --model m\nINFO ready\n"
 
 
-def _spec(driver_host: str, log_path: str = "/data/artifacts/s/trial-3/server.log") -> TrialSpec:
+def spec_for(driver_host: str, log_path: str = "/data/artifacts/s/trial-3/server.log") -> TrialSpec:
     return TrialSpec(number=3, model="m", params={}, vllm_args=(), workload=Workload(name="w", requests=(), warmup=(), concurrency=1),
                      log_path=log_path, driver_host=driver_host)
 
@@ -30,12 +31,12 @@ def _travelled(host: str, **kw) -> TrialResult:
 
 def test_a_trial_on_another_node_logs_to_node_local_scratch():
     here = socket.gethostname()
-    assert node_log_path(_spec(here)) == Path("/data/artifacts/s/trial-3/server.log")  # the driver's machine
-    assert node_log_path(_spec("")) == Path("/data/artifacts/s/trial-3/server.log")  # no driver named
-    away = node_log_path(_spec("head-node"), host="gpu-worker-7")
+    assert node_log_path(spec_for(here)) == Path("/data/artifacts/s/trial-3/server.log")  # the driver's machine
+    assert node_log_path(spec_for("")) == Path("/data/artifacts/s/trial-3/server.log")  # no driver named
+    away = node_log_path(spec_for("head-node"), host="gpu-worker-7")
     assert away.name == "server.log" and "vllm-optimizer" in away.parts and not str(away).startswith("/data")
     # One scratch file per trial log (two trials on one node do not share it).
-    assert away != node_log_path(_spec("head-node", "/data/artifacts/s/trial-4/server.log"), host="gpu-worker-7")
+    assert away != node_log_path(spec_for("head-node", "/data/artifacts/s/trial-4/server.log"), host="gpu-worker-7")
 
 
 def test_the_driver_stores_what_a_remote_trial_sent_back(tmp_path):

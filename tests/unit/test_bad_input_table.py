@@ -1,9 +1,9 @@
-"""The README's bad-input table, row by row: each bad input gets exactly this one line on stderr,
+"""The bad-input table (docs/troubleshooting.md), row by row: each bad input gets exactly this one line on stderr,
 exit code 2, and leaves every file as it was (the study database byte for byte).
 
 Placeholders in the expected lines: <dir> the working directory, <model> the tiny model's
-directory, <pid> this process, <port> a port the test holds. `test_the_readme_lists_every_row`
-keeps the README's table in step with these cases.
+directory, <pid> this process, <port> a port the test holds. `test_the_docs_list_every_row`
+keeps the table in step with these cases.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import optuna
 import pytest
 
 from optimizer.cli import main
-from optimizer.runstate import RunState
-from optimizer.storage import open_storage
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.driver.store.database import open_storage
 
 SPACE = "space: {max-num-seqs: {low: 4, high: 8}}\n"  # keeps the node's memory out of these tests
-README = Path(__file__).resolve().parents[2] / "README.md"
+TROUBLESHOOTING = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 
 
 def _study_db(workdir: Path, **attrs) -> None:
@@ -197,8 +197,8 @@ def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch
     assert after == before
 
 
-def test_the_readme_lists_every_row():
-    text = README.read_text()
+def test_the_docs_list_every_row():
+    text = TROUBLESHOOTING.read_text()
     missing = [c[0] for c in CASES if f"`` error: {c[5]} ``" not in text]
-    assert not missing, f"README troubleshooting table lacks (or words differently): {missing}"
+    assert not missing, f"docs/troubleshooting.md lacks (or words differently): {missing}"
     assert len(CASES) >= 15

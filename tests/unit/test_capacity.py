@@ -7,10 +7,13 @@ import optuna
 import pytest
 from rich.console import Console
 
-from optimizer import capacity, cli, confirm
-from optimizer.capacity import Measurement, describe, measurement_from_study, plan
+from optimizer.cli import plan as plan_command
+from optimizer.cli.main import parser
+from optimizer.driver import confirm
+from optimizer.report.capacity import Measurement, describe, measurement_from_study, plan
 from optimizer.errors import ConfigError
-from optimizer.slo import parse_slos
+from optimizer.measure.slo import parse_slos
+from optimizer.report import confirmed
 
 GOODPUT = "goodput:goodput_rate slos p95 TTFT <= 500 ms"
 
@@ -216,7 +219,7 @@ def test_a_confirmed_winner_is_planned_on_its_re_measured_mean():
     study = throughput_study()
     reruns = {1: [2400.0, 2400.0], 2: [2700.0, 2800.0], 0: [2000.0, 2000.0]}  # trial 1 was a lucky run
     confirm.remeasure(study, top=3, repeats=2, measure=lambda t, k: reruns[t.number][k - 1])
-    assert study.best_trial.number == 1 and confirm.current_winner(study) == 2
+    assert study.best_trial.number == 1 and confirmed.current_winner(study) == 2
     m = measurement_from_study(study)
     assert (m.trial, m.runs, m.remeasured) == (2, 3, True)
     # trial 2's output_throughput mean is (2500 + 2700 + 2800) / 3; its total tokens/s scale with it
@@ -297,7 +300,7 @@ def test_asked_slos_the_run_missed_or_did_not_record_are_refused(asked, message)
 
 def run_plan(argv):
     out = io.StringIO()
-    code = capacity.main(cli._parser().parse_args(["plan", *argv]), Console(file=out, width=300), cli._load)
+    code = plan_command.main(parser().parse_args(["plan", *argv]), Console(file=out, width=300))
     return code, out.getvalue().splitlines()
 
 

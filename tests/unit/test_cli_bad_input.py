@@ -151,8 +151,9 @@ def test_a_relative_artifacts_dir_in_a_ray_job_is_warned_about_and_the_flag_over
 
     from rich.console import Console
 
-    from optimizer.cli import _parser, _warn_relative_artifacts
-    from optimizer.config import StudyConfig
+    from optimizer.cli.main import parser as _parser
+    from optimizer.cli.run import _warn_relative_artifacts
+    from optimizer.config.schema import StudyConfig
 
     out = io.StringIO()
     cfg = StudyConfig.model_validate({"model": {"path": "/m"}})

@@ -2,7 +2,7 @@
 
 import pytest
 
-from optimizer.config import load_config
+from optimizer.config.schema import load_config
 from optimizer.errors import ConfigError
 
 VALID = "model: {path: /models/tiny}\n"

@@ -6,7 +6,8 @@ import statistics
 import optuna
 import pytest
 
-from optimizer.confirm import ATTR, candidates, interval, remeasure, verdict
+from optimizer.driver.confirm import ATTR, candidates, remeasure
+from optimizer.measure.noise import interval, verdict
 
 
 def study_with(values, direction="maximize", infeasible=()):
@@ -82,7 +83,7 @@ def test_a_configuration_that_failed_a_remeasure_is_disqualified():
 
 
 def test_new_trials_make_the_confirmation_stale():
-    from optimizer.confirm import current_winner, settled
+    from optimizer.report.confirmed import current_winner, settled
 
     study = study_with([5.0, 9.0])
     remeasure(study, top=1, repeats=1, measure=lambda t, k: t.value)

@@ -7,13 +7,14 @@ import socket
 import optuna
 import pytest
 
-from optimizer import confirm
-from optimizer.config import build_config
+from optimizer.driver import confirm
+from optimizer.config.schema import build_config
 from optimizer.errors import ConfigError
-from optimizer.daemon import generation_name, latest_generation, warm_starts, with_source
-from optimizer.runstate import RunState
-from optimizer.storage import open_storage
-from optimizer.study import _recover, queue_again
+from optimizer.daemon.loop import generation_name, latest_generation, warm_starts, with_source
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.driver.store.database import open_storage
+from optimizer.driver.recovery import recover, queue_again
+from optimizer.report import confirmed
 
 COMPLETE, FAIL, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED
 RUNNING, WAITING = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING
@@ -131,11 +132,11 @@ def test_the_confirmed_winner_goes_first_while_its_confirmation_holds(url):
     _tell(study, 32, 8.0)
     # re-measured: the search's 10.0 for `a` was luck, `b` is the better configuration
     record = confirm.remeasure(study, 2, 1, lambda t, k: {a: 1.0, b: 20.0}[t.number])
-    assert record["winner"] == b and confirm.current_winner(study) == b
+    assert record["winner"] == b and confirmed.current_winner(study) == b
     assert warm_starts(study, 3) == [_p(16), _p(8), _p(32)]
     assert warm_starts(study, 1) == [_p(16)]
     _tell(study, 64, 11.0)  # a new best after the confirmation: it no longer describes the top two
-    assert confirm.current_winner(study) is None
+    assert confirmed.current_winner(study) is None
     assert warm_starts(study, 3) == [_p(64), _p(8), _p(16)]
 
 
@@ -161,7 +162,7 @@ def test_recover_fails_a_dead_drivers_trial_and_queues_it_once(url, tmp_path):
                                    "servers": {}, "ray_processes": []}))
     with rs:
         rs.acquire()
-        assert _recover(_study_again(url, "lost"), rs.previous) == 1
+        assert recover(_study_again(url, "lost"), rs.previous) == 1
     t = study.trials[lost.number]
     assert t.state == FAIL and t.user_attrs["failure_kind"] == "infra"
     assert f"pid 4000000 on {socket.gethostname()}" in t.user_attrs["evidence"]
@@ -170,11 +171,11 @@ def test_recover_fails_a_dead_drivers_trial_and_queues_it_once(url, tmp_path):
 
     retry = _ask(study, None)  # the retry is lost with the driver too: it may be what kills the machine
     assert retry.user_attrs["retry_reason"] == "driver_lost"
-    assert _recover(study, None) == 1
+    assert recover(study, None) == 1
     t = study.trials[retry.number]
     assert t.state == FAIL and "a previous driver" in t.user_attrs["evidence"]
     assert study.get_trials(states=(WAITING, RUNNING)) == []
-    assert _recover(study, None) == 0
+    assert recover(study, None) == 0
 
 
 def test_a_retry_for_another_reason_lost_with_the_driver_is_queued_again(url):
@@ -184,7 +185,7 @@ def test_a_retry_for_another_reason_lost_with_the_driver_is_queued_again(url):
     queue_again(study, first, always=True, reason="interrupted")
     retry = _ask(study, None)
     assert retry.user_attrs["retry_reason"] == "interrupted"
-    assert _recover(study, {"pid": 7, "host": "h"}) == 1
+    assert recover(study, {"pid": 7, "host": "h"}) == 1
     (again,) = study.get_trials(states=(WAITING,))
     assert again.user_attrs == {"retry_of": retry.number, "retry_reason": "driver_lost"}
 
@@ -197,9 +198,9 @@ def _study_again(url, name: str) -> optuna.Study:
 def test_a_resumed_generation_replays_its_stamped_workload_though_its_trace_grew(tmp_path, tiny_model):
     """A watched trace appended to while the daemon was down: the restart resumes the same study
     (the watch, not the stamp check, decides whether the traffic changed)."""
-    from optimizer.config import build_config
-    from optimizer.daemon import Daemon
-    from optimizer.study import _open_study, prepare
+    from optimizer.config.schema import build_config
+    from optimizer.daemon.loop import Daemon
+    from optimizer.driver.plan import open_study, prepare
 
     trace = tmp_path / "t.jsonl"
     rows = [json.dumps({"timestamp": i / 4, "input_tokens": 50 + i, "output_tokens": 8}) for i in range(12)]
@@ -208,15 +209,15 @@ def test_a_resumed_generation_replays_its_stamped_workload_though_its_trace_grew
                         "artifacts_dir": str(tmp_path / "artifacts"), "model": {"path": str(tiny_model)},
                         "space": {"max-num-seqs": {"low": 4, "high": 8}},
                         "workload": {"scenario": "trace", "path": str(trace), "warmup_requests": 0}})
-    study, plan = _open_study(prepare(cfg))
+    study, plan = open_study(prepare(cfg))
     with open(trace, "a") as f:
         f.write(json.dumps({"timestamp": 3.0, "input_tokens": 70, "output_tokens": 8}) + "\n")
     grown = prepare(cfg)
     assert grown.workload.content_hash() != plan.workload.content_hash()
     with pytest.raises(ConfigError, match="another workload"):
-        _open_study(grown)  # what a restart did before
+        open_study(grown)  # what a restart did before
     daemon = Daemon(cfg, None, "127.0.0.1", 0, None)
     resumed = daemon._as_stamped(grown, dict(study.user_attrs))
     assert resumed.workload.content_hash() == plan.workload.content_hash()
-    again, _ = _open_study(resumed)
+    again, _ = open_study(resumed)
     assert again.study_name == "grow"

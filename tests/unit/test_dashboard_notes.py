@@ -10,7 +10,7 @@ import pytest
 from optuna.artifacts import get_all_artifact_meta
 from optuna_dashboard import get_note
 
-from optimizer import dashboard
+from optimizer.report import dashboard_notes as dashboard
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_rewriting_a_note_replaces_it(study):
 
 
 def test_the_study_note_gives_the_best_its_gain_and_the_command(study, tmp_path):
-    from optimizer.report import summarize_study
+    from optimizer.report.summary import summarize_study
 
     for value, seqs, baseline in ((900.0, "16", True), (300.0, "32", False)):
         trial = study.ask()

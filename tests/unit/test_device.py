@@ -2,7 +2,7 @@
 
 import psutil
 
-from optimizer.device import detect, read_node_memory
+from optimizer.engine.device import detect, read_node_memory
 
 MEMINFO = """Node 0 MemTotal:       11233496 kB
 Node 0 MemFree:         6000000 kB

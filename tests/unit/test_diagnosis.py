@@ -15,16 +15,17 @@ import optuna
 import pytest
 
 from objectives import get_objective
-from optimizer import outcome, precheck, validity
-from optimizer.device import GIB, read_node_memory
-from optimizer.diagnosis import KINDS, Context, Diagnosis, context_of, diagnose, diagnose_study
+from optimizer.driver import tell as outcome, kv_precheck as precheck
+from optimizer.measure import validity
+from optimizer.engine.device import GIB, read_node_memory
+from optimizer.report.diagnosis import KINDS, Context, Diagnosis, context_of, diagnose, diagnose_study
 from optimizer.engine.failures import Failure, classify_runtime, classify_startup
-from optimizer.metrics import summarize
-from optimizer.modelinfo import load_model_info
-from optimizer.replay import ReplayResult, RequestRecord
-from optimizer.servermetrics import COUNTERS, GAUGES, Peaks, deltas, parse
-from optimizer.slo import parse_slos
-from optimizer.trial import TrialResult
+from optimizer.measure.metrics import summarize
+from optimizer.config.model_info import load_model_info
+from optimizer.measure.replay import ReplayResult, RequestRecord
+from optimizer.engine.server_metrics import COUNTERS, GAUGES, Peaks, deltas, parse
+from optimizer.measure.slo import parse_slos
+from optimizer.trial.spec import TrialResult
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS, PROM = FIXTURES / "vllm_logs", FIXTURES / "vllm_metrics"

@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from optimizer.drift import Shape, changes, current_source, fingerprint, shape_of
+from optimizer.workload.drift import Shape, changes, current_source, fingerprint, shape_of
 from optimizer.errors import ConfigError
 from optimizer.workload.base import Request, Workload
-from optimizer.workload.spec import ArrivalSpec, TraceSpec
+from optimizer.config.workload_spec import ArrivalSpec, TraceSpec
 from optimizer.workload.tokens import Vocabulary
 from optimizer.workload.trace import trace_workload
 

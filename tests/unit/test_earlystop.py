@@ -12,11 +12,13 @@ import optuna
 import pytest
 
 from objectives import get_objective
-from optimizer import earlystop, slo
-from optimizer.metrics import percentile, summarize
-from optimizer.replay import ReplayResult, RequestRecord
-from optimizer.trial import _partial
+from optimizer.trial import early_stop as earlystop
+from optimizer.measure import slo
+from optimizer.measure.metrics import percentile, summarize
+from optimizer.measure.replay import ReplayResult, RequestRecord
+from optimizer.trial.stages import partial_metrics
 from optimizer.workload import Request
+from optimizer.report.summary import best_feasible
 
 PCTS = (50, 90, 95, 99)
 
@@ -47,7 +49,7 @@ PARETO = get_objective("pareto")
 def test_partial_payload_from_records():
     planned = tuple(req(i, prompt=7, out=5) for i in range(10))
     finished = [rec(0, 1.0, 0.25, 0.5), rec(1, 1.5, 0.125, 2.0), rec(2, 1.25, 0, 0, ok=False)]
-    p = _partial(finished, planned)
+    p = partial_metrics(finished, planned)
     assert (p["finished"], p["planned"], p["failed"]) == (3, 10, 1)
     assert p["elapsed_s"] == pytest.approx(3.5 - 1.0)  # first send -> last end so far
     assert p["output_tokens"] == 10 and p["total_tokens"] == 10 + 21
@@ -59,7 +61,7 @@ def test_partial_payload_from_records():
 def test_intermediate_values():
     planned = tuple(req(i) for i in range(10))
     finished = [rec(i, 0.5 * i, 0.1 * (i + 1), 0.2 * (i + 1)) for i in range(4)]
-    p = _partial(finished, planned)
+    p = partial_metrics(finished, planned)
     assert earlystop.intermediate(LATENCY, p) == pytest.approx(percentile(p["ttft"], 95))
     assert earlystop.intermediate(E2EL, p) == pytest.approx(percentile(p["e2el"], 99))
     assert earlystop.intermediate(TPOT, p) == pytest.approx(percentile(p["tpot"], 95))
@@ -82,17 +84,17 @@ def test_latency_stop_threshold_on_a_p95_of_20():
     one = fast + [rec(5, 0, 0.4, 0.5)]
     two = one + [rec(6, 0, 0.4, 0.5)]
     # one miss: 0 x14, 100 x5, 400 -> best case 100 + 0.05 * 300 = 115 ms, it may still win
-    assert earlystop.verdict(LATENCY, _partial(one, planned), best=300.0) == ""
+    assert earlystop.verdict(LATENCY, partial_metrics(one, planned), best=300.0) == ""
     # two misses: the best case is 400 ms > 300 ms
-    reason = earlystop.verdict(LATENCY, _partial(two, planned), best=300.0)
+    reason = earlystop.verdict(LATENCY, partial_metrics(two, planned), best=300.0)
     assert "ttft_p95" in reason and "400.0" in reason
-    assert earlystop.verdict(LATENCY, _partial(two, planned), best=400.0) == ""  # it could tie
+    assert earlystop.verdict(LATENCY, partial_metrics(two, planned), best=400.0) == ""  # it could tie
     # one far miss is enough: 0 x19 and 12.5 s -> 625 ms
     far = [rec(0, 0, 12.5, 12.6)]
-    assert earlystop.verdict(LATENCY, _partial(far, planned), best=600.0) != ""
-    assert earlystop.verdict(LATENCY, _partial(far, planned), best=630.0) == ""
+    assert earlystop.verdict(LATENCY, partial_metrics(far, planned), best=600.0) != ""
+    assert earlystop.verdict(LATENCY, partial_metrics(far, planned), best=630.0) == ""
     # tpot/itl are not judged early
-    assert earlystop.verdict(TPOT, _partial(two, planned), best=0.001) == ""
+    assert earlystop.verdict(TPOT, partial_metrics(two, planned), best=0.001) == ""
 
 
 def _latency_case(rng):
@@ -138,7 +140,7 @@ def test_latency_stops_exactly_when_the_best_completion_cannot_beat_the_best():
         planned, finished, best = _latency_case(rng)
         obj = _objectives(rng)
         final = _best_final(finished, planned, obj)
-        stopped = bool(earlystop.verdict(obj, _partial(finished, planned), best))
+        stopped = bool(earlystop.verdict(obj, partial_metrics(finished, planned), best))
         stops += stopped
         assert stopped == (final > best), (
             f"{len(finished)} of {len(planned)} done: even if the rest took 0 ms the final "
@@ -151,7 +153,7 @@ def test_latency_stops_exactly_when_the_best_completion_cannot_beat_the_best():
 def test_throughput_ceiling_is_planned_tokens_over_elapsed():
     planned = tuple(req(i, out=5) for i in range(10))  # 50 output tokens planned
     finished = [rec(0, 0.0, 0.5, 1.0), rec(1, 0.5, 0.5, 2.0)]  # elapsed 2.5 s: ceiling 20 tok/s
-    p = _partial(finished, planned)
+    p = partial_metrics(finished, planned)
     assert p["elapsed_s"] == 2.5
     reason = earlystop.verdict(OUT_TPUT, p, best=20.5)
     assert reason and "20.0" in reason
@@ -183,7 +185,7 @@ def test_throughput_stop_never_discards_a_winner():
         for obj in (OUT_TPUT, REQ_TPUT, TOK_TPUT):
             value = final[obj.metric]
             for k in range(1, n):
-                p = _partial(by_end[:k], planned)
+                p = partial_metrics(by_end[:k], planned)
                 for best in (value * 0.99, value, value * 1.0001, value * 1.5):
                     if earlystop.verdict(obj, p, best):
                         stops += 1
@@ -203,7 +205,7 @@ def test_goodput_capacity_below_best_stops():
 def test_pareto_and_no_best_never_stop():
     planned = tuple(req(i) for i in range(10))
     slow = [rec(i, 0, 10.0, 20.0) for i in range(9)]  # every request far slower than any best
-    p = _partial(slow, planned)
+    p = partial_metrics(slow, planned)
     assert earlystop.verdict(LATENCY, p, best=1.0) != ""  # the payload would stop a latency study
     assert earlystop.verdict(OUT_TPUT, p, best=1e6) != ""
     assert earlystop.verdict(PARETO, p, best=1.0) == ""
@@ -241,30 +243,30 @@ def test_best_feasible_minimize_ignores_infeasible_and_unfinished():
         (50.0, None, "pruned"),  # pruned trials carry their last reported value
         (0.0, None, "fail"),
     ])
-    assert earlystop.best_feasible(study, LATENCY) == 250.0
+    assert best_feasible(study, LATENCY) == 250.0
 
 
 def test_best_feasible_maximize_and_without_constraints():
     study = _study("maximize", [(30.0, {"error_pct": -1.0}, "complete"), (100.0, {"error_pct": 2.0}, "complete"),
                                 (20.0, None, "complete")])
-    assert earlystop.best_feasible(study, OUT_TPUT) == 30.0
+    assert best_feasible(study, OUT_TPUT) == 30.0
     study = _study("maximize", [(30.0, None, "complete"), (45.0, None, "complete")])
-    assert earlystop.best_feasible(study, OUT_TPUT) == 45.0
+    assert best_feasible(study, OUT_TPUT) == 45.0
 
 
 def test_best_feasible_none_when_nothing_feasible_or_pareto():
     study = _study("minimize", [(100.0, {"ttft_p95": 0.5}, "complete"), (10.0, None, "pruned")])
-    assert earlystop.best_feasible(study, LATENCY) is None
-    assert earlystop.best_feasible(_study("minimize", []), LATENCY) is None
+    assert best_feasible(study, LATENCY) is None
+    assert best_feasible(_study("minimize", []), LATENCY) is None
     multi = optuna.create_study(directions=["maximize", "minimize"])
     t = multi.ask()
     multi.tell(t, [1.0, 2.0])
-    assert earlystop.best_feasible(multi, PARETO) is None
+    assert best_feasible(multi, PARETO) is None
 
 
 def test_margin_spares_a_trial_within_the_noise_of_the_best():
     from objectives import get_objective
-    from optimizer import earlystop
+    from optimizer.trial import early_stop as earlystop
 
     lat = get_objective("latency", "ttft_p95")
     payload = {"ttft": [700.0] * 12, "planned": 48, "finished": 12, "failed": 0}  # best case 700 ms
@@ -293,7 +295,7 @@ class _SilentDriver:
 
 
 def _spec_for(best, judge=LATENCY, margin=0.0):
-    from optimizer.trial import TrialSpec
+    from optimizer.trial.spec import TrialSpec
     from optimizer.workload import Workload
 
     planned = tuple(req(i) for i in range(20))
@@ -303,10 +305,10 @@ def _spec_for(best, judge=LATENCY, margin=0.0):
 
 
 def test_trial_stops_at_the_first_hopeless_stage_without_the_driver():
-    from optimizer.trial import _stopper
+    from optimizer.trial.stages import stopper
 
     driver = _SilentDriver()
-    stop = _stopper(_spec_for(best=100.0), driver)
+    stop = stopper(_spec_for(best=100.0), driver)
     finished = [rec(i, 0.0, 2.0, 3.0) for i in range(5)]  # 5 of 20 at 2000 ms: p95 >= 2000 whatever follows
     assert stop(finished[:4]) == ""  # no stage yet (every 5)
     reason = stop(finished)
@@ -315,11 +317,11 @@ def test_trial_stops_at_the_first_hopeless_stage_without_the_driver():
 
 
 def test_trial_goes_on_when_it_can_still_win_or_has_nothing_to_judge():
-    from optimizer.trial import _stopper
+    from optimizer.trial.stages import stopper
 
     finished = [rec(i, 0.0, 0.05, 0.1) for i in range(5)]  # 50 ms so far, best 100 ms
-    assert _stopper(_spec_for(best=100.0), _SilentDriver())(finished) == ""
+    assert stopper(_spec_for(best=100.0), _SilentDriver())(finished) == ""
     slow = [rec(i, 0.0, 2.0, 3.0) for i in range(5)]
-    assert _stopper(_spec_for(best=None, judge=None), _SilentDriver())(slow) == ""  # the baseline: no best yet
-    assert _stopper(_spec_for(best=1900.0, margin=0.1), _SilentDriver())(slow) == ""  # within the noise margin
+    assert stopper(_spec_for(best=None, judge=None), _SilentDriver())(slow) == ""  # the baseline: no best yet
+    assert stopper(_spec_for(best=1900.0, margin=0.1), _SilentDriver())(slow) == ""  # within the noise margin
 

@@ -3,9 +3,9 @@ accepts), so a bad one is a one-line error, never a traceback after the study wa
 
 import pytest
 
-from optimizer.config import StudyConfig
+from optimizer.config.schema import StudyConfig
 from optimizer.errors import ConfigError
-from optimizer.space import resolve
+from optimizer.config.space import resolve
 
 from .test_space import LONGEST, MODEL, cpu
 

@@ -10,13 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from optimizer import gpucheck, trial as trial_mod
-from optimizer.config import RaySpec
+from optimizer.trial import gpu_check as gpucheck, task as trial_mod
+from optimizer.config.schema import RaySpec
 from optimizer.engine.failures import RETRIED, log_lines
 from optimizer.engine.vllm import VllmServer
-from optimizer.space import engine_args_for
-from optimizer.study import _resources
-from optimizer.trial import TrialSpec, execute_trial
+from optimizer.config.space import engine_args_for
+from optimizer.driver.resources import ray_resources
+from optimizer.trial.spec import TrialSpec
+from optimizer.trial.task import execute_trial
 from optimizer.workload import Workload
 
 # nvidia-smi: the rows of gpus.N.csv on its N-th call when that file exists, else gpus.csv;
@@ -281,5 +282,5 @@ def test_tensor_parallel_two_uses_the_mp_backend_and_asks_ray_for_two_gpus():
     assert engine_args_for({"tensor-parallel-size": 1}, "gpu") == []
     assert engine_args_for({"tensor-parallel-size": 2}, "cpu") == []
     plan = SimpleNamespace(device=SimpleNamespace(kind="gpu"), cfg=SimpleNamespace(ray=RaySpec()))
-    assert _resources(plan, {"tensor-parallel-size": 2})["num_gpus"] == 2
-    assert _resources(plan, {"tensor-parallel-size": 1})["num_gpus"] == 1
+    assert ray_resources(plan, {"tensor-parallel-size": 2})["num_gpus"] == 2
+    assert ray_resources(plan, {"tensor-parallel-size": 1})["num_gpus"] == 1

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from optimizer.device import GIB, detect
-from optimizer.config import RaySpec
-from optimizer.study import _resources
+from optimizer.engine.device import GIB, detect
+from optimizer.config.schema import RaySpec
+from optimizer.driver.resources import ray_resources
 
 FAKE_SMI = """#!/bin/sh
 if [ "$1" = "-L" ]; then
@@ -48,5 +48,5 @@ def test_without_nvidia_smi_the_device_is_cpu(tmp_path, monkeypatch):
 def test_a_gpu_trial_asks_ray_for_one_gpu_and_a_cpu_trial_for_none():
     gpu = SimpleNamespace(device=SimpleNamespace(kind="gpu"), cfg=SimpleNamespace(ray=RaySpec()))
     cpu = SimpleNamespace(device=SimpleNamespace(kind="cpu"), cfg=SimpleNamespace(ray=RaySpec(trial_cpus=3)))
-    assert _resources(gpu) == {"num_cpus": 1, "num_gpus": 1}
-    assert _resources(cpu) == {"num_cpus": 3}
+    assert ray_resources(gpu) == {"num_cpus": 1, "num_gpus": 1}
+    assert ray_resources(cpu) == {"num_cpus": 3}

@@ -5,7 +5,7 @@ beside it (parallel trials) are not counted against the machine."""
 import pytest
 from optuna.trial import TrialState
 
-from optimizer import study as study_mod
+from optimizer.driver import recovery as study_mod
 from optimizer.engine.failures import Failure
 from optimizer.errors import OptimizerError
 
@@ -14,7 +14,7 @@ INFRA = Failure("infra", "WorkerCrashedError", "retry")
 
 
 def test_three_infra_failures_in_a_row_stop_the_study_and_a_measured_trial_resets_the_count():
-    tally = study_mod._InfraTally()
+    tally = study_mod.InfraTally()
     tally.count((TrialState.FAIL, INFRA), 0.0, None, None)
     tally.count((TrialState.FAIL, INFRA), 0.0, None, None)
     tally.count((TrialState.COMPLETE, None), 0.0, None, None)
@@ -32,8 +32,8 @@ def test_one_full_disk_is_waited_out_once_for_every_trial_that_hit_it(monkeypatc
         waits.append(1)
         return len(waits) == 1  # full the first time; the disk takes writes afterwards
 
-    monkeypatch.setattr(study_mod, "_wait_for_disk", wait_for_disk)
-    tally = study_mod._InfraTally()
+    monkeypatch.setattr(study_mod, "wait_for_disk", wait_for_disk)
+    tally = study_mod.InfraTally()
     for started in (1.0, 2.0, 3.0, 4.0):  # four trials side by side, all started before the disk came back
         tally.count((TrialState.FAIL, DISK), started, None, None)
     assert len(waits) == 1 and tally.in_a_row == 0

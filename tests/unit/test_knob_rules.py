@@ -12,13 +12,12 @@ import optuna
 import pytest
 import yaml
 
-from optimizer.config import StudyConfig, build_config
-from optimizer.device import GIB, Device, NodeMemory, detect
+from optimizer.config.schema import StudyConfig, build_config
+from optimizer.engine.device import GIB, Device, NodeMemory, detect
 from optimizer.errors import ConfigError
-from optimizer.space import (KNOBS, REQUIRES, engine_args_for, from_cli_args, resolve, suggest, tensor_parallel_sizes,
-                             to_cli_args)
-from optimizer.config import RaySpec
-from optimizer.study import _resources
+from optimizer.config.space import KNOBS, REQUIRES, engine_args_for, from_cli_args, resolve, suggest, tensor_parallel_sizes, to_cli_args
+from optimizer.config.schema import RaySpec
+from optimizer.driver.resources import ray_resources
 
 from .test_gpu_paths import fake_gpus  # noqa: F401  (pytest fixture)
 from .test_space import LONGEST, MODEL, cpu, dims
@@ -199,18 +198,18 @@ def test_gpu_space_offers_tp_from_the_detected_gpus_and_the_attention_backends(f
 def test_a_gpu_trial_asks_ray_for_one_gpu_per_tensor_parallel_rank():
     ray = SimpleNamespace(ray=RaySpec())
     plan = SimpleNamespace(device=SimpleNamespace(kind="gpu"), cfg=ray)
-    assert _resources(plan, {"tensor-parallel-size": 2, "max-num-seqs": 8}) == {"num_cpus": 1, "num_gpus": 2}
-    assert _resources(plan, {"max-num-seqs": 8}) == {"num_cpus": 1, "num_gpus": 1}
+    assert ray_resources(plan, {"tensor-parallel-size": 2, "max-num-seqs": 8}) == {"num_cpus": 1, "num_gpus": 2}
+    assert ray_resources(plan, {"max-num-seqs": 8}) == {"num_cpus": 1, "num_gpus": 1}
     on_cpu = SimpleNamespace(device=SimpleNamespace(kind="cpu"), cfg=SimpleNamespace(ray=RaySpec(trial_cpus=2)))
-    assert _resources(on_cpu, {"max-num-seqs": 8}) == {"num_cpus": 2}
+    assert ray_resources(on_cpu, {"max-num-seqs": 8}) == {"num_cpus": 2}
     # A GPU model names a custom resource each trial asks for, one unit per rank.
     h100 = SimpleNamespace(device=SimpleNamespace(kind="gpu"), cfg=SimpleNamespace(ray=RaySpec(gpu_model="gpu_h100")))
-    assert _resources(h100, {"tensor-parallel-size": 4}) == {"num_cpus": 1, "num_gpus": 4, "resources": {"gpu_h100": 4}}
+    assert ray_resources(h100, {"tensor-parallel-size": 4}) == {"num_cpus": 1, "num_gpus": 4, "resources": {"gpu_h100": 4}}
     # Parallel CPU trials share the cores: 2 trials on this machine's cores ask for half each.
     import os
 
     two = SimpleNamespace(device=SimpleNamespace(kind="cpu"), cfg=SimpleNamespace(ray=RaySpec(parallel=2)))
-    assert _resources(two) == {"num_cpus": max(1, os.cpu_count() // 2)}
+    assert ray_resources(two) == {"num_cpus": max(1, os.cpu_count() // 2)}
 
 
 def test_tensor_parallel_trials_use_the_mp_executor_on_gpu():

@@ -5,17 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.device import GIB, Device, NodeMemory
+from optimizer.engine.device import GIB, Device, NodeMemory
 from optimizer.engine.failures import classify_startup
-from optimizer.kvfit import (
-    CPU_BLOCK_SIZE,
-    DEFAULT_MARGIN,
-    Calibration,
-    estimate,
-    parse_kv_cache_tokens,
-    parse_non_kv_bytes,
-)
-from optimizer.modelinfo import ModelInfo
+from optimizer.config.kv_fit import CPU_BLOCK_SIZE, DEFAULT_MARGIN, Calibration, estimate, parse_kv_cache_tokens, parse_non_kv_bytes
+from optimizer.config.model_info import ModelInfo
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = FIXTURES / "vllm_logs"

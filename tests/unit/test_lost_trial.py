@@ -4,8 +4,8 @@ anything else -> infrastructure (FAIL)."""
 import optuna
 
 from objectives import get_objective
-from optimizer import outcome
-from optimizer.trial import lost_trial_result
+from optimizer.driver import tell as outcome
+from optimizer.trial.spec import lost_trial_result
 
 
 class OutOfMemoryError(Exception):  # same name as ray.exceptions.OutOfMemoryError
@@ -44,8 +44,8 @@ def test_oom_is_told_pruned_so_tpe_learns_from_it():
 
 
 def test_a_run_with_failed_requests_is_pruned_not_scored():
-    from optimizer.replay import RequestRecord
-    from optimizer.trial import TrialResult
+    from optimizer.measure.replay import RequestRecord
+    from optimizer.trial.spec import TrialResult
 
     ok = RequestRecord("a", 0, 0, 0.1, 0.5, (0.1, 0.5), 10, 2, 2, True, 200)
     bad = RequestRecord("b", 0, 0, None, None, (), 10, 0, 2, False, 400, "too long")

@@ -8,7 +8,7 @@ import pytest
 from optimizer.errors import ConfigError
 from optimizer.workload import Vocabulary, Workload, build_workload
 from optimizer.workload.materialize import read_workload, write_workload
-from optimizer.workload.spec import AgentSpec
+from optimizer.config.workload_spec import AgentSpec
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import random
 import numpy as np
 import pytest
 
-from optimizer.metrics import PERCENTILES, percentile, summarize
-from optimizer.replay import ReplayResult, RequestRecord
+from optimizer.measure.metrics import PERCENTILES, percentile, summarize
+from optimizer.measure.replay import ReplayResult, RequestRecord
 
 # A: sent on time at 0, 5 tokens in 5 one-token chunks 100 ms apart.
 A = RequestRecord("a", 0.0, 0.0, 0.1, 0.5, (0.1, 0.2, 0.3, 0.4, 0.5), 10, 5, 5, True, 200)
@@ -72,7 +72,7 @@ def test_percentile_matches_numpy():
 
 
 def test_itl_splits_a_multi_token_chunk_evenly_and_counts_every_token():
-    from optimizer.metrics import _itl
+    from optimizer.measure.metrics import _itl
 
     # 6 output tokens in 3 chunks: 5 tokens after the first arrive in 2 gaps (0.1 s, 0.2 s)
     values = _itl((0.0, 0.1, 0.3), 6)

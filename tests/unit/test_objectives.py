@@ -6,9 +6,9 @@ import pytest
 
 from objectives import OBJECTIVES, get_objective
 from objectives.latency import ALLOWED
-from optimizer.metrics import summarize
-from optimizer.replay import ReplayResult, RequestRecord
-from optimizer.slo import parse_slos
+from optimizer.measure.metrics import summarize
+from optimizer.measure.replay import ReplayResult, RequestRecord
+from optimizer.measure.slo import parse_slos
 
 
 def result(scale: float) -> ReplayResult:

@@ -6,10 +6,10 @@ import optuna
 import pytest
 
 from objectives import get_objective
-from optimizer import outcome
-from optimizer.report import summarize_study
-from optimizer.slo import parse_slos
-from optimizer.trial import TrialResult
+from optimizer.driver import tell as outcome
+from optimizer.report.summary import summarize_study
+from optimizer.measure.slo import parse_slos
+from optimizer.trial.spec import TrialResult
 
 FAST = {"ttft_ms_p95": 120.0, "tpot_ms_p95": 30.0, "output_throughput": 900.0, "error_rate": 0.0}
 SLOW_TPOT = {"ttft_ms_p95": 80.0, "tpot_ms_p95": 75.0, "output_throughput": 1200.0, "error_rate": 0.0}
@@ -115,7 +115,7 @@ def test_a_run_cut_because_its_slo_was_lost_is_complete_and_infeasible():
 
 
 def test_failed_requests_are_judged_by_an_error_slo_when_there_is_one():
-    from optimizer.replay import RequestRecord
+    from optimizer.measure.replay import RequestRecord
 
     ok = RequestRecord("a", 0, 0, 0.1, 0.5, (0.1, 0.5), 10, 2, 2, True, 200)
     bad = RequestRecord("b", 0, 0, None, None, (), 10, 0, 2, False, 500, "boom")

@@ -7,11 +7,12 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from optimizer import outputcheck
-from optimizer.config import build_config
+from optimizer.outputs import gate as outputcheck
+from optimizer.config.schema import build_config
 from optimizer.errors import ConfigError
-from optimizer.regression import DEFAULT_PROMPTS, Output
-from optimizer.trial import TrialResult
+from optimizer.outputs.compare import DEFAULT_PROMPTS, Output
+from optimizer.trial.spec import TrialResult
+from optimizer.config.candidate import parse_candidate
 
 
 def _cfg(**regression):
@@ -118,15 +119,15 @@ def test_prompt_sets(tmp_path):
 
 
 def test_candidates_are_knob_value_pairs_typed_like_the_space():
-    assert outputcheck.parse_candidate("kv-cache-dtype=fp8 max-num-seqs=32") == {"kv-cache-dtype": "fp8",
+    assert parse_candidate("kv-cache-dtype=fp8 max-num-seqs=32") == {"kv-cache-dtype": "fp8",
                                                                                   "max-num-seqs": 32}
-    assert outputcheck.parse_candidate("--gpu-memory-utilization=0.4,") == {"gpu-memory-utilization": 0.4}
+    assert parse_candidate("--gpu-memory-utilization=0.4,") == {"gpu-memory-utilization": 0.4}
     with pytest.raises(ConfigError, match="'kv-cache-dtype' is not knob=value"):
-        outputcheck.parse_candidate("kv-cache-dtype fp8")
+        parse_candidate("kv-cache-dtype fp8")
 
 
 def test_median_gap_is_the_chosen_tokens_lead_over_the_runner_up():
-    from optimizer.regression import median_gap
+    from optimizer.outputs.compare import median_gap
 
     outs = [Output(0, ("a", "b", "c"), (-0.1, -0.5, -1.0),
                    ({"a": -0.1, "x": -2.1}, {"b": -0.5, "y": -0.6}, {"c": -1.0, "z": -1.5, "w": -3.0}))]
@@ -135,14 +136,14 @@ def test_median_gap_is_the_chosen_tokens_lead_over_the_runner_up():
 
 
 def test_candidate_values_are_checked_against_the_knobs_type():
-    assert outputcheck.parse_candidate("enable-prefix-caching=false") == {"enable-prefix-caching": False}
-    assert outputcheck.parse_candidate("enable-chunked-prefill=on") == {"enable-chunked-prefill": True}
+    assert parse_candidate("enable-prefix-caching=false") == {"enable-prefix-caching": False}
+    assert parse_candidate("enable-chunked-prefill=on") == {"enable-chunked-prefill": True}
     with pytest.raises(ConfigError, match="max-num-seqs=lots is not a whole number; write e.g. max-num-seqs=32"):
-        outputcheck.parse_candidate("max-num-seqs=lots")
+        parse_candidate("max-num-seqs=lots")
     with pytest.raises(ConfigError, match="gpu-memory-utilization=0.9x is not a number"):
-        outputcheck.parse_candidate("gpu-memory-utilization=0.9x")
+        parse_candidate("gpu-memory-utilization=0.9x")
     with pytest.raises(ConfigError, match="enable-prefix-caching is on or off"):
-        outputcheck.parse_candidate("enable-prefix-caching=maybe")
+        parse_candidate("enable-prefix-caching=maybe")
 
 
 def test_a_reference_of_another_prompt_set_is_not_compared(study):

@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import optuna
 
-from optimizer import precheck
-from optimizer.device import GIB, read_node_memory
+from optimizer.driver import kv_precheck as precheck
+from optimizer.engine.device import GIB, read_node_memory
 from optimizer.engine.failures import Failure
-from optimizer.modelinfo import load_model_info
-from optimizer.trial import TrialResult
+from optimizer.config.model_info import load_model_info
+from optimizer.trial.spec import TrialResult
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kvfit"
 

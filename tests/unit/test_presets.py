@@ -3,9 +3,10 @@
 import pytest
 
 from objectives import get_objective
-from optimizer.cli import _load, _parser
-from optimizer.presets import PRESETS, preset
-from optimizer.slo import parse_slos
+from optimizer.cli.common import load as _load
+from optimizer.cli.main import parser as _parser
+from optimizer.config.presets import PRESETS, preset
+from optimizer.measure.slo import parse_slos
 
 
 def load(tmp_path, *flags):

@@ -3,7 +3,7 @@ or abandoned baseline is measured on the next run, not lost."""
 
 import optuna
 
-from optimizer.study import _recover, queue_again
+from optimizer.driver.recovery import recover, queue_again
 
 FAIL = optuna.trial.TrialState.FAIL
 
@@ -40,7 +40,7 @@ def test_recover_fails_running_trials_of_a_dead_driver_and_queues_them():
     study.enqueue_trial({"x": 7}, user_attrs={"baseline": True})
     left = study.ask()
     left.suggest_int("x", 0, 10)  # the driver died here: the trial stays RUNNING
-    assert _recover(study) == 1
+    assert recover(study) == 1
     assert study.trials[left.number].state == FAIL
     again = study.ask()
     assert again.suggest_int("x", 0, 10) == 7 and again.user_attrs["baseline"] is True

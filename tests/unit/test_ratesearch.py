@@ -10,9 +10,10 @@ import threading
 import pytest
 from aiohttp import web
 
-from optimizer import ratesearch, slo
-from optimizer.metrics import summarize
-from optimizer.replay import run_replay
+from optimizer.trial import rate_search as ratesearch
+from optimizer.measure import slo
+from optimizer.measure.metrics import summarize
+from optimizer.measure.replay import run_replay
 from optimizer.workload import Request
 from tests.unit.test_replay import sse
 

@@ -54,3 +54,27 @@ def test_the_on_prem_provider_rejects_node_types():
     bad = {**copy.deepcopy(cfg), "available_node_types": {"x": {"resources": {}, "node_config": {}}}, "head_node_type": "x"}
     with pytest.raises(Exception, match="available_node_types is not supported"):
         prepare_config(bad)
+
+
+def _dashboard_hosts(command: str) -> list[str]:
+    """Every --dashboard-host value on a command line (`--dashboard-host=H` or `--dashboard-host H`)."""
+    words = command.split()
+    hosts = [w.split("=", 1)[1] for w in words if w.startswith("--dashboard-host=")]
+    return hosts + [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--dashboard-host"]
+
+
+@pytest.mark.parametrize("name", ["ray_cluster.yaml", "ray_cluster.local.yaml"])
+def test_the_head_binds_the_dashboard_and_its_job_api_to_loopback(name):
+    """Port 8265 also takes job submissions (arbitrary code): reached through `ray dashboard
+    CLUSTER.yaml` or an SSH tunnel, never from the network."""
+    cfg = _load(name)
+    heads = [c for c in cfg["head_start_ray_commands"] if "ray start" in c]
+    assert heads and all("--head" in c and _dashboard_hosts(c) == ["127.0.0.1"] for c in heads)
+    everything = " ".join(cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"] + cfg["setup_commands"])
+    assert "0.0.0.0" not in everything and "::" not in _dashboard_hosts(everything)
+
+
+def test_the_loopback_check_reads_both_spellings():
+    assert _dashboard_hosts("ray start --head --dashboard-host=0.0.0.0") == ["0.0.0.0"]
+    assert _dashboard_hosts("ray start --head --dashboard-host 0.0.0.0 --port=6379") == ["0.0.0.0"]
+    assert _dashboard_hosts("ray start --head --port=6379") == []

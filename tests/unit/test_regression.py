@@ -11,16 +11,7 @@ import socket
 
 import pytest
 
-from optimizer.regression import (
-    DEFAULT_PROMPTS,
-    Flip,
-    Output,
-    collect,
-    compare,
-    exceeds,
-    parse_completion,
-    request_body,
-)
+from optimizer.outputs.compare import DEFAULT_PROMPTS, Flip, Output, collect, compare, exceeds, parse_completion, request_body
 
 RECORDED = json.loads(
     '{"id":"cmpl-5f0c2d1e9a7b4c3d","object":"text_completion","created":1760000000,"model":"Qwen/Qwen3-0.6B",'

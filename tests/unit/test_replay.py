@@ -11,8 +11,8 @@ import time
 import pytest
 from aiohttp import web
 
-from optimizer.metrics import summarize
-from optimizer.replay import replay
+from optimizer.measure.metrics import summarize
+from optimizer.measure.replay import replay
 from optimizer.workload import Request
 
 

@@ -7,7 +7,7 @@ import time
 
 from aiohttp import web
 
-from optimizer.replay import replay
+from optimizer.measure.replay import replay
 from optimizer.workload import Request
 from tests.unit.test_replay import FakeVllm, requests, sse
 

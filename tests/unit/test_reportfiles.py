@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from objectives import LatencyObjective, ParetoObjective, ThroughputObjective
-from optimizer.replay import RequestRecord
-from optimizer.report import serve_command, serve_yaml
-from optimizer.reportfiles import gain_interval, write_report
-from optimizer.reportplots import TOO_FEW, non_dominated, read_ttft_ms
-from optimizer.slo import parse_slos
+from optimizer.measure.replay import RequestRecord
+from optimizer.report.summary import serve_command, serve_yaml
+from optimizer.report.written import gain_interval, write_report
+from optimizer.report.pictures import TOO_FEW, non_dominated, read_ttft_ms
+from optimizer.measure.slo import parse_slos
 
 MODEL = "/models/tiny"
 BEST_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.3", "--max-model-len", "2048",
@@ -46,16 +46,16 @@ def _stub_module(extra=()):
                              f"stub remedy of {t.number}", t.user_attrs.get("evidence", ""))
                for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.PRUNED]
         return out + list(extra)
-    mod = types.ModuleType("optimizer.diagnosis")
+    mod = types.ModuleType("optimizer.report.diagnosis")
     mod.Diagnosis, mod.diagnose_study = StubDiagnosis, diagnose_study
     return mod
 
 
 @pytest.fixture(autouse=True)
 def diagnosis(monkeypatch):
-    """The real optimizer.diagnosis once it exists; until then a stub with its interface."""
-    if importlib.util.find_spec("optimizer.diagnosis") is None:
-        monkeypatch.setitem(sys.modules, "optimizer.diagnosis", _stub_module())
+    """The real optimizer.report.diagnosis once it exists; until then a stub with its interface."""
+    if importlib.util.find_spec("optimizer.report.diagnosis") is None:
+        monkeypatch.setitem(sys.modules, "optimizer.report.diagnosis", _stub_module())
 
 
 def _args(seqs: int, mem: float) -> list[str]:
@@ -181,7 +181,7 @@ def test_failure_table_lists_pruned_failed_and_infeasible_trials(tmp_path, study
 
 def test_failure_table_carries_the_diagnosis_cause_and_remedy(tmp_path, study_dir, monkeypatch):
     weak = StubDiagnosis(2, "weak", "no better than the baseline", "drop it", "180 ms vs 250 ms")
-    monkeypatch.setitem(sys.modules, "optimizer.diagnosis", _stub_module([weak]))
+    monkeypatch.setitem(sys.modules, "optimizer.report.diagnosis", _stub_module([weak]))
     md = _markdown(latency_study(tmp_path), study_dir, tmp_path / "out")
     assert "| 3 | PRUNED | kv_too_small |" in md and "| stub cause of 3 | stub remedy of 3 |" in md
     assert "| 2 | COMPLETE | weak | 180 ms vs 250 ms | no better than the baseline | drop it |" in md
@@ -268,7 +268,7 @@ def test_pareto_study_lists_its_front_and_writes_pareto_front_yaml(tmp_path):
 
 def test_sensitivity_table_when_the_study_has_one(tmp_path, study_dir):
     study = latency_study(tmp_path)
-    from optimizer import sensitivity
+    from optimizer.report import sensitivity
 
     noise = sensitivity.band([118.0, 120.0, 122.0])  # the best's p95 TTFT, ms
     row = sensitivity.effect("max-num-seqs", 16, 32, 141.5, noise, maximize=False)

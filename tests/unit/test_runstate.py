@@ -16,14 +16,14 @@ import pytest
 
 from optimizer.engine.vllm import group_pids
 from optimizer.errors import ConfigError
-from optimizer.runstate import RUN_TAG, STORAGE_TAG, RunState, paths_for, storage_digest
+from optimizer.driver.store.driver_lock import RUN_TAG, STORAGE_TAG, RunState, paths_for, storage_digest
 
 REPO = Path(__file__).resolve().parents[2]
 SLEEP = "import time; time.sleep(600)"
 # A server whose engine lives on in a child of the same group (like vLLM's EngineCore).
 WITH_CHILD = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
               "time.sleep(600)")
-HOLDER = ("import sys, time\nfrom optimizer.runstate import RunState\n"
+HOLDER = ("import sys, time\nfrom optimizer.driver.store.driver_lock import RunState\n"
           "RunState(sys.argv[1], sys.argv[2]).acquire()\nprint('held', flush=True)\ntime.sleep(600)\n")
 
 

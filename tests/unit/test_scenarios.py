@@ -5,10 +5,10 @@ import statistics
 
 import pytest
 
-from optimizer.config import build_config
+from optimizer.config.schema import build_config
 from optimizer.errors import ConfigError
 from optimizer.workload import Vocabulary, build_workload
-from optimizer.workload.spec import AgentSpec, BatchSpec, BurstSpec, RagSpec
+from optimizer.config.workload_spec import AgentSpec, BatchSpec, BurstSpec, RagSpec
 from optimizer.workload.stats import PREFIX_PROBE, shared_prefix_share
 
 VOCAB = Vocabulary(4096)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer import sensitivity
+from optimizer.report import sensitivity
 from optimizer.errors import ConfigError
-from optimizer.space import KNOBS, Dimension, SearchSpace
+from optimizer.config.space import KNOBS, Dimension, SearchSpace
 
 
 def _space():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from optimizer.servermetrics import COUNTERS, GAUGES, Peaks, deltas, parse, sampler, settled_after
+from optimizer.engine.server_metrics import COUNTERS, GAUGES, Peaks, deltas, parse, sampler, settled_after
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm_metrics"
 

@@ -8,10 +8,10 @@ from fractions import Fraction
 
 import pytest
 
-from optimizer import slo
+from optimizer.measure import slo
 from optimizer.errors import ConfigError
-from optimizer.metrics import percentile, summarize
-from optimizer.replay import ReplayResult, RequestRecord
+from optimizer.measure.metrics import percentile, summarize
+from optimizer.measure.replay import ReplayResult, RequestRecord
 
 PCTS = (50, 90, 95, 99)
 

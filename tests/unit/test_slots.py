@@ -3,7 +3,7 @@ the refusal of a trial no node can run. The node dicts have the shape Ray 2.60 r
 
 import pytest
 
-from optimizer.slots import NoMatchingResources, check_fits, cluster_slots, node_slots, plan_slots, ray_options, request
+from optimizer.driver.resources import NoMatchingResources, check_fits, cluster_slots, node_slots, plan_slots, ray_options, request
 
 
 def node(alive=True, **resources):
@@ -77,13 +77,13 @@ def test_ray_options_carry_the_custom_resource():
 def test_slots_are_counted_for_the_largest_tensor_parallel_size_the_space_can_pick():
     from types import SimpleNamespace
 
-    from optimizer.config import RaySpec
-    from optimizer.space import Dimension, Knob
-    from optimizer.study import _largest_request
+    from optimizer.config.schema import RaySpec
+    from optimizer.config.space import Dimension, Knob
+    from optimizer.driver.resources import largest_request
 
     tp = Dimension(Knob("tensor-parallel-size", "categorical"), choices=(1, 2, 4))
     plan = SimpleNamespace(device=SimpleNamespace(kind="gpu"), cfg=SimpleNamespace(ray=RaySpec(gpu_model="gpu_h100"),
                            baseline={}), space=SimpleNamespace(dims=(tp,)))
-    largest = _largest_request(plan)
+    largest = largest_request(plan)
     assert largest == {"CPU": 1, "GPU": 4, "gpu_h100": 4}
     assert plan_slots(None, "gpu", [HEAD, H100], largest).count == 2  # two 4-GPU groups on one 8-GPU node

@@ -3,11 +3,11 @@
 import optuna
 import pytest
 
-from optimizer.config import StudyConfig
-from optimizer.device import GIB, Device, NodeMemory
+from optimizer.config.schema import StudyConfig
+from optimizer.engine.device import GIB, Device, NodeMemory
 from optimizer.errors import ConfigError
-from optimizer.modelinfo import ModelInfo
-from optimizer.space import DEFAULT_KNOBS, cpu_memory_range, from_cli_args, resolve, suggest, to_cli_args
+from optimizer.config.model_info import ModelInfo
+from optimizer.config.space import DEFAULT_KNOBS, cpu_memory_range, from_cli_args, resolve, suggest, to_cli_args
 
 MODEL = ModelInfo("tiny", layers=8, kv_heads=8, head_dim=64, hidden=512, intermediate=1024,
                   vocab_size=4096, max_positions=65536, dtype="bfloat16")

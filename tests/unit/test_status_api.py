@@ -11,8 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from optimizer.errors import ConfigError
-from optimizer.status import (METRICS_CONTENT_TYPE, STATES, StatusServer, StatusState, is_loopback,
-                              prometheus_text)
+from optimizer.daemon.status_api import METRICS_CONTENT_TYPE, STATES, StatusServer, StatusState, is_loopback, prometheus_text
 
 COMMAND = "vllm serve /models/llama --max-num-seqs 64 --gpu-memory-utilization 0.9"
 

@@ -9,10 +9,10 @@ from rich.console import Console
 
 from objectives import get_objective
 from optimizer.engine.failures import Failure
-from optimizer.slo import parse_slos
-from optimizer.statusfeed import StatusProgress, best_of, masked, trial_counts
-from optimizer.status import StatusState
-from optimizer.trial import TrialResult
+from optimizer.measure.slo import parse_slos
+from optimizer.daemon.status_feed import StatusProgress, best_of, masked, trial_counts
+from optimizer.daemon.status_api import StatusState
+from optimizer.trial.spec import TrialResult
 
 
 def _study(direction="maximize"):

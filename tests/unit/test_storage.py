@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from optimizer.errors import StorageError
-from optimizer.storage import normalize_url, open_storage, sqlite_path
+from optimizer.driver.store.database import normalize_url, open_storage, sqlite_path
 
 
 def test_garbage_file_is_refused_and_left_untouched(tmp_path):
@@ -72,7 +72,7 @@ def test_directory_given_as_the_database_is_a_storage_error(tmp_path):
 
 def test_a_ray_job_takes_an_absolute_sqlite_path_or_a_server_url_but_not_a_relative_path(tmp_path):
     from optimizer.errors import StorageError
-    from optimizer.storage import normalize_url
+    from optimizer.driver.store.database import normalize_url
 
     assert normalize_url(f"sqlite:///{tmp_path}/t.db", in_job=True) == f"sqlite:///{tmp_path}/t.db"
     assert normalize_url("postgresql://u:p@h/db", in_job=True) == "postgresql://u:p@h/db"
@@ -82,7 +82,7 @@ def test_a_ray_job_takes_an_absolute_sqlite_path_or_a_server_url_but_not_a_relat
 
 
 def test_a_url_is_shown_without_its_password():
-    from optimizer.storage import masked
+    from optimizer.driver.store.database import masked
 
     assert masked("postgresql://tuner:s3cret@db:5432/optuna") == "postgresql://tuner:***@db:5432/optuna"
     assert masked("sqlite:////data/trials.db") == "sqlite:////data/trials.db"
@@ -102,7 +102,7 @@ def test_a_server_that_refuses_the_login_is_told_apart_from_one_that_does_not_an
     (The real server's line: tests/integration/test_postgres_storage.py.)"""
     from sqlalchemy.exc import OperationalError
 
-    from optimizer import storage
+    from optimizer.driver.store import database as storage
 
     class Refusing:
         def connect(self):

@@ -7,11 +7,11 @@ import re
 import optuna
 import pytest
 
-from optimizer.cli import _parser
-from optimizer.config import build_config
+from optimizer.cli.main import parser as _parser
+from optimizer.config.schema import build_config
 from optimizer.errors import ConfigError
-from optimizer.storage import open_storage
-from optimizer.study import _open_study, prepare
+from optimizer.driver.store.database import open_storage
+from optimizer.driver.plan import open_study, prepare
 from optimizer.workload.materialize import read_workload
 
 
@@ -40,7 +40,7 @@ def names(url: str) -> list[str]:
 
 def test_a_new_study_is_stamped_with_its_workload(make_cfg):
     plan = prepare(make_cfg())
-    study, opened = _open_study(plan)
+    study, opened = open_study(plan)
     attrs = study.user_attrs
     assert opened.cfg.study_name == "stamp"
     assert attrs["workload_hash"] == plan.workload.content_hash()
@@ -48,18 +48,18 @@ def test_a_new_study_is_stamped_with_its_workload(make_cfg):
     stored = read_workload(attrs["workload_file"])
     assert stored.content_hash() == attrs["workload_hash"] and stored == plan.workload
     # reopened with the same config: the same study, the stamp kept
-    again, _ = _open_study(prepare(make_cfg()))
+    again, _ = open_study(prepare(make_cfg()))
     assert again._study_id == study._study_id and again.user_attrs == attrs
 
 
 def test_another_workload_is_refused_and_nothing_is_written(make_cfg, tmp_path):
-    study, _ = _open_study(prepare(make_cfg(seed=0)))
+    study, _ = open_study(prepare(make_cfg(seed=0)))
     study.tell(study.ask(), 1.0)
     del study
     before = database_bytes(tmp_path)
     plan = prepare(make_cfg(seed=1))
     with pytest.raises(ConfigError) as err:
-        _open_study(plan)
+        open_study(plan)
     msg = str(err.value)
     assert "workload hash" in msg and "--new-study" in msg
     del err  # its traceback holds the refused call's storage (an open connection keeps -wal/-shm files)
@@ -67,18 +67,18 @@ def test_another_workload_is_refused_and_nothing_is_written(make_cfg, tmp_path):
 
 
 def test_another_objective_is_refused(make_cfg):
-    _open_study(prepare(make_cfg()))
+    open_study(prepare(make_cfg()))
     with pytest.raises(ConfigError, match="another objective"):
-        _open_study(prepare(make_cfg(objective="latency")))
+        open_study(prepare(make_cfg(objective="latency")))
 
 
 def test_new_study_opens_a_separate_study_once_and_keeps_the_old_one(make_cfg):
-    old, _ = _open_study(prepare(make_cfg(seed=0)))
+    old, _ = open_study(prepare(make_cfg(seed=0)))
     old.tell(old.ask(), 1.0)
     old_attrs, old_trials = old.user_attrs, [(t.number, t.state, t.value) for t in old.trials]
 
     plan = prepare(make_cfg(seed=1), new_study=True)
-    new, opened = _open_study(plan)
+    new, opened = open_study(plan)
     assert re.fullmatch(r"stamp-[0-9a-f]{8}", new.study_name) and opened.cfg.study_name == new.study_name
     assert opened.artifacts.name == new.study_name
     assert new.user_attrs["workload_hash"] == plan.workload.content_hash() != old_attrs["workload_hash"]
@@ -91,11 +91,11 @@ def test_new_study_opens_a_separate_study_once_and_keeps_the_old_one(make_cfg):
     assert [(t.number, t.state, t.value) for t in kept.trials] == old_trials
 
     # the same command again: the same new study, not a third
-    again, _ = _open_study(prepare(make_cfg(seed=1), new_study=True))
+    again, _ = open_study(prepare(make_cfg(seed=1), new_study=True))
     assert again.study_name == new.study_name and again._study_id == new._study_id
     assert names(plan.storage_url) == sorted(["stamp", new.study_name])
     # --new-study with the original workload needs no new study at all
-    same, _ = _open_study(prepare(make_cfg(seed=0), new_study=True))
+    same, _ = open_study(prepare(make_cfg(seed=0), new_study=True))
     assert same.study_name == "stamp" and len(names(plan.storage_url)) == 2
 
 

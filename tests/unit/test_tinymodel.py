@@ -10,8 +10,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from optimizer.errors import ConfigError
-from optimizer.modelinfo import load_model_info
-from optimizer.tinymodel import write_tiny_model
+from optimizer.config.model_info import load_model_info
+from optimizer.engine.tiny_model import write_tiny_model
 
 
 def test_two_writes_are_byte_identical(tmp_path, tiny_model):
@@ -80,7 +80,7 @@ def test_never_writes_into_a_directory_holding_something_else(tmp_path):
 def test_weights_are_seeded_shaped_for_the_config_and_at_llamas_init_scale(tmp_path):
     from safetensors.torch import load_file
 
-    from optimizer.tinymodel import INIT_STD, LAYERS, write_tiny_model
+    from optimizer.engine.tiny_model import INIT_STD, LAYERS, write_tiny_model
 
     a = write_tiny_model(tmp_path / "a", weights=True)
     b = write_tiny_model(tmp_path / "b", weights=True)
@@ -103,8 +103,9 @@ def test_weights_are_seeded_shaped_for_the_config_and_at_llamas_init_scale(tmp_p
 
 
 def test_memory_fraction_leaves_the_asked_kv_cache_beside_the_measured_non_kv_memory():
-    from optimizer.device import GIB
-    from optimizer.tinymodel import NON_KV_GIB, memory_fraction
+    from optimizer.engine.device import GIB
+    from optimizer.engine.tiny_model import NON_KV_GIB
+    from optimizer.testing.memory import memory_fraction
 
     assert memory_fraction(0.5, total_bytes=int(14.7 * GIB)) == round((NON_KV_GIB + 0.5) / 14.7, 3)
     assert memory_fraction(0.8, total_bytes=int(8.21 * GIB)) == 0.216

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.config import build_config
+from optimizer.config.schema import build_config
 from optimizer.errors import ConfigError
-from optimizer.modelinfo import load_model_info
+from optimizer.config.model_info import load_model_info
 from optimizer.workload import Vocabulary, build_workload
 from optimizer.workload.trace import MOONCAKE_BLOCK
 

@@ -5,10 +5,10 @@ import optuna
 import pytest
 
 from objectives import get_objective
-from optimizer import outcome
-from optimizer.replay import RequestRecord
-from optimizer.trial import TrialResult
-from optimizer.validity import check, send_rate_ratio, token_mismatch
+from optimizer.driver import tell as outcome
+from optimizer.measure.replay import RequestRecord
+from optimizer.trial.spec import TrialResult
+from optimizer.measure.validity import check, send_rate_ratio, token_mismatch
 from optimizer.workload import Request, Workload
 
 LAG, RATIO = 10.0, 0.95

@@ -5,7 +5,7 @@ import statistics
 import pytest
 
 from optimizer.workload import Vocabulary, build_workload as _build
-from optimizer.workload.spec import ChatSpec
+from optimizer.config.workload_spec import ChatSpec
 
 VOCAB = 4096
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...errors import first_line
-from . import azure, burstgpt, jsonl, mooncake, sharegpt
-from .base import BadRow, TraceError, TraceRead, TraceRow
+from optimizer.errors import first_line
+from optimizer.workload.traces import azure, burstgpt, jsonl, mooncake, sharegpt
+from optimizer.workload.traces.base import BadRow, TraceError, TraceRead, TraceRow
 
 FORMATS = {"sharegpt": sharegpt.read, "burstgpt": burstgpt.read, "azure": azure.read,
            "mooncake": mooncake.read, "jsonl": jsonl.read}

@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from ...errors import first_line
-from .base import BadRow, TraceError, TraceRead, TraceRow
+from optimizer.errors import first_line
+from optimizer.workload.traces.base import BadRow, TraceError, TraceRead, TraceRow
 
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import ConfigError
+from optimizer.errors import ConfigError
 
 
 class TraceError(ConfigError):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...errors import first_line
-from .base import TraceError, TraceRead
-from ._fields import Bad, collect, read_text
+from optimizer.errors import first_line
+from optimizer.workload.traces.base import TraceError, TraceRead
+from optimizer.workload.traces._fields import Bad, collect, read_text
 
 
 def _pair(turns: list) -> tuple[str, str]:

@@ -1,0 +1,55 @@
+"""The command line's entry: one parser, every command registered the same way, one error rule.
+
+Every OptimizerError becomes one line on stderr and its exit code (2 for bad input); a stop
+signal prints what the command left behind and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+from optimizer import shutdown
+from optimizer.cli import daemon, plan, regress, report, run, sensitivity, tiny_model, workload
+from optimizer.errors import OptimizerError
+
+COMMANDS = {m.NAME: m for m in (run, daemon, report, plan, regress, sensitivity, workload, tiny_model)}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m optimizer", description="Tune a vLLM server with Optuna and Ray.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in COMMANDS.values():
+        command.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
+    command = COMMANDS[ns.command]
+    # SIGTERM, SIGINT and SIGHUP stop the running server, tell its trial FAIL and queue it again.
+    shutdown.install()
+    # soft_wrap: never break a line (a wrapped `vllm serve` command cannot be pasted)
+    console = Console(highlight=False, soft_wrap=True)
+    try:
+        if getattr(command, "BOOTS_VLLM", False):
+            _warn_untested_vllm(console)
+        return command.main(ns, console)
+    except OptimizerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(getattr(command, "INTERRUPTED", run.INTERRUPTED), file=sys.stderr)
+        return 130
+
+
+def _warn_untested_vllm(console: Console) -> None:
+    try:
+        from optimizer.engine.vllm_version import check_vllm_version
+    except ImportError:
+        return
+    warning = check_vllm_version()
+    if warning:
+        console.print(f"[yellow]{warning}[/]", markup=True)

@@ -1,0 +1,52 @@
+"""`report`: print a stored study's report and write it (Markdown, HTML, pictures, best.yaml)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from optimizer.cli.common import OBJECTIVE_FLAGS, STUDY_FLAGS, add_flags, load
+
+NAME = "report"
+
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help="write a stored study's report: Markdown, HTML, pictures, best.yaml")
+    p.add_argument("--out", help="directory for the report (default: artifacts/<study>/report)")
+    add_flags(p, *OBJECTIVE_FLAGS, *STUDY_FLAGS)
+    return p
+
+
+def main(ns: argparse.Namespace, console) -> int:
+    import optuna
+
+    from optimizer.driver.store.finished_study import open_finished
+    from optimizer.report.summary import print_report
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    f = open_finished(load(ns))
+    out = Path(ns.out) if ns.out else f.artifacts / "report"
+    summary = print_report(f.study, f.model, f.artifacts, f.objective, console)
+    code = write_report_files(f.study, f.model, f.artifacts, f.objective, out, console)
+    return code if summary.best is not None or summary.front else 1
+
+
+def write_report_files(study, model: str, artifacts: Path, objective, out: Path, console) -> int:
+    """The written report (report/written.py) and the study's dashboard note; a full disk is a note,
+    never a failed run."""
+    from optimizer.errors import first_line
+    from optimizer.report.dashboard_notes import save_study_note
+    from optimizer.report.written import write_report
+
+    try:
+        files = write_report(study, model, artifacts, objective, out)
+    except Exception as exc:  # noqa: BLE001 - a full disk, a picture that cannot be drawn: the study is fine
+        why = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {first_line(exc)}"
+        console.print(f"[yellow]note[/]: the written report was not stored in {out} ({why})")
+        return 1
+    console.print(f"Report: {files.html} (and {files.markdown.name}, pictures beside them); "
+                  f"dashboard: make dashboard")
+    note = save_study_note(study, files.summary, files.html)
+    if note:
+        console.print(f"[yellow]note[/]: {note}")
+    return 0

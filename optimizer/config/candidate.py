@@ -1,0 +1,39 @@
+"""Knobs written as text ('kv-cache-dtype=fp8 max-num-seqs=32', as `regress --candidate` and
+`sensitivity --to` take them) -> parameters typed as the search space types each knob.
+"""
+
+from __future__ import annotations
+from optimizer.errors import ConfigError
+from optimizer.config.space import KNOBS, from_cli_args
+
+
+def parse_candidate(text: str) -> dict:
+    """'kv-cache-dtype=fp8 max-num-seqs=32' -> {'kv-cache-dtype': 'fp8', 'max-num-seqs': 32}: typed as
+    the space types each knob (true/false for an on/off knob); raises ConfigError."""
+    out = {}
+    for item in text.replace(",", " ").split():
+        key, eq, value = item.removeprefix("--").partition("=")
+        if not eq or not key or not value:
+            raise ConfigError(f"--candidate '{text}': '{item}' is not knob=value; write e.g. 'kv-cache-dtype=fp8'")
+        out[key] = _typed(key, value, text)
+    if not out:
+        raise ConfigError("--candidate '': give the knobs that differ from the baseline, e.g. 'kv-cache-dtype=fp8'")
+    return out
+
+
+def _typed(key: str, value: str, text: str):
+    knob = KNOBS.get(key)
+    if knob is None:
+        return value  # a flag this project does not tune: passed to vLLM as written
+    if knob.kind == "bool":
+        if value.lower() not in BOOLS:
+            raise ConfigError(f"--candidate '{text}': {key} is on or off; write {key}=true or {key}=false")
+        return BOOLS[value.lower()]
+    try:
+        return from_cli_args([f"--{key}", value])[key]
+    except ValueError:
+        raise ConfigError(f"--candidate '{text}': {key}={value} is not a {'whole number' if knob.kind == 'int' else 'number'}"
+                          f"; write e.g. {key}={'32' if knob.kind == 'int' else '0.5'}") from None
+
+
+BOOLS = {"true": True, "on": True, "1": True, "yes": True, "false": False, "off": False, "0": False, "no": False}

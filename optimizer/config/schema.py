@@ -1,0 +1,221 @@
+"""The study configuration: read once from YAML and CLI flags, validated at the door.
+
+Every model forbids unknown keys. A problem becomes one ConfigError naming the field
+and the fix; nothing is written anywhere before the configuration is valid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
+
+from optimizer.errors import ConfigError
+from optimizer.config.base import Strict as _Strict
+from optimizer.config.workload_spec import ChatSpec, WorkloadSpec, with_default_scenario
+
+Scalar = Union[int, float, str, bool]
+
+
+
+
+class ModelSpec(_Strict):
+    path: str = Field(description="local model directory or Hugging Face id")
+    tiny: bool = Field(False, description="generate the tiny local demo model at `path` if it is missing")
+    load_format: str | None = Field(None, description="e.g. 'dummy': random weights, real kernels and KV cache")
+    dtype: str = "auto"
+
+
+class EngineSpec(_Strict):
+    device: Literal["auto", "cpu", "gpu"] = "auto"
+    startup_timeout_s: float = Field(300.0, gt=0)
+    shutdown_timeout_s: float = Field(30.0, gt=0)
+    extra_args: list[str] = Field(default_factory=list, description="vLLM flags held fixed in every trial")
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class KnobRange(_Strict):
+    """A numeric range (`low`, `high`, optional `log`) or a list of `choices`."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool | None = None
+    choices: list[Scalar] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "KnobRange":
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either low/high or choices, not both")
+            if not self.choices:
+                raise ValueError("choices is empty; list at least one value")
+        elif self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low ({self.low:g}) is above high ({self.high:g}); swap them")
+        return self
+
+
+class ReplaySpec(_Strict):
+    """When a replay is trusted: a client that cannot keep the schedule measures itself, not vLLM."""
+
+    max_lag_p50_ms: float = Field(10.0, gt=0, description="median lateness of sends against the schedule")
+    min_rate_ratio: float = Field(0.95, gt=0, le=1, description="achieved / scheduled send rate (open loop)")
+    request_timeout_s: float = Field(600.0, gt=0)
+    metrics_poll_s: float = Field(1.0, gt=0, description="how often /metrics is sampled (KV-cache usage peak)")
+
+
+class RateSearchSpec(_Strict):
+    """The goodput objective's rate search inside each trial (ratesearch.py)."""
+
+    max_probes: int = Field(6, ge=2, le=20, description="replays per trial, the saturation probe included")
+    rel_tol: float = Field(0.1, gt=0, lt=1, description="stop when the pass/fail bracket is this close (relative)")
+    low_share: float = Field(0.25, gt=0, lt=1, description="first lower probe, as a share of the capacity")
+
+
+class ObjectiveSpec(_Strict):
+    name: str = "throughput"
+    metric: str | None = Field(None, description="latency/pareto: ttft_p95, e2el_p95, ...; throughput: output_throughput ...")
+    slos: str | None = Field(None, description="vLLM --goodput style, ms: 'ttft:500 tpot:50' (p95; ttft_p99:300; error:1 in %)")
+    search: RateSearchSpec = Field(default_factory=RateSearchSpec)
+
+
+class EarlyStopSpec(_Strict):
+    """Stop a trial that provably cannot win (earlystop.py) or whose SLOs are already lost."""
+
+    enabled: bool = True
+    stages: int = Field(4, ge=1, le=20, description="checkpoints per replay sent to the driver")
+    margin: float = Field(0.1, ge=0, le=1, description="stop only if even the trial's best case is this much "
+                          "worse than the best so far (single measurements move ~10%)")
+
+
+class RaySpec(_Strict):
+    address: str | None = Field(None, description="join this cluster; none starts an embedded local Ray")
+    trial_cpus: int | None = Field(None, ge=1, description="CPUs each trial asks Ray for (default: all "
+                                   "on CPU, divided among `parallel` trials; 1 on GPU)")
+    parallel: int | None = Field(None, ge=1, le=256, description="trials at once (default: as many as the "
+                                 "cluster's GPUs fit on GPU, 1 on CPU); never more than the cluster has")
+    gpu_model: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", description="a custom Ray "
+                                  "resource naming the GPU model (e.g. gpu_h100) every trial asks for")
+
+
+class ConfirmSpec(_Strict):
+    """Noise control: re-measure the best configurations after the budget (confirm.py)."""
+
+    top: int = Field(2, ge=0, le=10, description="configurations to re-measure (0: off)")
+    repeats: int = Field(2, ge=0, le=9, description="extra full measurements of each")
+
+
+class RegressionSpec(_Strict):
+    """The output-regression gate (regression.py): each measured trial answers a fixed prompt set
+    greedily with logprobs, and its tokens are compared with the baseline's."""
+
+    enabled: bool = False
+    max_flip_rate: float | None = Field(None, ge=0, le=1, description="prune a trial whose top-1 flip rate "
+                                        "vs the baseline is above this (kind output_changed); none: report only")
+    prompts: int = Field(8, ge=1, le=64, description="how many of the built-in prompts (or of prompts_file's)")
+    prompts_file: str | None = Field(None, description="a text file, one prompt per line (default: built-in set)")
+    max_tokens: int = Field(32, ge=1, le=2048, description="greedy tokens generated per prompt")
+    top_k: int = Field(5, ge=1, le=20, description="logprobs kept per position (the margin at a flip)")
+
+
+class DaemonSpec(_Strict):
+    """`python -m optimizer daemon`: what to watch after the budget, and where to report (daemon.py)."""
+
+    watch: str | None = Field(None, description="a trace file, or a directory new trace files land in; "
+                              "the workload must be scenario 'trace'")
+    poll_s: float = Field(30, gt=0, description="how often the watched path is checked")
+    settle_s: float = Field(5, ge=0, description="a file younger than this is still being written: not read yet")
+    threshold: float = Field(0.25, gt=0, description="relative change of a length quantile or the rate "
+                             "that counts as new traffic")
+    retune_every_h: float | None = Field(None, gt=0, description="re-tune on a schedule even without a change")
+    warm_start: int = Field(3, ge=0, le=20, description="best configurations of the previous study queued first")
+    status_host: str = "127.0.0.1"
+    status_port: int = Field(8321, ge=0, le=65535)
+
+
+class StudyConfig(_Strict):
+    study_name: str = "vllm-tuning"
+    storage: str = "sqlite:///trials.db"
+    seed: int = 0
+    n_trials: int = Field(8, ge=1, description="trials in the study, baseline included")
+    artifacts_dir: str = "artifacts"
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    space: dict[str, KnobRange] = Field(default_factory=dict)
+    baseline: dict[str, Scalar] | None = Field(
+        None, description="the configuration in production today; none means vLLM's defaults"
+    )
+    enqueue: list[dict[str, Scalar]] = Field(
+        default_factory=list, description="configurations to try right after the baseline (warm starts)"
+    )
+    workload: Annotated[WorkloadSpec, BeforeValidator(with_default_scenario)] = Field(default_factory=ChatSpec)
+    replay: ReplaySpec = Field(default_factory=ReplaySpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    early_stop: EarlyStopSpec = Field(default_factory=EarlyStopSpec)
+    confirm: ConfirmSpec = Field(default_factory=ConfirmSpec)
+    precheck: bool = Field(True, description="predict KV-cache fit before booting; prune what cannot fit (kvfit.py)")
+    ray: RaySpec = Field(default_factory=RaySpec)
+    daemon: DaemonSpec = Field(default_factory=DaemonSpec)
+    regression: RegressionSpec = Field(default_factory=RegressionSpec)
+
+
+def _first_error(exc: ValidationError, source: str) -> ConfigError:
+    err = exc.errors()[0]
+    loc = list(err["loc"])
+    if len(loc) > 1 and loc[0] == "workload":
+        loc.pop(1)  # the scenario tag pydantic adds to a discriminated union's path
+    where = ".".join(str(p) for p in loc) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key; remove it or check its spelling"
+    elif err["type"] == "union_tag_invalid":
+        msg = f"unknown scenario {err['ctx']['tag']!r}; use one of {err['ctx']['expected_tags']}"
+    elif err["type"] == "missing":
+        msg = "required key is missing; add it"
+    return ConfigError(f"config {source}: field '{where}': {msg}")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Parse a YAML mapping; raises ConfigError for an unreadable or malformed file."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"config {p}: cannot read it ({exc.strerror}); check the path") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {p}: not a UTF-8 text file; pass the study YAML") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config {p}: malformed YAML{line}; fix the syntax") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {p}: top level must be a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def build_config(data: dict, source: str = "<flags>") -> StudyConfig:
+    """Validate a mapping into a StudyConfig; raises ConfigError naming the field."""
+    try:
+        return StudyConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, source) from exc
+
+
+def load_config(path: str | Path | None, overrides: dict | None = None) -> StudyConfig:
+    """Read `path` (optional), apply CLI `overrides` (dotted keys), and validate."""
+    data = read_yaml(path) if path else {}
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"config {path or '<flags>'}: field '{key}' must be a mapping to set '{dotted}'")
+            node = child
+        node[leaf] = value
+    return build_config(data, str(path) if path else "<flags>")

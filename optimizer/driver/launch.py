@@ -1,0 +1,108 @@
+"""Launching a trial: ask Optuna, build what the task needs (TrialSpec), start it as a Ray
+task; a trial the KV precheck rules out is told PRUNED without a boot.
+"""
+
+from __future__ import annotations
+import socket
+import time
+from dataclasses import dataclass, replace
+import optuna
+from optimizer.driver import tell as outcome, kv_precheck as precheck
+from optimizer.report import dashboard_notes as dashboard
+from optimizer.outputs import gate as outputcheck
+from optimizer.config import space as space_mod
+from optimizer.report.summary import finished_count
+from optimizer.engine.device import Device
+from optimizer.driver.progress import Progress
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.driver.ray_runtime import run_trial
+from optimizer.trial.spec import TrialSpec
+from optimizer.driver.plan import Plan, baseline_params
+from optimizer.driver.resources import ray_resources
+from optimizer.report.summary import best_feasible
+
+
+def trial_params(trial: optuna.Trial, plan: Plan) -> dict:
+    if trial.user_attrs.get("baseline"):
+        fixed = baseline_params(plan)
+        params = space_mod.suggest(trial, plan.space, only=set(fixed))
+        return {**fixed, **params}  # baseline knobs outside the space still reach vLLM
+    return space_mod.suggest(trial, plan.space)
+
+
+def spec_for(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:
+    # The baseline always runs in full: the gain is measured against it.
+    spec = make_spec(trial.number, plan, params, f"trial-{trial.number}",
+                     early_stop=not trial.user_attrs.get("baseline"), best=best, outputs=True)
+    trial.set_user_attr("vllm_args", list(spec.vllm_args))
+    return spec
+
+
+def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: bool = True,
+              best: float | None = None, outputs: bool = False) -> TrialSpec:
+    """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/).
+    With early stop on, the trial judges its stages itself against `best` (the best feasible value
+    when it starts) as well as hearing the driver's verdicts. With `outputs`, it also answers the
+    output-regression prompts when the config asks (outputcheck.py)."""
+    args = space_mod.to_cli_args(params) + space_mod.engine_args_for(params, plan.device.kind) + plan.fixed_args()
+    # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
+    env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}
+    rp, es, search = plan.cfg.replay, plan.cfg.early_stop, plan.cfg.objective.search
+    stopping = early_stop and es.enabled
+    return TrialSpec(
+        number=number, model=plan.model.source, params=params, vllm_args=tuple(args),
+        workload=plan.workload, log_path=str(plan.artifacts / log_dir / "server.log"),
+        env=tuple(env.items()), startup_timeout=plan.cfg.engine.startup_timeout_s,
+        shutdown_timeout=plan.cfg.engine.shutdown_timeout_s, request_timeout=rp.request_timeout_s,
+        max_lag_p50_ms=rp.max_lag_p50_ms, min_rate_ratio=rp.min_rate_ratio, metrics_poll_s=rp.metrics_poll_s,
+        mode=plan.objective.mode, slos=plan.objective.slos,
+        stages=es.stages if stopping and not plan.objective.multi else 0,
+        stop_on_slo=stopping and not plan.objective.multi,  # a Pareto trial always runs to its end
+        max_probes=search.max_probes, rel_tol=search.rel_tol, low_share=search.low_share,
+        judge=plan.objective if stopping and not plan.objective.multi and best is not None else None,
+        best=best, margin=es.margin, driver_host=socket.gethostname(),
+        regression=outputcheck.trial_spec_part(plan.cfg) if outputs else None,
+    )
+
+
+@dataclass
+class Running:
+    """A trial whose task runs: what the driver needs to watch it and tell its outcome."""
+
+    trial: optuna.Trial
+    ref: object  # the Ray task's ObjectRef
+    key: str  # its board / run-state key
+    spec: TrialSpec
+    params: dict
+    device: Device
+    best: float | None  # the best feasible value when it started (what it is judged against)
+    started: float
+    slot: int = 0  # which of the parallel slots it holds (its CPU cores on CPU)
+
+
+def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState,
+            running: int, bind: tuple[int, str] = (0, "")) -> "Running | tuple":
+    """Ask Optuna for a trial and start its task; a trial the KV precheck rules out is told PRUNED
+    at once (returns its state and failure instead)."""
+    trial = study.ask()
+    params = trial_params(trial, plan)
+    best = best_feasible(study, plan.objective)
+    spec = spec_for(trial, plan, params, best)
+    slot, cores = bind
+    if cores:
+        spec = replace(spec, env=spec.env + (("VLLM_CPU_OMP_THREADS_BIND", cores),))
+        trial.set_user_attr("cpu_bind", cores)
+    position = finished_count(study) + running + 1
+    progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
+    device = precheck.device_now(plan.cfg.engine.device)  # read once: the prediction and the learning
+    estimate = precheck.predict(study, plan, spec.vllm_args, device)
+    trial.set_user_attr("kv_estimate", estimate.to_dict())
+    if plan.cfg.precheck and not estimate.fits:
+        trial.set_user_attr("precheck", "pruned")
+        state, result = outcome.tell(study, trial, precheck.predicted_result(trial.number, estimate), plan.objective)
+        progress.trial_done(study, trial.number, result, state, plan.objective)
+        progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))
+        return state, result.failure
+    ref = run_trial.options(**ray_resources(plan, params)).remote(spec, board)
+    return Running(trial, ref, f"{plan.cfg.study_name}/{trial.number}", spec, params, device, best,
+                    time.monotonic(), slot)

@@ -1,0 +1,76 @@
+"""Measurements outside the Optuna loop (confirmation's re-runs, sensitivity's moves): one
+full run of a configuration as a Ray task, no early stop, stopped cleanly on a signal.
+"""
+
+from __future__ import annotations
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+import ray
+from optimizer.driver import tell as outcome
+from optimizer import shutdown
+from optimizer.driver.store.trial_files import store_trial
+from optimizer.driver.progress import Progress
+from optimizer.trial.channel import TrialBoard
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.driver.ray_runtime import ray_runtime, run_trial
+from optimizer.trial.spec import TrialSpec, lost_trial_result
+from optimizer.driver.plan import Plan
+from optimizer.driver.launch import make_spec
+from optimizer.driver.poll import STOP_GRACE_S, note_server, phase_of, stop_task
+from optimizer.driver.resources import ray_resources
+
+
+CONFIRM_KEY = 1_000_000  # re-measurements post on the board under keys no trial number reaches
+
+
+@contextmanager
+def measuring(plan: Plan, progress: Progress):
+    """For measurements outside a study's loop (sensitivity.py): the storage's run-state held, Ray up
+    and a board; yields `measure(params, key, log_dir) -> value or None` (measure_once)."""
+    with RunState(plan.storage_url, plan.cfg.artifacts_dir) as held:
+        progress.recovery(held.acquire())
+        plan = replace(plan, server_env=tuple(held.server_env().items()))
+        with ray_runtime(plan.cfg.ray.address, on_start=held.record_ray):
+            board = TrialBoard.remote()
+            yield lambda params, key, log_dir: measure_once(plan, params, key, log_dir, board, progress, held)
+
+
+def measure_once(plan: Plan, params: dict, key: int, log_dir: str, board, progress: Progress,
+                 runstate: RunState) -> float | None:
+    """One full measurement of `params` outside the Optuna loop (no early stop), its files stored in
+    artifacts/<study>/<log_dir>/; the objective's value, or None if the run failed."""
+    spec = make_spec(key, plan, params, log_dir, early_stop=False)
+    result = run_task(spec, plan, board, progress, runstate)
+    store_trial(plan.artifacts / log_dir, params, result, socket.gethostname())
+    if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
+        return None
+    try:
+        return plan.objective.score(result.metrics)
+    except ValueError:
+        return None
+
+
+def run_task(spec: TrialSpec, plan: Plan, board, progress: Progress, runstate: RunState):
+    """Run one measurement outside the Optuna loop (re-measurements), stopping cleanly on a signal."""
+    ref = run_trial.options(**ray_resources(plan, spec.params)).remote(spec, board)
+    started = time.monotonic()
+    key = f"{plan.cfg.study_name}/{spec.number}"
+    try:
+        with shutdown.polling():
+            while True:
+                ready, _ = ray.wait([ref], timeout=1.0)
+                if ready:
+                    return ray.get(ref)  # finished: a stop signal now must not throw it away
+                shutdown.check()
+                progress.phase(spec.number, phase_of(board, spec.number, "queued"), time.monotonic() - started)
+                note_server(board, spec.number, key, runstate, plan)
+    except ray.exceptions.RayError as exc:
+        stop_task(ref, plan, board, spec.number, runstate, key)
+        return lost_trial_result(spec.number, exc, phase_of(board, spec.number))
+    except BaseException:
+        stop_task(ref, plan, board, spec.number, runstate, key, grace=STOP_GRACE_S)
+        raise
+    finally:
+        runstate.remove_server(key)

@@ -1,0 +1,163 @@
+"""The plan: everything checked before the study is touched (model, device, search space,
+workload, objective, storage URL), and the study it opens, stamped with what it measures.
+"""
+
+from __future__ import annotations
+import hashlib
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+import optuna
+from objectives import get_objective
+from optimizer.driver import resources as slots_mod
+from optimizer.outputs import gate as outputcheck
+from optimizer.config import space as space_mod
+from optimizer.config.schema import StudyConfig
+from optimizer.engine.device import Device, detect
+from optimizer.errors import ConfigError, OptimizerError
+from optimizer.config.model_info import ModelInfo, load_model_info
+from optimizer.trial.rate_search import nominal_rate
+from optimizer.measure.slo import describe as describe_slos, parse_slos
+from optimizer.driver.ray_runtime import check_address, job_working_dir
+from optimizer.driver.store.database import check_storage, normalize_url, open_storage
+from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.workload import Vocabulary, Workload, build_workload
+from optimizer.workload.materialize import write_workload
+from optimizer.driver.resources import largest_request
+
+
+@dataclass(frozen=True)
+class Plan:
+    cfg: StudyConfig
+    model: ModelInfo
+    device: Device
+    space: space_mod.SearchSpace
+    workload: Workload
+    objective: object
+    storage_url: str
+    artifacts: Path
+    new_study: bool = False  # a stamp mismatch opens a separate study instead of refusing
+    server_env: tuple = ()  # the run-state's tags every trial server carries (runstate.py)
+
+    def fixed_args(self) -> list[str]:
+        """vLLM flags every trial gets: load format, dtype, the user's extra flags."""
+        args = []
+        if self.cfg.model.load_format:
+            args += ["--load-format", self.cfg.model.load_format]
+        if self.cfg.model.dtype != "auto":
+            args += ["--dtype", self.cfg.model.dtype]
+        return args + list(self.cfg.engine.extra_args)
+
+
+def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
+    """Validate the config against the model, device and workload; raises ConfigError. Writes nothing
+    except the tiny model directory when the config asks for it."""
+    try:
+        objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos))
+    except ValueError as exc:
+        raise ConfigError(f"objective: {exc}") from exc
+    device = detect(cfg.engine.device)
+    if cfg.engine.device == "gpu" and device.kind != "gpu":
+        raise ConfigError("engine.device: 'gpu' asked for but nvidia-smi sees no GPU; use 'auto' or 'cpu'")
+    url = normalize_url(cfg.storage, in_job=job_working_dir())
+    check_storage(url)  # refused before anything runs
+    check_address(cfg.ray.address or os.environ.get("RAY_ADDRESS"))
+    model, workload = load_workload(cfg)
+    if workload.longest_request() > model.max_positions:
+        raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
+                          f"max_position_embeddings ({model.max_positions}); shorten the workload's longest prompt or output")
+    if objective.mode == "goodput" and nominal_rate(workload.requests) is None:
+        raise ConfigError(f"objective goodput: the workload '{workload.name}' has no open-loop schedule to scale "
+                          "(a closed loop fixes the concurrency, not the rate); give it an arrival process such as "
+                          "{process: poisson, rate: 8}, or use --goal agent")
+    space = space_mod.resolve(cfg, device, model, workload.longest_request())
+    outputcheck.trial_spec_part(cfg)  # a missing or empty prompts file is refused here
+    artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
+    plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
+    if not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # the embedded Ray: its one node is this machine
+        slots_mod.check_fits([_this_machine(device)], largest_request(plan), "the embedded local Ray")
+    return plan
+
+
+def _this_machine(device: Device) -> dict:
+    """The one node of the embedded Ray (runtime.ray_runtime: all cores, the GPUs Ray detects)."""
+    return {"Alive": True, "Resources": {"CPU": float(os.cpu_count() or 1), "GPU": float(device.count)}}
+
+
+def load_workload(cfg: StudyConfig) -> tuple[ModelInfo, Workload]:
+    """The model (the tiny one written first if the config asks) and the workload built for it."""
+    if cfg.model.tiny:
+        write_tiny_model(cfg.model.path)
+    model = load_model_info(cfg.model.path, cfg.model.dtype)
+    return model, build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source, model.max_positions))
+
+
+def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
+    """Open (or create) the study; with `new_study`, a study stamped with another workload,
+    objective or model is left as it is and a separate one, named after the new stamp, is opened."""
+    storage = open_storage(plan.storage_url)
+    # Optuna 5 keeps a stored study's direction silently; the stamp check catches an objective change.
+    study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage,
+                                directions=list(plan.objective.directions), load_if_exists=True)
+    mismatch = stamp_mismatch(study, plan)
+    if mismatch and plan.new_study:
+        name = f"{plan.cfg.study_name}-{_stamp_digest(plan)[:8]}"
+        cfg = plan.cfg.model_copy(update={"study_name": name})
+        plan = replace(plan, cfg=cfg, artifacts=plan.artifacts.parent / name, new_study=False)
+        return open_study(plan)
+    if mismatch:
+        key, old = mismatch
+        raise ConfigError(f"study '{study.study_name}' was run with another {key.replace('_', ' ')} ({old}); "
+                          "pass --new-study to start a separate study (the old one is kept), or --study-name NEW")
+    # Seeded, but not the same seed on every resume: that would replay the same first draws.
+    study.sampler = optuna.samplers.TPESampler(seed=plan.cfg.seed + len(study.trials), constant_liar=True,
+                                               n_startup_trials=4)
+    if not study.user_attrs.get("workload_hash"):
+        _stamp(study, plan)
+    return study, plan
+
+
+def objective_stamp(objective) -> str:
+    """How a study records what it optimizes, e.g. 'latency:ttft_p95 slos p95 TPOT <= 50 ms'."""
+    text = f"{objective.name}:{objective.metric}"
+    return text + (f" slos {describe_slos(objective.slos)}" if objective.slos else "")
+
+
+def _stamp_of(plan: Plan) -> dict:
+    return {"objective": objective_stamp(plan.objective),
+            "workload_hash": plan.workload.content_hash(), "model": plan.model.source}
+
+
+def _stamp_digest(plan: Plan) -> str:
+    return hashlib.sha256(json.dumps(_stamp_of(plan), sort_keys=True).encode()).hexdigest()
+
+
+def stamp_mismatch(study: optuna.Study, plan: Plan) -> tuple[str, str] | None:
+    """A resumed study must measure the same thing: the first stamp key that differs, with its old value."""
+    old = study.user_attrs
+    if not old.get("workload_hash"):
+        return None
+    for key, value in _stamp_of(plan).items():
+        if old.get(key) != value:
+            return key, old.get(key)
+    return None
+
+
+def _stamp(study: optuna.Study, plan: Plan) -> None:
+    """A new study records what it measures, and the file its workload was materialized to.
+    `workload_hash` goes last: a study is stamped only once all of it is there."""
+    try:
+        study.set_user_attr("workload_file", str(write_workload(plan.workload, plan.artifacts)))
+    except OptimizerError as exc:  # a full disk: the study still runs (trials get the workload through Ray)
+        study.set_user_attr("workload_file_error", str(exc))
+    study.set_user_attr("workload", plan.workload.description)
+    if plan.workload.notes:
+        study.set_user_attr("workload_notes", list(plan.workload.notes))
+    study.set_user_attr("device", plan.device.kind)
+    for key, value in sorted(_stamp_of(plan).items(), key=lambda kv: kv[0] == "workload_hash"):
+        study.set_user_attr(key, value)
+
+
+def baseline_params(plan: Plan) -> dict:
+    return dict(plan.cfg.baseline or {})

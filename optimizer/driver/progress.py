@@ -1,0 +1,167 @@
+"""What the user watches during a run: one line per trial event, phases as they change.
+
+Plain lines (not a full-screen display) so the same output reads well in a terminal,
+in `make run`'s log and in a Ray job's log.
+"""
+
+from __future__ import annotations
+
+import optuna
+from rich.console import Console
+
+from optimizer.engine.device import GIB
+from optimizer.report.summary import best_feasible
+from optimizer.report.summary import finished_count
+from optimizer.measure.slo import describe as describe_slos, holds as slo_holds
+from optimizer.driver.store.database import masked
+from optimizer.report.summary import fmt_params
+
+
+def best_line(study: optuna.Study, objective) -> str | None:
+    """'trial 3, 512.0 ms' for the best feasible trial; the front's size for a multi-objective study."""
+    if getattr(objective, "multi", False):
+        front = study.best_trials
+        return f"{len(front)} trial(s) on the Pareto front" if front else None
+    best = best_feasible(study, objective)
+    if best is None:
+        return None
+    number = next(t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                  if t.value == best)
+    return f"trial {number}, {best:.1f} {objective.unit}"
+
+
+
+class Progress:
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(highlight=False)
+        self._phase: dict[int, str] = {}
+        self._best: str = "none yet"
+        self.tagged = False  # several trials run at once: their phase and stage lines name the trial
+
+    def _who(self, number: int) -> str:
+        return f"trial {number} " if self.tagged else ""
+
+    def slots(self, planned) -> None:
+        """How many trials run at once (slots.py), said when it is more than one or capped."""
+        if planned.count > 1:
+            asks = ", ".join(f"{k}={v:g}" for k, v in planned.request.items())
+            self.console.print(f"  {planned.count} trials at once (each asks Ray for {asks})")
+        if planned.warning:
+            self.console.print(f"  [yellow]warning[/]: {planned.warning}")
+
+    def opened(self, plan, study: optuna.Study, recovered: int) -> None:
+        c, cfg = self.console, plan.cfg
+        self._best = best_line(study, plan.objective) or "none yet"  # a daemon opens several studies
+        done = finished_count(study)
+        c.print(f"[bold]Study '{cfg.study_name}'[/] in {masked(plan.storage_url)}: {done} of {cfg.n_trials} trials done")
+        c.print(f"  model {plan.model.source} ({plan.model.layers} layers, "
+                f"{plan.model.kv_bytes_per_token() // 1024} KiB KV/token), device {plan.device.kind}"
+                + (f", node memory {plan.device.memory.total / GIB:.1f} GiB "
+                   f"({plan.device.memory.available / GIB:.1f} available)" if plan.device.kind == "cpu" else ""))
+        obj = plan.objective
+        c.print(f"  objective {obj.name}: {'/'.join(obj.directions)} {obj.metric} ({obj.unit})"
+                + (f"; SLOs {describe_slos(obj.slos)}" + (" (constraints)" if obj.mode == "replay" else "")
+                   if obj.slos else ""))
+        c.print(f"  workload {plan.workload.description}; hash {plan.workload.content_hash()[:12]}")
+        for note in plan.workload.notes:
+            c.print(f"  [yellow]workload note[/]: {note}")
+        for d in plan.space.dims:
+            rng = f"{list(d.choices)}" if d.choices else f"[{d.low:g}, {d.high:g}]{' log' if d.log else ''}"
+            c.print(f"  space {d.knob.name} {rng}")
+        for note in plan.space.notes:
+            c.print(f"  note: {note}")
+        es, cf = cfg.early_stop, cfg.confirm
+        c.print(f"  KV precheck {'on' if cfg.precheck else 'off (--no-precheck)'}; early stop "
+                + (f"after each of {es.stages} stages" if es.enabled else "off")
+                + (f"; then the {cf.top} best re-measured {cf.repeats}x" if cf.top and cf.repeats else ""))
+        if recovered:
+            c.print(f"  recovered {recovered} trial(s) a previous run left RUNNING: marked FAIL and queued again")
+
+    def recovery(self, rec) -> None:
+        """What starting cleaned up after a driver that did not end cleanly (runstate.py)."""
+        if not rec:
+            return
+        d = rec.previous or {}
+        who = f"pid {d.get('pid')} on {d.get('host')}" if d else "unknown"
+        self.console.print(f"[yellow]recovered[/] after a driver that did not stop cleanly ({who}): "
+                           f"{len(rec.servers_killed)} vLLM process group(s) and {rec.ray_killed} Ray process(es) "
+                           "it left behind stopped")
+        for note in rec.notes:
+            self.console.print(f"  note: {note}")
+
+    def waiting_disk(self, directory, why: str) -> None:
+        self.console.print(f"[red]waiting for disk space[/]: {directory} does not take writes ({why}); "
+                           "free space there (the next trial starts by itself) or stop with Ctrl-C")
+
+    def disk_back(self, directory) -> None:
+        self.console.print(f"  {directory} takes writes again: going on")
+
+    def note(self, text: str | None) -> None:
+        """A side effect that did not happen (a dashboard note or artifact); the study goes on."""
+        if text:
+            self.console.print(f"  [yellow]note[/]: {text}")
+
+    def heartbeat(self) -> None:
+        """The driver's loop is alive (the daemon's status API reads it)."""
+
+    def trial_started(self, number: int, position: int, total: int, params: dict, baseline: bool) -> None:
+        role = " baseline" if baseline else ""
+        self.console.print(f"[bold]trial {number}[/] ({position}/{total}){role}: {fmt_params(params)}")
+
+    def phase(self, number: int, phase: str, elapsed: float) -> None:
+        if self._phase.get(number) != phase:
+            self._phase[number] = phase
+            self.console.print(f"  {self._who(number)}{elapsed:5.0f}s  {phase}   (best so far: {self._best})")
+
+    def confirming(self, top: int, repeats: int) -> None:
+        self.console.print(f"[bold]Re-measuring[/] the {top} best configuration(s) {repeats} more time(s) each "
+                           "(full runs: single measurements move 10-15% on a busy machine)")
+
+    def confirm_value(self, number: int, k: int, value: float | None) -> None:
+        self._phase.pop(number, None)
+        shown = f"{value:.2f}" if value is not None else "failed"
+        self.console.print(f"  trial {number} re-measure {k}: {shown}")
+
+    def confirmed(self, record: dict, objective) -> None:
+        for n, i in sorted(record["intervals"].items(), key=lambda kv: kv[1]["mean"],
+                           reverse=objective.direction == "maximize"):
+            ci = (f"95% CI [{i['low']:.2f}, {i['high']:.2f}]" if i["low"] is not None else "no interval (one value)")
+            self.console.print(f"  trial {n}: mean {i['mean']:.2f} {objective.unit} over {i['n']} runs, {ci}")
+        if record["winner"] is None:
+            return
+        if record["clear"]:
+            self.console.print(f"  [green]winner: trial {record['winner']}[/] (its interval overlaps no other)")
+        else:
+            self.console.print(f"  [yellow]no clear winner[/]: trial {record['winner']} has the best mean, but its "
+                               "interval overlaps another's; any of the overlapping ones is as good as measured")
+
+    def checkpoint(self, number: int, step: int, value: float | None, objective, stop: str) -> None:
+        shown = f"{value:.1f} {objective.unit}" if value is not None else "-"
+        self.console.print(f"        {self._who(number)}stage {step}: {objective.metric} so far {shown}"
+                           + (f" -> [yellow]stop[/]: {stop}" if stop else ""))
+
+    def trial_done(self, study: optuna.Study, number: int, result, state, objective) -> None:
+        ph = result.phases
+        times = ", ".join(f"{k.removesuffix('_s')} {v:.0f}s" for k, v in ph.items())
+        if state == optuna.trial.TrialState.COMPLETE:
+            m = result.metrics
+            told = study.get_trials(deepcopy=False)[number].values  # no copy of every trial per line
+            value = told if len(told) > 1 else told[0]
+            shown = " ".join(f"{v:.1f}" for v in value) if isinstance(value, list) else f"{value:.2f}"
+            extra = ""
+            if objective.mode == "goodput":
+                extra = (f"capacity {m['capacity_rps']:.2f} req/s, {m['goodput_output_throughput']:.0f} tok/s at "
+                         f"the goodput rate, {m['probes']:.0f} probes | ")
+            feasible = ""
+            if objective.slos and objective.mode == "replay":
+                feasible = " [green](SLOs hold)[/]" if slo_holds(objective.slos, m) else " [red](SLOs missed)[/]"
+            self.console.print(
+                f"  {self._who(number)}[green]COMPLETE[/] {objective.metric}={shown} {objective.unit}{feasible} | {extra}"
+                f"{m['output_throughput']:.0f} tok/s, p95 TTFT {m['ttft_ms_p95']:.0f} ms, "
+                f"p95 TPOT {m['tpot_ms_p95']:.1f} ms, errors {m['error_rate']:.0%} | {times}")
+        else:
+            f = result.failure
+            self.console.print(f"  {self._who(number)}[yellow]{state.name}[/] {f.kind}: {f.evidence[:240]}")
+            saved = result.early_stop.get("saved_s") if result.early_stop else None
+            self.console.print(f"    remedy: {f.remedy} | {times}" + (f", ~{saved:.0f}s of replay saved" if saved else ""))
+        self._best = best_line(study, objective) or self._best

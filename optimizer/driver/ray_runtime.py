@@ -1,0 +1,98 @@
+"""The Ray runtime for trials: an embedded local instance by default, a cluster when named.
+
+`ray.init(address="local")` always starts a fresh local instance; a bare `ray.init()`
+would try to join a cluster a past `ray start` left in /tmp/ray (FACTS.md). Trials are
+tasks with `max_retries=0`: the driver decides what to retry, so no trial runs twice unseen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+from contextlib import contextmanager
+
+import ray
+
+from optimizer import shutdown
+from optimizer.engine.vllm import terminate_group
+from optimizer.errors import RayUnavailable, first_line
+from optimizer.trial.task import remote_trial
+
+
+def reap_server(board, number: int, timeout: float = 10.0) -> bool:
+    """Stop the server of a trial whose worker died before stopping it; True if reaped.
+
+    This host only. Ray's own cleanup does not cover it: measured with ray 2.60, neither
+    `RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper` nor the worker's
+    direct-child cleanup kills a child that runs in its own process group, which the
+    server must (to be stopped as a whole)."""
+    try:
+        where = ray.get(board.server_of.remote(number), timeout=10)
+    except (ray.exceptions.RayError, TimeoutError):
+        return False  # Ray itself is gone; the trial's user attrs still name the server
+    if where is None or where[0] != socket.gethostname():
+        return False
+    _, leftovers = terminate_group(where[1], timeout)
+    return not leftovers
+
+
+run_trial = ray.remote(max_retries=0)(remote_trial)
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set in a `ray job submit` entrypoint's environment (measured, ray 2.60)
+
+
+def job_working_dir() -> bool:
+    """True when this process is a Ray job's entrypoint run from an uploaded `--working-dir`: its
+    working directory is then a temporary copy under /tmp/ray/.../working_dir_files, gone with the job."""
+    raw = os.environ.get(JOB_CONFIG_ENV)
+    if not raw:
+        return False
+    try:
+        return bool(json.loads(raw).get("runtime_env", {}).get("working_dir"))
+    except (ValueError, AttributeError):
+        return True  # a job whose config we cannot read: assume the worst
+_HOST_PORT = re.compile(r"^(?:ray://)?\[?([^\]/]+?)\]?:(\d+)$")
+
+
+def check_address(address: str | None, timeout: float = 5.0) -> None:
+    """Refuse a `host:port` (or `ray://host:port`) cluster address nothing answers on, before any
+    study is opened: `ray.init` would retry for a minute and then abort (measured with ray 2.60)."""
+    m = _HOST_PORT.match(address or "")
+    if not m:
+        return  # embedded, "auto", or a form Ray resolves itself
+    host, port = m.group(1), int(m.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise RayUnavailable(f"ray: cannot reach cluster at '{address}' ({exc.strerror or exc}); check "
+                             "--ray-address (the head's GCS port, 6379 by default), or leave it out to run on "
+                             "this machine") from exc
+
+
+@contextmanager
+def ray_runtime(address: str | None, on_start=None):
+    """Start (or join) Ray for the duration of a study; shut it down afterwards. `on_start` is
+    called once Ray is up (the run-state records the embedded instance's processes)."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+                     log_to_driver=False, object_store_memory=256 * 1024**2)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        if address:
+            raise RayUnavailable(f"ray: cannot reach cluster at '{address}' ({first_line(exc)}); "
+                                 "check --ray-address, or leave it out to run on this machine") from exc
+        raise RayUnavailable(f"ray: the embedded local Ray did not start ({first_line(exc)}); "
+                             "check free memory and /tmp space, or run `ray stop --force`") from exc
+    if threading.current_thread() is threading.main_thread():
+        shutdown.install(clear=False)  # take SIGTERM back from Ray (shutdown.py)
+    try:
+        if on_start and not address:
+            on_start()
+        yield
+    finally:
+        ray.shutdown()

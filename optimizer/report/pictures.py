@@ -1,0 +1,224 @@
+"""The written report's pictures (reportfiles.py places them), each drawn twice from one study:
+
+    tradeoff    output throughput vs p95 TTFT of every completed trial: the non-dominated ones
+                labelled, the baseline a star, the best ringed, a trial that missed its SLOs crossed
+    importance  how much each knob decides the objective (optuna PED-ANOVA); left out, with the
+                reason, below MIN_FOR_IMPORTANCE completed trials or when optuna finds nothing
+    ttft        per-request TTFT of the baseline and the best as ECDFs, p50 and p95 marked,
+                read from their requests.jsonl
+
+Each drawing returns a static matplotlib figure (Agg backend: files only, no display), saved as
+PNG, and a plotly figure, saved as HTML in plotly's "directory" mode (the page loads
+plotly.min.js from beside it), or only a note saying why there is no picture.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import optuna
+
+from optimizer.report import summary as rep
+from optimizer.measure.metrics import percentile
+from optimizer.report.summary import fmt_params
+
+COMPLETE = rep.COMPLETE
+MIN_FOR_IMPORTANCE = 3
+TOO_FEW = "too few completed trials for parameter importance"
+
+
+def save(drawn: dict, png: Path, page: Path) -> None:
+    """Write one drawing: its matplotlib figure as `png`, its plotly figure as the page `page`."""
+    drawn["png"].savefig(png, dpi=110, bbox_inches="tight")
+    _pyplot().close(drawn["png"])
+    drawn["plotly"].write_html(str(page), include_plotlyjs="directory", full_html=True)
+
+
+def read_ttft_ms(path: Path) -> list[float] | None:
+    """Per-request TTFT (ms) of the successful requests in a requests.jsonl (replay.RequestRecord
+    lines); None when the file is missing or unreadable. A damaged line is skipped."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    out = []
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(r, dict) and r.get("ok") and finite(r.get("first_chunk_s")) and finite(r.get("sent_s")):
+            out.append((r["first_chunk_s"] - r["sent_s"]) * 1000)
+    return out
+
+
+def non_dominated(points: list[tuple[float, float]]) -> set[int]:
+    """Indices of the (latency, throughput) points no other point beats: lower latency, higher throughput."""
+    def beats(a, b):
+        return a[0] <= b[0] and a[1] >= b[1] and a != b
+    return {i for i, p in enumerate(points) if not any(beats(q, p) for q in points)}
+
+
+def param_importances(study: optuna.Study) -> tuple[dict[str, float] | None, str]:
+    """PED-ANOVA importances (fANOVA would need scikit-learn), and Optuna's warnings as one line;
+    None with the reason when there are too few completed trials for them to mean anything."""
+    n = len(study.get_trials(deepcopy=False, states=(COMPLETE,)))
+    if n < MIN_FOR_IMPORTANCE:
+        return None, f"{TOO_FEW} ({n} completed, {MIN_FOR_IMPORTANCE} needed)"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            imp = optuna.importance.get_param_importances(
+                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+        except Exception as exc:  # an optional picture: whatever optuna refuses is reported, not raised
+            return None, f"{TOO_FEW} ({type(exc).__name__}: {exc})"
+    said = list(dict.fromkeys(str(w.message) for w in caught
+                              if not issubclass(w.category, optuna.exceptions.ExperimentalWarning)))
+    # "too small" / "will be equal": optuna says the numbers are meaningless. Other warnings (a knob
+    # some trial lacks, e.g. the baseline) only drop those trials from that knob: kept as a caveat.
+    meaningless = any("too small" in m or "will be equal" in m for m in said)
+    if meaningless or not any(finite(v) and v > 0 for v in imp.values()):
+        return None, f"{TOO_FEW} ({' '.join(said) or 'no parameter stands out'})"
+    return imp, " ".join(said)
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")  # no display: files only
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _tradeoff(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
+    import plotly.graph_objects as go
+
+    pts = []
+    for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
+        m = t.user_attrs.get("metrics") or {}
+        x, y = m.get("ttft_ms_p95"), m.get("output_throughput")
+        if finite(x) and finite(y):
+            pts.append((t, float(x), float(y)))
+    if not pts:
+        return {"note": "Trade-off: no completed trial has both p95 TTFT and output throughput."}
+    front = non_dominated([(x, y) for _, x, y in pts])
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig_i = go.Figure()
+    groups = (("other trials", [i for i in range(len(pts)) if i not in front], "o", "#9e9e9e"),
+              ("non-dominated", sorted(front, key=lambda i: pts[i][1]), "o", "#d62728"))
+    for label, idx, marker, color in groups:
+        if not idx:
+            continue
+        xs, ys = [pts[i][1] for i in idx], [pts[i][2] for i in idx]
+        ax.scatter(xs, ys, marker=marker, color=color, label=label, zorder=2)
+        fig_i.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text" if label == "non-dominated" else "markers",
+                                   name=label, marker={"color": color, "size": 10},
+                                   text=[f"#{pts[i][0].number}" for i in idx], textposition="top center",
+                                   hovertext=[_hover(pts[i][0]) for i in idx]))
+    for i in front:
+        ax.annotate(f"#{pts[i][0].number}", (pts[i][1], pts[i][2]), textcoords="offset points", xytext=(5, 5))
+    base = [p for p in pts if p[0].user_attrs.get("baseline")]
+    if base:
+        t, x, y = base[0]
+        ax.scatter([x], [y], marker="*", s=220, color="black", label=f"baseline #{t.number}", zorder=3)
+        fig_i.add_trace(go.Scatter(x=[x], y=[y], mode="markers", name=f"baseline #{t.number}",
+                                   marker={"symbol": "star", "size": 16, "color": "black"}, hovertext=[_hover(t)]))
+    _marks(ax, fig_i, pts, s)
+    ax.set(xlabel="p95 TTFT (ms)", ylabel="output throughput (tok/s)", title="Trade-off: throughput vs p95 TTFT")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig_i.update_layout(title="Trade-off: throughput vs p95 TTFT (hover for parameters)",
+                        xaxis_title="p95 TTFT (ms)", yaxis_title="output throughput (tok/s)")
+    return {"png": fig, "plotly": fig_i, "title": "Trade-off: throughput vs p95 TTFT",
+            "caption": "Output throughput vs p95 TTFT of every completed trial; the non-dominated ones (no other "
+                       "trial is both faster and higher) are labelled, the star is the baseline, the ring the best, "
+                       "a cross a trial that missed the SLOs."}
+
+
+def _marks(ax, fig_i, pts: list, s: rep.Summary) -> None:
+    """The best ringed, the trials that missed their SLOs crossed out."""
+    import plotly.graph_objects as go
+
+    marks = (("best", [p for p in pts if s.best is not None and p[0].number == s.best.number],
+              {"marker": "o", "s": 260, "facecolors": "none", "edgecolors": "#d62728", "linewidths": 1.5},
+              {"symbol": "circle-open", "size": 22, "color": "#d62728"}),
+             ("SLOs missed", [p for p in pts if not rep.feasible(p[0])],
+              {"marker": "x", "s": 90, "color": "black", "linewidths": 1.5}, {"symbol": "x-thin-open", "size": 14,
+                                                                          "color": "black"}))
+    for label, chosen, mpl, ply in marks:
+        if chosen:
+            ax.scatter([p[1] for p in chosen], [p[2] for p in chosen], label=label, zorder=4, **mpl)
+            fig_i.add_trace(go.Scatter(x=[p[1] for p in chosen], y=[p[2] for p in chosen], mode="markers", name=label,
+                                       marker=ply, hovertext=[_hover(p[0]) for p in chosen]))
+
+
+def _importance(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
+    import plotly.graph_objects as go
+
+    imp, notes = param_importances(study)
+    if imp is None:
+        return {"note": f"Parameter importance: {notes}."}
+    names = list(imp)[::-1]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(names) + 1.5))
+    ax.barh(names, [imp[n] for n in names], color="#1f77b4")
+    ax.set(xlabel="importance (PED-ANOVA, normalized)", title="Parameter importance")
+    fig_i = go.Figure(go.Bar(x=[imp[n] for n in names], y=names, orientation="h"))
+    fig_i.update_layout(title="Parameter importance (PED-ANOVA)", xaxis_title="importance (normalized)")
+    what = "reaching the Pareto front" if len(study.directions) > 1 else "the objective's best values"
+    return {"png": fig, "plotly": fig_i, "note": f"Optuna noted: {notes}" if notes else "",
+            "title": "Parameter importance",
+            "caption": f"How much each knob decides {what} (optuna PED-ANOVA over the completed trials)."}
+
+
+def _ttft(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
+    import plotly.graph_objects as go
+
+    if s.best is None:
+        return {"note": "TTFT distribution: no single best trial to compare with the baseline."}
+    runs, missing = [], []
+    for role, t, color in (("baseline", s.baseline, "#7f7f7f"), ("best", s.best, "#d62728")):
+        path = artifacts / f"trial-{t.number}" / "requests.jsonl" if t is not None else None
+        values = read_ttft_ms(path) if path is not None else None
+        if values:
+            runs.append((f"{role} #{t.number}", sorted(values), color))
+        else:
+            missing.append(f"{role} ({path if path else 'no baseline trial'}: "
+                           f"{'no successful request' if values == [] else 'missing'})")
+    note = f"TTFT distribution: request records not found for {'; '.join(missing)}." if missing else ""
+    if not runs:
+        return {"note": note}
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig_i = go.Figure()
+    for label, v, color in runs:
+        p50, p95 = percentile(v, 50), percentile(v, 95)
+        ys = [(i + 1) / len(v) for i in range(len(v))]
+        name = f"{label}: p50 {p50:.0f} ms, p95 {p95:.0f} ms"
+        ax.step(v, ys, where="post", color=color, label=name)
+        fig_i.add_trace(go.Scatter(x=v, y=ys, mode="lines", line={"shape": "hv", "color": color}, name=name))
+        for q, style in ((p50, ":"), (p95, "--")):
+            ax.axvline(q, color=color, linestyle=style, linewidth=1)
+            fig_i.add_vline(x=q, line={"color": color, "dash": "dot" if style == ":" else "dash", "width": 1})
+    ax.set(xlabel="TTFT (ms)", ylabel="share of requests", title="TTFT per request (ECDF)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig_i.update_layout(title="TTFT per request (ECDF)", xaxis_title="TTFT (ms)", yaxis_title="share of requests")
+    return {"png": fig, "plotly": fig_i, "note": note, "title": "TTFT per request, baseline vs best",
+            "caption": "Share of requests whose time to first token is at most x; dotted lines p50, dashed p95."}
+
+
+# name -> draw(study, summary, artifacts dir) -> {"png", "plotly", "title", "caption"} and/or {"note"}
+DRAWINGS = (("tradeoff", _tradeoff), ("importance", _importance), ("ttft", _ttft))
+
+
+def _hover(t: optuna.trial.FrozenTrial) -> str:
+    return f"trial {t.number}: " + fmt_params(rep.knobs_of(t))
+
+
+def finite(v) -> bool:
+    """A real, finite number (an int or float: not None, a string, inf or nan)."""
+    return isinstance(v, (int, float)) and math.isfinite(v)

@@ -1,0 +1,216 @@
+"""The end of a run: a table of trials, the best configuration as a deployable `vllm serve`
+command and `vllm serve --config` YAML, and its gain over the baseline.
+
+With SLO constraints the best is the best trial that met them (Optuna's own rule); a
+multi-objective (Pareto) study has no single best: its front is listed, each member
+with its command, and written to `pareto_front.yaml`. The run's savings are counted:
+boots the KV precheck avoided, replay time early stopping saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from optimizer.measure.slo import describe as describe_slos
+from optimizer.config.space import KNOBS, from_cli_args, split_flags
+from optimizer.report import confirmed
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+
+
+@dataclass(frozen=True)
+class Summary:
+    best: optuna.trial.FrozenTrial | None
+    baseline: optuna.trial.FrozenTrial | None
+    gain: float | None  # > 1 means better than the baseline, whatever the direction
+    command: str | None
+    yaml_path: Path | None
+    front: tuple[optuna.trial.FrozenTrial, ...] = ()  # multi-objective studies
+    infeasible_only: bool = False  # trials completed, none met the SLO constraints
+    savings: dict = field(default_factory=dict)
+    confirmation: dict = field(default_factory=dict)  # re-measurements of the top configurations (confirm.py)
+
+
+def knobs_of(t: optuna.trial.FrozenTrial) -> dict:
+    """The knobs a trial ran with: from its flags (a baseline's fixed ones included), else its params."""
+    return from_cli_args(list(t.user_attrs.get("vllm_args", []))) or t.params
+
+
+def serve_command(model: str, args: list[str]) -> str:
+    """The `vllm serve` command for a trial's flags."""
+    return " ".join(["vllm", "serve", model, *args])
+
+
+def serve_yaml(args: list[str]) -> dict:
+    """`vllm serve --config` takes long-form flag names as keys."""
+    out = {}
+    for key, value in split_flags(args):
+        out[key] = from_cli_args([f"--{key}", value])[key] if key in KNOBS and value is not True else value
+    return out
+
+
+def gain(direction: optuna.study.StudyDirection, best: float, base: float) -> float:
+    """How many times better `best` is than `base` (1.0 = same)."""
+    if direction == optuna.study.StudyDirection.MAXIMIZE:
+        return best / base if base else float("inf")
+    return base / best if best else float("inf")
+
+
+def _baseline(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("baseline") and t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL:
+            return t
+    return None
+
+
+def savings(study: optuna.Study) -> dict:
+    """What the run did not have to spend: boots the precheck avoided, replay cut short."""
+    trials = study.get_trials(deepcopy=False)
+    stopped = [t for t in trials if t.user_attrs.get("early_stop")]
+    probe_saved = sum((t.user_attrs.get("metrics") or {}).get("probe_saved_s") or 0.0 for t in trials)
+    return {"boots_avoided": sum(1 for t in trials if t.user_attrs.get("precheck") == "pruned"),
+            "early_stopped": len(stopped),
+            "replay_saved_s": round(sum(t.user_attrs["early_stop"].get("saved_s", 0.0) for t in stopped)
+                                    + probe_saved, 1)}
+
+
+def feasible(t: optuna.trial.FrozenTrial) -> bool:
+    return all(v <= 0 for v in (t.constraints or {}).values())
+
+
+def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary:
+    complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
+    base = _baseline(study)
+    saved = savings(study)
+    if not complete:
+        return Summary(None, base, None, None, None, savings=saved)
+    if len(study.directions) > 1:
+        front = tuple(t for t in study.best_trials if feasible(t))
+        if not front:
+            return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
+        path = _write(artifacts / "pareto_front.yaml",
+                      [{"trial": t.number, "values": list(t.values),
+                        "config": serve_yaml(list(t.user_attrs.get("vllm_args", [])))} for t in front])
+        return Summary(None, base, None, None, path, front, savings=saved)
+    try:
+        best = study.best_trial  # with constraints: the best feasible one
+    except ValueError:
+        return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
+    winner = confirmed.current_winner(study)
+    record = study.user_attrs.get("confirmation") or {} if winner is not None else {}
+    if winner is not None:
+        best = study.trials[winner]  # the best mean over re-measurements beats one lucky run
+    args = list(best.user_attrs.get("vllm_args", []))
+    g = gain(study.direction, best.value, base.value) if base and base.state == COMPLETE and base.value else None
+    path = _write(artifacts / "best.yaml", serve_yaml(args))
+    return Summary(best, base, g, serve_command(model, args), path, savings=saved, confirmation=record)
+
+
+def _write(path: Path, data) -> Path | None:
+    """Write a YAML artifact; None when the disk refuses it (the report says so, the study is fine)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    except OSError:
+        return None
+    return path
+
+
+def _value(t: optuna.trial.FrozenTrial) -> str:
+    if t.values is None:
+        return ""
+    text = " / ".join(f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}" for v in t.values)
+    return text + ("" if feasible(t) else " (SLOs missed)")
+
+
+def print_report(study: optuna.Study, model: str, artifacts: Path, objective, console: Console) -> Summary:
+    table = Table(title=f"Trials of study '{study.study_name}'")
+    for col in ("#", "role", "state", "parameters", objective.metric, "failure"):
+        table.add_column(col)
+    for t in study.get_trials(deepcopy=False):
+        failure = t.user_attrs.get("failure_kind", "")
+        if t.user_attrs.get("precheck") == "pruned":
+            failure += " (predicted)"
+        params = fmt_params(knobs_of(t))
+        table.add_row(str(t.number), "baseline" if t.user_attrs.get("baseline") else "", t.state.name, params,
+                      _value(t), failure)
+    console.print(table)
+    s = summarize_study(study, model, artifacts)
+    sv = s.savings
+    console.print(f"Saved: {sv['boots_avoided']} boot(s) avoided by the KV precheck; {sv['early_stopped']} trial(s) "
+                  f"stopped early; ~{sv['replay_saved_s']:.0f} s of replay not spent")
+    if s.front:
+        console.print(f"[bold]Pareto front[/] ({' / '.join(objective.metric.split(','))}): {len(s.front)} trial(s), "
+                      "none beats another on both")
+        for t in sorted(s.front, key=lambda t: -t.values[0]):
+            console.print(f"  trial {t.number}: {_value(t)} -> {serve_command(model, list(t.user_attrs.get('vllm_args', [])))}")
+        console.print(f"written to {s.yaml_path}; pick the point whose latency you can live with" if s.yaml_path
+                      else "[red]pareto_front.yaml not written[/]: the artifacts disk refused it")
+        return s
+    if s.best is None:
+        if s.infeasible_only:
+            console.print(f"[red]No trial met the SLOs[/] ({describe_slos(objective.slos)}): relax them, or widen "
+                          "the space (see slo_excess on each trial for how far each missed).")
+        else:
+            console.print("[red]No trial completed[/]: read the failure kinds and remedies above.")
+        return s
+    console.print(f"[bold]Best: trial {s.best.number}[/], {objective.metric} = {s.best.value:.2f} {objective.unit}"
+                  + (f" (SLOs {describe_slos(objective.slos)} hold)" if objective.slos else ""))
+    ci = (s.confirmation.get("intervals") or {}).get(str(s.best.number))
+    if ci and ci.get("low") is not None:
+        verdict = "a clear winner" if s.confirmation.get("clear") else \
+            "[yellow]no clear winner[/]: its interval overlaps another configuration's"
+        console.print(f"  re-measured: mean {ci['mean']:.2f} {objective.unit} over {ci['n']} runs, 95% CI "
+                      f"[{ci['low']:.2f}, {ci['high']:.2f}]; {verdict}")
+    if s.baseline is None or s.baseline.state != COMPLETE:
+        if s.baseline is not None and s.baseline.state == optuna.trial.TrialState.PRUNED:
+            console.print(f"Baseline could not be measured ({s.baseline.user_attrs.get('failure_kind')}): "
+                          "no gain to report. That is itself a finding: your current configuration "
+                          f"fails here. Remedy: {s.baseline.user_attrs.get('remedy')}")
+        else:
+            console.print("Baseline not measured yet (it failed for reasons outside the configuration "
+                          "or did not run): no gain to report; re-run to measure it.")
+    elif s.gain is None:
+        console.print(f"Baseline (trial {s.baseline.number}) scored {s.baseline.value:.2f} {objective.unit}: "
+                      "no ratio to report (it carried no load within the SLOs).")
+    else:
+        missed = "" if feasible(s.baseline) else " [red](the baseline misses the SLOs)[/]"
+        console.print(f"Gain over baseline (trial {s.baseline.number}, {s.baseline.value:.2f} {objective.unit}): "
+                      f"{s.gain:.2f}x{missed}")
+    console.print(f"Deploy with:\n  {s.command}")
+    if "--load-format" in s.command and "dummy" in s.command:
+        console.print("  (tuned with random weights: drop --load-format dummy to serve the real ones)")
+    console.print(f"or: vllm serve {model} --config {s.yaml_path}" if s.yaml_path
+                  else "[red]best.yaml not written[/]: the artifacts disk refused it (free space, then re-run to print it)")
+    return s
+
+
+def finished_count(study: optuna.Study) -> int:
+    """Trials that count against the budget: COMPLETE or PRUNED (FAIL is retried)."""
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def best_feasible(study, objective) -> float | None:
+    """The best value among COMPLETE trials that meet their constraints (None if there is none)."""
+    import optuna
+
+    if getattr(objective, "multi", False):
+        return None
+    values = [t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+              if t.value is not None and all(c <= 0 for c in (t.constraints or {}).values())]
+    if not values:
+        return None
+    return max(values) if objective.direction == "maximize" else min(values)
+
+
+def fmt_params(params: dict) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()) or "(vLLM defaults)"
+
+
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)

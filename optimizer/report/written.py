@@ -1,0 +1,354 @@
+"""The written report of a study, for people who were not watching the console:
+
+    out_dir/report.md, report.html   1. headline: baseline vs best and the gain, with a 95% interval when
+                                        the top configurations were re-measured (confirm.py)
+                                     2. deploy: the `vllm serve` command and `--config best.yaml`
+                                        (a multi-objective study: its Pareto front, pareto_front.yaml)
+                                     3. the top configurations   4. pictures   5. failures, with the
+                                        cause and remedy diagnosis.py gives   6. savings, sensitivity
+    out_dir/best.yaml                report.serve_yaml of the best trial's flags
+    out_dir/<picture>.png, .html     each picture static (matplotlib) and interactive (plotly):
+                                     `tradeoff`, `importance`, `ttft` (drawn by reportplots.py)
+    out_dir/plotly.min.js            the plotting library, referenced by the interactive pictures
+
+Offline on purpose: the interactive pictures use plotly's "directory" mode, one copy of the
+library (~4.6 MB) beside them instead of a CDN (users may be offline) or a copy inside each
+file (three copies). The folder is the unit: report.html links its pictures by name.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+
+from optimizer.report import summary as rep
+from optimizer.report.summary import fmt_params
+from optimizer.report.pictures import DRAWINGS, finite, save
+from optimizer.measure.slo import describe as describe_slos
+
+COMPLETE = rep.COMPLETE
+TOP = 5
+EVIDENCE_CHARS = 160
+KEY_METRICS = ("ttft_ms_p95", "tpot_ms_p95", "output_throughput")
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown: Path
+    html: Path
+    best_yaml: Path | None  # None: no single best (multi-objective, or nothing feasible completed)
+    pictures: dict[str, tuple[Path, Path]] = field(default_factory=dict)  # name -> (png, interactive html)
+    front_yaml: Path | None = None  # multi-objective studies
+    summary: rep.Summary | None = None  # what the report rests on (report.summarize_study)
+
+
+def write_report(study: optuna.Study, model: str, artifacts: Path, objective, out_dir: Path) -> ReportFiles:
+    """Write report.md, report.html, best.yaml (or pareto_front.yaml) and the pictures into `out_dir`.
+    `artifacts` is the study's artifacts directory (trial-<n>/requests.jsonl). Raises OSError when
+    `out_dir` cannot be written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    s = rep.summarize_study(study, model, out_dir)  # writes best.yaml / pareto_front.yaml there
+    doc = _Doc()
+    doc.heading(f"vLLM tuning report: study {study.study_name}", 1)
+    _headline(doc, study, s, model, objective)
+    _deploy(doc, s, model)
+    _top(doc, study, s, objective)
+    pictures = _pictures(doc, study, s, Path(artifacts), out_dir)
+    _failures(doc, study)
+    _savings(doc, study, s)
+    md, page = out_dir / "report.md", out_dir / "report.html"
+    md.write_text(doc.markdown())
+    page.write_text(doc.html(f"vLLM tuning report: {study.study_name}"))
+    return ReportFiles(md, page, s.yaml_path if s.best else None, pictures, s.yaml_path if s.front else None, s)
+
+
+def gain_interval(direction, best_ci: tuple[float, float], base: tuple[float, float] | float) -> tuple[float, float]:
+    """(low, high) of the gain over the baseline (> 1 better, whatever the direction, as report.gain)
+    from the best's 95% interval and the baseline's, or the baseline's one measured value.
+    Conservative: each bound pairs the two intervals' opposite ends, so for independent
+    measurements it covers about 95% or more. A denominator that may reach 0 gives an infinite bound."""
+    base_low, base_high = (base, base) if isinstance(base, (int, float)) else base
+    best_low, best_high = max(best_ci[0], 0.0), best_ci[1]
+    base_low = max(base_low, 0.0)
+    if direction in (optuna.study.StudyDirection.MAXIMIZE, "maximize"):
+        return _ratio(best_low, base_high), _ratio(best_high, base_low)
+    return _ratio(base_low, best_high), _ratio(base_high, best_low)
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.inf
+
+
+# -- sections ---------------------------------------------------------------------------------------
+
+def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, objective) -> None:
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    counts = ", ".join(f"{states.count(x)} {x.name.lower()}" for x in optuna.trial.TrialState if states.count(x))
+    slos = f"; SLOs {describe_slos(objective.slos)}" if objective.slos else ""
+    doc.para(f"Model {model}. Objective {objective.name}: {objective.metric} ({objective.unit}), "
+             f"{'/'.join(objective.directions)}{slos}. Trials: {counts or 'none'}.")
+    doc.heading("Result")
+    if s.front:
+        doc.para(f"Pareto front ({' / '.join(objective.metric.split(','))}): {len(s.front)} trial(s), none beats "
+                 "another on both; pick the point whose latency you can live with (below).")
+        if s.baseline is not None and s.baseline.values:
+            doc.para(f"Baseline (trial {s.baseline.number}): {_values(s.baseline)} {objective.unit}.")
+        return
+    if s.best is None:
+        doc.para(f"No trial met the SLOs ({describe_slos(objective.slos)}): relax them, or widen the space."
+                 if s.infeasible_only else "No trial completed: read the failures below.")
+        return
+    doc.para(f"Best: trial {s.best.number}, {objective.metric} = {s.best.value:.2f} {objective.unit}"
+             + (f" (SLOs {describe_slos(objective.slos)} hold)." if objective.slos else "."))
+    intervals = (study.user_attrs.get("confirmation") or {}).get("intervals") or {}
+    best_ci = _interval(intervals, s.best.number)
+    if best_ci:
+        clear = (study.user_attrs.get("confirmation") or {}).get("clear")
+        doc.para(f"Re-measured: mean {best_ci['mean']:.2f} {objective.unit} over {best_ci['n']} runs, 95% CI "
+                 f"[{best_ci['low']:.2f}, {best_ci['high']:.2f}]; " + ("a clear winner." if clear else
+                 "no clear winner: its interval overlaps another configuration's."))
+    base = s.baseline
+    if base is None or base.state != COMPLETE:
+        doc.para(_unmeasured(base))
+        return
+    doc.para(f"Baseline: trial {base.number}, {objective.metric} = {base.value:.2f} {objective.unit}"
+             + ("" if rep.feasible(base) else " (the baseline misses the SLOs)") + ".")
+    if s.gain is None:
+        doc.para("No gain to report: the baseline carried no load within the SLOs.")
+        return
+    if base.number == s.best.number:
+        doc.para("The baseline is the best configuration found: no other beat it (gain 1.00x); keep it.")
+        return
+    ci = _gain_ci(study.direction, best_ci, _interval(intervals, base.number), base.value)
+    doc.para(f"Gain over the baseline: {s.gain:.2f}x in the search's one run of each{ci}")
+
+
+def _unmeasured(base: optuna.trial.FrozenTrial | None) -> str:
+    if base is not None and base.state == optuna.trial.TrialState.PRUNED:
+        return (f"Baseline could not be measured ({base.user_attrs.get('failure_kind')}): no gain to report. That is "
+                f"itself a finding: your current configuration fails here. Remedy: {base.user_attrs.get('remedy')}")
+    return "Baseline not measured (it failed outside the configuration, or did not run): no gain to report."
+
+
+def _gain_ci(direction, best_ci: dict | None, base_ci: dict | None, base_value: float) -> str:
+    """The re-measured gain and its 95% interval, after the search's single-run gain (which one
+    lucky run can put outside the interval)."""
+    if best_ci is None:
+        return " (no re-measurement: no interval)."
+    if base_ci is None:
+        low, high = gain_interval(direction, (best_ci["low"], best_ci["high"]), base_value)
+        mean = rep.gain(direction, best_ci["mean"], base_value)
+        return (f"; re-measured: {mean:.2f}x, 95% CI {_x(low)} to {_x(high)} (the best's mean over n={best_ci['n']} "
+                "runs against one baseline run, so the baseline's own run-to-run noise is not in it).")
+    low, high = gain_interval(direction, (best_ci["low"], best_ci["high"]), (base_ci["low"], base_ci["high"]))
+    means = rep.gain(direction, best_ci["mean"], base_ci["mean"])
+    return (f"; re-measured: {means:.2f}x (ratio of the means), 95% CI {_x(low)} to {_x(high)} (from both "
+            f"re-measured intervals, n={best_ci['n']} and n={base_ci['n']}, opposite ends paired: conservative).")
+
+
+def _deploy(doc: _Doc, s: rep.Summary, model: str) -> None:
+    doc.heading("Deploy")
+    if s.front:
+        for t in sorted(s.front, key=lambda t: -t.values[0]):
+            doc.para(f"Trial {t.number} ({_values(t)}):")
+            doc.code(rep.serve_command(model, list(t.user_attrs.get("vllm_args", []))))
+        doc.para("The front's configurations are in pareto_front.yaml beside this report." if s.yaml_path
+                 else "pareto_front.yaml could not be written (the disk refused it).")
+        return
+    if s.best is None:
+        doc.para("Nothing to deploy.")
+        return
+    doc.code(s.command)
+    if "--load-format" in s.command and "dummy" in s.command:
+        doc.para("Tuned with random weights: drop --load-format dummy to serve the real ones.")
+    if s.yaml_path:
+        doc.para(f"Or with the config file beside this report ({s.yaml_path}):")
+        doc.code(f"vllm serve {model} --config best.yaml")
+    else:
+        doc.para("best.yaml could not be written (the disk refused it).")
+
+
+def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
+    doc.heading("Top configurations")
+    maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
+    done = [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,)) if rep.feasible(t)]
+    done.sort(key=lambda t: -t.values[0] if maximize else t.values[0])
+    if not done:
+        doc.para("No feasible trial completed.")
+        return
+    front = {t.number for t in s.front}
+    rows = []
+    for t in done[:TOP]:
+        role = "best" if s.best is not None and t.number == s.best.number else "front" if t.number in front else ""
+        role = ", ".join(r for r in ("baseline" if t.user_attrs.get("baseline") else "", role) if r)
+        m = t.user_attrs.get("metrics") or {}
+        params = fmt_params(rep.knobs_of(t))
+        rows.append([str(t.number), role, params, _values(t), *(_num(m.get(k)) for k in KEY_METRICS)])
+    doc.table(["#", "role", "parameters", f"{objective.metric} ({objective.unit})", *KEY_METRICS], rows)
+
+
+def _failures(doc: _Doc, study: optuna.Study) -> None:
+    from optimizer.report.diagnosis import diagnose_study  # written beside this module; cause and remedy per trial
+
+    doc.heading("Failures and weak trials")
+    found = {}
+    for d in diagnose_study(study):
+        found.setdefault(d.trial, []).append(d)
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        missed = t.state == COMPLETE and not rep.feasible(t)
+        if t.state in (optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL) or missed or t.number in found:
+            rows += [_failure_row(t, d, missed) for d in found.get(t.number) or [None]]
+    if rows:
+        doc.table(["#", "state", "kind", "evidence", "cause", "remedy"], rows)
+    else:
+        doc.para("No trial failed, and none was weak.")
+
+
+def _failure_row(t: optuna.trial.FrozenTrial, d, missed: bool) -> list[str]:
+    """The diagnosis's words where it has them, the trial's own record where it does not."""
+    a = t.user_attrs
+    kind = a.get("failure_kind") or ("slo_missed" if missed else "")
+    evidence = a.get("evidence") or _missed(a.get("slo_excess") or t.constraints)
+    if d is None:
+        return [str(t.number), t.state.name, kind, _cut(evidence), "", a.get("remedy", "")]
+    return [str(t.number), t.state.name, d.kind or kind, _cut(d.evidence or evidence), d.cause,
+            d.remedy or a.get("remedy", "")]
+
+
+def _savings(doc: _Doc, study: optuna.Study, s: rep.Summary) -> None:
+    sv = s.savings
+    doc.heading("Savings")
+    doc.para(f"Saved: {sv['boots_avoided']} boot(s) avoided by the KV precheck; {sv['early_stopped']} trial(s) "
+             f"stopped early; ~{sv['replay_saved_s']:.0f} s of replay not spent.")
+    rows = study.user_attrs.get("sensitivity")
+    if not rows:
+        return
+    doc.heading("Sensitivity")
+    doc.para(f"Trial {rows[0].get('trial')} re-measured with one knob moved at a time. ratio > 1: better than "
+             "the best's mean; the band is the 95% interval of the best's own n measurements.")
+    doc.table(["knob", "from", "to", "value", "ratio", "band", "n", "verdict"],
+              [[str(r.get("knob")), str(r.get("from")), str(r.get("to")), _num(r.get("value")), _num(r.get("ratio")),
+                f"{_num(r.get('band_low'))} to {_num(r.get('band_high'))}", str(r.get("n")), str(r.get("verdict", ""))]
+               for r in rows])
+
+
+# -- pictures ---------------------------------------------------------------------------------------
+
+def _pictures(doc: _Doc, study: optuna.Study, s: rep.Summary, artifacts: Path, out_dir: Path) -> dict:
+    doc.heading("Pictures")
+    out = {}
+    for name, draw in DRAWINGS:
+        drawn = draw(study, s, artifacts)
+        note = drawn.pop("note", "")
+        if drawn:
+            png, page = out_dir / f"{name}.png", out_dir / f"{name}.html"
+            save(drawn, png, page)
+            doc.figure(png, page, drawn["title"], drawn["caption"])
+            out[name] = (png, page)
+        if note:
+            doc.para(note)
+    return out
+
+
+
+# -- the document: one list of blocks, rendered as Markdown and as HTML --------------------------------
+
+class _Doc:
+    def __init__(self):
+        self.blocks: list[tuple] = []
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.blocks.append(("h", level, text))
+
+    def para(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def code(self, text: str) -> None:
+        self.blocks.append(("code", text))
+
+    def table(self, headers: list[str], rows: list[list[str]]) -> None:
+        self.blocks.append(("table", headers, rows))
+
+    def figure(self, png: Path, page: Path, title: str, caption: str) -> None:
+        self.blocks.append(("figure", png.name, page.name, title, caption))
+
+    def markdown(self) -> str:
+        out = []
+        for kind, *b in self.blocks:
+            if kind == "h":
+                out.append("#" * b[0] + " " + b[1])
+            elif kind == "p":
+                out.append(b[0])
+            elif kind == "code":
+                out.append(f"```sh\n{b[0]}\n```")
+            elif kind == "table":
+                cell = lambda c: str(c).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+                out.append("\n".join(["| " + " | ".join(map(cell, b[0])) + " |", "|" + "---|" * len(b[0]),
+                                      *("| " + " | ".join(map(cell, r)) + " |" for r in b[1])]))
+            else:
+                out.append(f"![{b[2]}]({b[0]})\n\n{b[3]} [Interactive version]({b[1]}).")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        e = html.escape
+        out = []
+        for kind, *b in self.blocks:
+            if kind == "h":
+                out.append(f"<h{b[0]}>{e(b[1])}</h{b[0]}>")
+            elif kind == "p":
+                out.append(f"<p>{e(b[0])}</p>")
+            elif kind == "code":
+                out.append(f"<pre><code>{e(b[0])}</code></pre>")
+            elif kind == "table":
+                head = "".join(f"<th>{e(str(c))}</th>" for c in b[0])
+                body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in b[1])
+                out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            else:
+                out.append(f'<figure><img src="{e(b[0])}" alt="{e(b[2])}"><figcaption>{e(b[3])} '
+                           f'<a href="{e(b[1])}">Interactive version</a>.</figcaption></figure>')
+        return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
+                f"<style>{_CSS}</style></head>\n<body>\n" + "\n".join(out) + "\n</body></html>\n")
+
+
+_CSS = ("body{font-family:system-ui,sans-serif;max-width:70rem;margin:2rem auto;padding:0 1rem;color:#222;"
+        "line-height:1.45}pre{background:#f4f4f4;padding:.6rem;overflow-x:auto}table{border-collapse:collapse;"
+        "margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;"
+        "vertical-align:top}th{background:#f0f0f0}img{max-width:100%}figure{margin:1rem 0}")
+
+
+# -- formatting -------------------------------------------------------------------------------------
+
+def _interval(intervals: dict, number: int) -> dict | None:
+    ci = intervals.get(str(number))
+    return ci if ci and ci.get("low") is not None and ci.get("high") is not None else None
+
+
+def _num(v) -> str:
+    if not finite(v):
+        return "-" if v is None else str(v)
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
+def _x(v: float) -> str:
+    return f"{v:.2f}x" if math.isfinite(v) else "unbounded"
+
+
+def _values(t: optuna.trial.FrozenTrial) -> str:
+    text = " / ".join(f"{v:.2f}" for v in t.values or ())
+    return text + ("" if rep.feasible(t) else " (SLOs missed)")
+
+
+def _missed(excess: dict) -> str:
+    """SLO excess ((observed - limit) / limit) in words: 'tpot_p95 40% over its limit'."""
+    return ", ".join(f"{k} {v:.0%} over its limit" for k, v in (excess or {}).items() if finite(v) and v > 0)
+
+
+def _cut(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= EVIDENCE_CHARS else text[:EVIDENCE_CHARS - 1] + "…"

@@ -1,0 +1,133 @@
+"""Where a running trial and the driver talk, through Ray (a trial may run on another machine:
+no shared file). One small actor, created by the driver, holds per trial:
+
+- its phase ('starting', 'replaying', ...) and its server's host and process group, so the
+  driver can show progress and reap a server whose worker died;
+- its stage checkpoints (partial measurements), which the driver reads, reports to Optuna
+  (`trial.report`) and judges; and the driver's verdict on each ('' = go on).
+
+`BoardDriver` is the trial's side: posting is fire-and-forget, and a background thread
+polls the verdict, so the replay's event loop never waits on Ray.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import ray
+
+
+
+@ray.remote(num_cpus=0)
+class TrialBoard:
+    def __init__(self):
+        self.phases: dict[int, str] = {}
+        self.servers: dict[int, tuple[str, int]] = {}
+        self.checkpoints: dict[int, list[tuple[int, dict]]] = {}
+        self.verdicts: dict[int, tuple[int, str]] = {}
+
+    def set(self, number: int, phase: str) -> None:
+        self.phases[number] = phase
+
+    def get(self) -> dict[int, str]:
+        return dict(self.phases)
+
+    def server(self, number: int, host: str, pgid: int) -> None:
+        self.servers[number] = (host, pgid)
+
+    def server_of(self, number: int) -> tuple[str, int] | None:
+        return self.servers.get(number)
+
+    def checkpoint(self, number: int, step: int, payload: dict) -> None:
+        self.checkpoints.setdefault(number, []).append((step, payload))
+
+    def take_checkpoints(self, number: int) -> list[tuple[int, dict]]:
+        """The checkpoints not read yet (the driver reads each once)."""
+        return self.checkpoints.pop(number, [])
+
+    def decide(self, number: int, step: int, reason: str) -> None:
+        self.verdicts[number] = (step, reason)
+
+    def verdict(self, number: int) -> tuple[int, str]:
+        return self.verdicts.get(number, (-1, ""))
+
+
+class Driver:
+    """What a trial tells the driver while it runs, and what the driver answers. The default
+    talks to nobody (tests, a bare `execute_trial`); board.BoardDriver routes through Ray."""
+
+    def phase(self, phase: str) -> None:
+        pass
+
+    def spawned(self, pgid: int) -> None:
+        pass
+
+    def checkpoint(self, step: int, payload: dict) -> None:
+        pass
+
+    def stop_reason(self) -> str:
+        """Non-empty once the driver has decided this trial cannot win (never blocks)."""
+        return ""
+
+    def verdict(self, step: int, wait_s: float) -> str:
+        """Wait up to `wait_s` for the driver's answer to checkpoint `step`; the stop reason or ''."""
+        return self.stop_reason()
+
+    def close(self) -> None:
+        pass
+
+    def health(self) -> dict:
+        """How the channel to the driver fared (BoardDriver: verdict polls, errors)."""
+        return {}
+
+
+class BoardDriver(Driver):
+    """The trial's end of the board (runs in the Ray worker)."""
+
+    def __init__(self, board, number: int, poll_s: float = 0.25):
+        self.board, self.number, self.host = board, number, socket.gethostname()
+        self._step, self._reason = -1, ""
+        self.polls, self.errors, self.last_error = 0, 0, ""  # the channel's health, for the record
+        self._changed = threading.Condition()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._poll, args=(poll_s,), daemon=True)
+        self._thread.start()
+
+    def _poll(self, every: float) -> None:
+        while not self._closed.wait(every):
+            try:
+                step, reason = ray.get(self.board.verdict.remote(self.number), timeout=10)
+                self.polls += 1
+            except Exception as exc:  # the driver is gone or slow: carry on measuring
+                self.errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                continue
+            with self._changed:
+                if step > self._step:
+                    self._step, self._reason = step, self._reason or reason
+                    self._changed.notify_all()
+
+    def phase(self, phase: str) -> None:
+        self.board.set.remote(self.number, phase)
+
+    def spawned(self, pgid: int) -> None:
+        self.board.server.remote(self.number, self.host, pgid)
+
+    def checkpoint(self, step: int, payload: dict) -> None:
+        self.board.checkpoint.remote(self.number, step, payload)
+
+    def stop_reason(self) -> str:
+        return self._reason
+
+    def verdict(self, step: int, wait_s: float) -> str:
+        with self._changed:
+            self._changed.wait_for(lambda: self._step >= step, timeout=wait_s)
+            return self._reason
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def health(self) -> dict:
+        return {"verdict_polls": self.polls, "poll_errors": self.errors, "last_error": self.last_error,
+                "verdict_step": self._step}

@@ -1,0 +1,152 @@
+"""One trial: boot vLLM with the chosen flags, warm up, replay the workload, stop, report.
+
+`execute_trial` is a plain function (tests call it directly); `run_trial` is the same
+function as a Ray task. A trial gets a frozen `TrialSpec` and returns a frozen
+`TrialResult`: never an Optuna trial, a study or a database session. Whatever happens,
+the server's whole process group is stopped before the task returns.
+
+Two modes: `replay` measures the workload once (in `stages`: after each, the partial
+measurement goes to the driver, which may answer "stop, this trial cannot win");
+`goodput` searches for the highest request rate at which the SLOs hold (ratesearch.py).
+With early stop on, a replay (or a goodput probe below saturation) whose SLOs are already
+lost beyond repair is cut short on the spot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from optimizer.trial import gpu_check as gpucheck
+from optimizer.outputs import compare as regression
+from optimizer.engine import server_metrics as servermetrics
+from optimizer.measure import validity
+from optimizer.errors import first_line
+from optimizer.engine.vllm import VllmServer
+from optimizer.measure.replay import run_replay
+from optimizer.trial.channel import Driver
+from optimizer.trial.spec import TrialResult, TrialSpec
+from optimizer.trial.stages import measure_window, reset_prefix_cache, runtime_failure, search_rates, stopper
+
+LOG_TAIL_LINES = 120
+LOG_LIMIT_BYTES = 4 * 1024 * 1024  # the most of a server log one result carries back through Ray
+_KV_LINE = re.compile(r"KV cache size|non-kv usages|estimated maximum model length|requested memory for kv")
+
+
+
+
+def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
+                  on_spawn: Callable[[int], None] | None = None, driver: Driver | None = None) -> TrialResult:
+    """Run one trial end to end; failures come back in the result, never as exceptions.
+    `on_spawn` gets the server's process group id as soon as it exists."""
+    driver = driver or Driver()
+    report = report or driver.phase
+    on_spawn = on_spawn or driver.spawned
+    phases: dict[str, float] = {}
+    log_path = node_log_path(spec)
+    server = VllmServer(spec.model, list(spec.vllm_args), log_path, env=dict(spec.env),
+                        startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout,
+                        on_spawn=on_spawn)
+    failure, metrics, records, server_view, probes, early = None, {}, (), {}, (), {}
+    outputs, outputs_error = (), ""
+    try:
+        report("starting")
+        t = time.monotonic()
+        failure = gpucheck.before_start(server, spec.params, spec.vllm_args)  # Ray's GPUs, their free memory
+        started = failure is None and server.start()
+        phases["startup_s"] = time.monotonic() - t
+        if not started:
+            failure = failure or server.failure
+        else:
+            report("warming up")
+            t = time.monotonic()
+            if spec.workload.warmup:
+                run_replay(server.base_url, spec.model, spec.workload.warmup, len(spec.workload.warmup),
+                           spec.request_timeout)
+            reset = reset_prefix_cache(server.base_url)
+            phases["warmup_s"] = time.monotonic() - t
+            t = time.monotonic()
+            if spec.mode == "goodput":
+                report("searching rate")
+                records, metrics, server_view, probes, early, failure = search_rates(server, spec, driver)
+            else:
+                report("replaying")
+                records, metrics, server_view, early = measure_window(server.base_url, spec, spec.workload.requests,
+                                                                stopper(spec, driver))
+                failure = runtime_failure(server, records) or (None if early else validity.check(
+                    spec.workload, records, metrics, server_view, spec.max_lag_p50_ms, spec.min_rate_ratio))
+            metrics["prefix_cache_reset"] = float(reset)
+            phases["replay_s"] = time.monotonic() - t
+            if spec.regression and failure is None and not early:
+                report("checking outputs")
+                t = time.monotonic()
+                outputs, outputs_error = _outputs(server.base_url, spec)
+                phases["outputs_s"] = time.monotonic() - t
+    finally:
+        driver.close()
+        report("stopping")
+        t = time.monotonic()
+        stop = server.stop()
+        phases["shutdown_s"] = time.monotonic() - t
+    text = server.log_text()
+    if log_path != Path(spec.log_path):  # a node-local copy: its content travels back in the result
+        shutil.rmtree(log_path.parent, ignore_errors=True)
+    lines = text.splitlines()
+    tail = "\n".join(lines[-LOG_TAIL_LINES:])
+    kv_lines = "\n".join(line for line in lines if _KV_LINE.search(line))
+    return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
+                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view,
+                       probes, early, kv_lines, driver.health(), capped_log(text), outputs, outputs_error)
+
+
+def _outputs(base_url: str, spec: TrialSpec) -> tuple[tuple[dict, ...], str]:
+    """The regression prompts' greedy outputs, or why not (an error never fails the measurement)."""
+    prompts, max_tokens, top_k = spec.regression
+    servermetrics.wait_idle(base_url)  # alone on the server: batching can change the numerics
+    try:
+        got = regression.collect(base_url, spec.model, prompts, max_tokens=max_tokens, top_k=top_k)
+    except (RuntimeError, OSError, ValueError) as exc:
+        return (), first_line(exc, 500)
+    return tuple(o.to_dict() for o in got), ""
+
+
+def node_log_path(spec: TrialSpec, host: str | None = None) -> Path:
+    """Where the server logs on the node running the trial: the driver's artifacts path when the
+    trial runs on the driver's machine (a full disk then fails the trial before vLLM starts), else
+    a node-local scratch file (the artifacts path may not exist there: no shared filesystem); the
+    driver stores the text that comes back in the result either way."""
+    host = host or socket.gethostname()
+    if not spec.driver_host or spec.driver_host == host:
+        return Path(spec.log_path)
+    digest = hashlib.sha256(spec.log_path.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "vllm-optimizer" / digest / "server.log"
+
+
+def capped_log(text: str, limit: int = LOG_LIMIT_BYTES) -> str:
+    """The log as it travels back through Ray: whole unless huge, then its start (the launch line
+    and vLLM's config) and its end (where it failed), with what was left out said in between."""
+    if len(text) <= limit:
+        return text
+    head, tail = text[:limit // 8], text[-(limit - limit // 8):]
+    return f"{head}\n# ... {len(text) - len(head) - len(tail)} characters left out ...\n{tail}"
+
+
+
+
+def remote_trial(spec: TrialSpec, board=None) -> TrialResult:
+    """The body of the Ray task: phases, the server's host and process group (so the driver can
+    reap it if this worker dies first) and stage checkpoints go to the driver through `board`."""
+    if board is None:
+        return execute_trial(spec)
+    from optimizer.trial.channel import BoardDriver
+
+    return execute_trial(spec, driver=BoardDriver(board, spec.number))
+
+

@@ -1,0 +1,166 @@
+"""Workload drift: has the traffic changed enough to tune again?
+
+After a study's budget is spent the daemon keeps watching its workload source (a trace file,
+or a directory where new trace files appear). This module says what the traffic looks like
+(`Shape`: length quantiles and arrival rate), whether two shapes differ beyond a threshold
+(`changes`), and which file in the watched path is the current trace (`current_source`,
+`fingerprint`). Building workloads and starting studies is the daemon's job, not this one's.
+
+Quantiles interpolate linearly between closest ranks (`statistics.quantiles` with
+method="inclusive", numpy's default). A quantity changed when its symmetric relative change,
+max(new/old, old/new) - 1, exceeds the threshold; the request count alone is never a change
+(a longer trace of the same traffic is the same traffic).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from optimizer.errors import ConfigError, first_line
+from optimizer.workload.base import Workload
+from optimizer.workload.stats import mean_rate
+
+TRACE_SUFFIXES = (".jsonl", ".json", ".csv")
+_EPS = 1e-9  # a ratio computed from offsets is not exact: "at the threshold" must stay at it
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What 'the traffic' looks like, for change detection: request count, length quantiles, rate."""
+
+    requests: int
+    input_p10: float  # prompt tokens
+    input_p50: float
+    input_p90: float
+    output_p10: float  # output tokens (Request.max_tokens)
+    output_p50: float
+    output_p90: float
+    rate: float | None  # mean requests/s of an open-loop schedule (inf: all at once); None: closed loop
+
+    def to_dict(self) -> dict:
+        """Plain JSON values (an Optuna user attribute); an infinite rate is the string "inf"."""
+        d = asdict(self)
+        if d["rate"] == math.inf:
+            d["rate"] = "inf"  # strict JSON has no Infinity
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Shape":
+        """The inverse of `to_dict`; raises KeyError when a field is missing."""
+        values = {f.name: d[f.name] for f in fields(cls)}
+        count, rate = int(values.pop("requests")), values.pop("rate")
+        return cls(count, **{k: float(v) for k, v in values.items()}, rate=None if rate is None else float(rate))
+
+    def describe(self) -> str:
+        """One line, e.g. "240 requests, input p50 180 (p10 40, p90 900) tokens, output p50 128, 2.50 req/s"."""
+        return (f"{self.requests} requests, input p50 {_num(self.input_p50)} (p10 {_num(self.input_p10)}, "
+                f"p90 {_num(self.input_p90)}) tokens, output p50 {_num(self.output_p50)}, {_arrival(self.rate)}")
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if x >= 100 or x == int(x) else f"{x:.1f}"
+
+
+def _rate(r: float) -> str:
+    return "all at once" if r == math.inf else f"{r:.2f} req/s" if r >= 0.1 else f"{r:.3g} req/s"
+
+
+def _arrival(rate: float | None) -> str:
+    return "closed loop" if rate is None else _rate(rate)
+
+
+def _quantiles(values: list[int]) -> tuple[float, float, float]:
+    if not values:
+        return 0.0, 0.0, 0.0
+    if len(values) == 1:
+        return (float(values[0]),) * 3
+    q = statistics.quantiles(values, n=10, method="inclusive")
+    return q[0], q[4], q[8]
+
+
+def shape_of(workload: Workload) -> Shape:
+    """The shape of the measured requests (not the warm-up). The rate is taken over requests
+    without `after` (agent follow-ups wait for a reply, their offset is a delay); None for a
+    closed loop or when fewer than two such requests remain; inf when they all start at once."""
+    reqs = workload.requests
+    inp = _quantiles([len(r.prompt_token_ids) for r in reqs])
+    out = _quantiles([r.max_tokens for r in reqs])
+    roots = [r.offset_s for r in reqs if r.after is None]
+    rate = mean_rate(roots) if workload.concurrency is None and len(roots) >= 2 else None
+    return Shape(len(reqs), *inp, *out, rate)
+
+
+def _moved(old: float, new: float, threshold: float) -> bool:
+    if old == new:
+        return False
+    if min(old, new) <= 0 or max(old, new) == math.inf:
+        return True  # 0 -> anything or finite <-> all at once: no ratio, always a change
+    return max(new / old, old / new) - 1 > threshold + _EPS
+
+
+def _factor(old: float, new: float) -> str:
+    return f" (x{new / old:.2f})" if 0 < old < math.inf and new < math.inf else ""
+
+
+def changes(old: Shape, new: Shape, threshold: float = 0.25) -> list[str]:
+    """What moved beyond `threshold` (a symmetric relative change) from `old` to `new`, one
+    readable entry each, e.g. "input p50 180 -> 720 tokens (x4.00)"; empty: the same traffic.
+    Compares the input and output p10/p50/p90 and the rate; a switch between open and closed
+    loop is a change. The request count is not compared."""
+    out = []
+    for side in ("input", "output"):
+        for q in ("p10", "p50", "p90"):
+            a, b = getattr(old, f"{side}_{q}"), getattr(new, f"{side}_{q}")
+            if _moved(a, b, threshold):
+                out.append(f"{side} {q} {_num(a)} -> {_num(b)} tokens{_factor(a, b)}")
+    a, b = old.rate, new.rate
+    if (a is None) != (b is None):
+        out.append(f"arrival {_arrival(a)} -> {_arrival(b)}")
+    elif a is not None and _moved(a, b, threshold):
+        out.append(f"rate {_rate(a).removesuffix(' req/s')} -> {_rate(b)}{_factor(a, b)}")
+    return out
+
+
+def _settled(entry: Path, settle_s: float, now: float) -> tuple[int, str] | None:
+    """(mtime_ns, name) of a trace file old enough to be complete; None to skip it."""
+    if entry.name.startswith(".") or entry.suffix not in TRACE_SUFFIXES:
+        return None
+    try:
+        if not entry.is_file():
+            return None
+        mtime_ns = entry.stat().st_mtime_ns
+    except OSError:  # removed between the listing and the stat
+        return None
+    return (mtime_ns, entry.name) if now - mtime_ns / 1e9 >= settle_s else None
+
+
+def current_source(watch: str | Path, settle_s: float = 2.0, now: float | None = None) -> Path | None:
+    """The trace file to build the workload from. A file: that file. A directory: its newest
+    regular file (by mtime, ties by name) with a suffix in TRACE_SUFFIXES, skipping hidden files
+    and files modified less than `settle_s` before `now` (still being written); None if there
+    is none. Raises ConfigError when `watch` does not exist or cannot be listed."""
+    path = Path(watch).expanduser()
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        what = "no such file or directory" if not path.exists() else "not a file or a directory"
+        raise ConfigError(f"watch {path}: {what}; give a trace file or a directory where trace files appear")
+    now = time.time() if now is None else now
+    try:
+        entries = list(path.iterdir())
+    except OSError as exc:
+        raise ConfigError(f"watch {path}: cannot list it ({first_line(exc)}); check its permissions") from exc
+    keyed = [(key, e) for e in entries if (key := _settled(e, settle_s, now)) is not None]
+    return max(keyed, key=lambda ke: ke[0])[1] if keyed else None
+
+
+def fingerprint(path: Path) -> str:
+    """"<resolved path>:<size>:<mtime_ns>": changes when the file is replaced or appended to.
+    Raises OSError when the file is gone."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
