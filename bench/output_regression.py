@@ -23,8 +23,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.testing.memory import memory_fraction  # noqa: E402
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.testing.memory import memory_fraction  # noqa: E402
 
 KV_LINE = re.compile(r"kv_cache_dtype|KV cache size|fp8", re.IGNORECASE)
 

@@ -27,9 +27,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.testing.memory import memory_fraction  # noqa: E402
 from optimizer.engine.tiny_model import write_tiny_model
-
+from optimizer.testing.memory import memory_fraction  # noqa: E402
 
 
 def study_config(root: Path, model: Path, parallel: int) -> dict:

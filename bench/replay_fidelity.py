@@ -32,13 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.engine import server_metrics as servermetrics  # noqa: E402
 from optimizer.config.schema import build_config  # noqa: E402
+from optimizer.engine import server_metrics as servermetrics  # noqa: E402
 from optimizer.engine.device import read_node_memory  # noqa: E402
+from optimizer.engine.tiny_model import write_tiny_model  # noqa: E402
 from optimizer.engine.vllm import VllmServer  # noqa: E402
 from optimizer.measure.metrics import summarize  # noqa: E402
 from optimizer.measure.replay import run_replay  # noqa: E402
-from optimizer.engine.tiny_model import write_tiny_model  # noqa: E402
 from optimizer.trial.task import reset_prefix_cache  # noqa: E402
 from optimizer.workload import Vocabulary, Workload, build_workload  # noqa: E402
 

@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from optimizer.config.schema import StudyConfig  # noqa: E402
+from optimizer.driver.plan import load_workload  # noqa: E402
+from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.engine.vllm import VllmServer  # noqa: E402
 from optimizer.measure.metrics import percentile  # noqa: E402
 from optimizer.measure.replay import run_replay  # noqa: E402
 from optimizer.testing.memory import memory_fraction  # noqa: E402
-from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.trial.task import reset_prefix_cache  # noqa: E402
-from optimizer.driver.plan import load_workload  # noqa: E402
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ GRID = {
     "max-model-len": [8192, 49152],
     "kv-cache-dtype": ["auto", "fp8"],
 }
-DEFAULTS_UTIL = 0.12  # vLLM's default 0.92 cannot start on a CPU node (DESIGN.md); the rest is vLLM's
+DEFAULTS_UTIL = 0.12  # vLLM's default 0.92 cannot start on a CPU node (docs/vllm-facts.md#default-memory-fraction-on-cpu); the rest is vLLM's
 SLOS = "ttft:400 tpot:50"
 SEARCH = {"max_probes": 5, "rel_tol": 0.12, "low_share": 0.4}  # ~2 min per configuration with the boot
 CONFIG = {
@@ -68,10 +68,11 @@ def _load() -> dict[str, dict]:
 
 
 def measure(args) -> None:
-    from optimizer.config import kv_fit as kvfit, space as space_mod
+    from optimizer.config import kv_fit as kvfit
+    from optimizer.config import space as space_mod
     from optimizer.config.schema import build_config
-    from optimizer.engine.device import detect
     from optimizer.driver.plan import prepare
+    from optimizer.engine.device import detect
     from optimizer.trial.spec import TrialSpec
     from optimizer.trial.task import execute_trial
 

@@ -34,8 +34,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.engine.vllm import group_pids  # noqa: E402
 from optimizer.engine.tiny_model import write_tiny_model  # noqa: E402
+from optimizer.engine.vllm import group_pids  # noqa: E402
 
 SERVER = "vllm.entrypoints.openai.api_server"
 

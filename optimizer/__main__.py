@@ -1,4 +1,4 @@
-"""`python -m optimizer ...`: see optimizer/cli.py."""
+"""`python -m optimizer ...`: see optimizer/cli/."""
 
 import sys
 

@@ -27,11 +27,8 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def main(ns: argparse.Namespace, console) -> int:
-    import optuna
-
     from optimizer.daemon.loop import Daemon
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = load(ns)
     d = cfg.daemon.model_copy(update={k: v for k, v in (("watch", ns.watch), ("status_host", ns.status_host),
                                                         ("status_port", ns.status_port)) if v is not None})

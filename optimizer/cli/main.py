@@ -12,7 +12,16 @@ import sys
 from rich.console import Console
 
 from optimizer import shutdown
-from optimizer.cli import daemon, plan, regress, report, run, sensitivity, tiny_model, workload
+from optimizer.cli import (
+    daemon,
+    plan,
+    regress,
+    report,
+    run,
+    sensitivity,
+    tiny_model,
+    workload,
+)
 from optimizer.errors import OptimizerError
 
 COMMANDS = {m.NAME: m for m in (run, daemon, report, plan, regress, sensitivity, workload, tiny_model)}

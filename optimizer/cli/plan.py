@@ -7,8 +7,12 @@ import argparse
 
 from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.measure.slo import parse_slos
-from optimizer.report.capacity import check_inputs, describe, measurement_from_study, plan
-
+from optimizer.report.capacity import (
+    check_inputs,
+    describe,
+    measurement_from_study,
+    plan,
+)
 
 NAME = "plan"
 

@@ -4,19 +4,18 @@
 from __future__ import annotations
 
 import argparse
-
-from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 import json
 import math
 import time
 from dataclasses import replace
 from pathlib import Path
-from optimizer.outputs import compare as regression
-from optimizer import shutdown
-from optimizer.errors import ConfigError
-from optimizer.outputs.gate import answer, trial_spec_part
-from optimizer.config.candidate import parse_candidate
 
+from optimizer import shutdown
+from optimizer.cli.common import STUDY_FLAGS, add_flags, load
+from optimizer.config.candidate import parse_candidate
+from optimizer.errors import ConfigError
+from optimizer.outputs import compare as regression
+from optimizer.outputs.gate import answer, trial_spec_part
 
 NAME = "regress"
 BOOTS_VLLM = True
@@ -42,9 +41,9 @@ def register(sub) -> argparse.ArgumentParser:
 def main(ns: argparse.Namespace, console) -> int:
     """`regress`: 0 when every candidate answered within --max-flip-rate (or none was given), 1 when
     one is above it or could not answer; raises ConfigError for bad input (exit 2)."""
+    from optimizer.driver.plan import prepare  # noqa: PLC0415 - the study module pulls in Ray
     from optimizer.driver.progress import Progress  # noqa: PLC0415
     from optimizer.driver.store.driver_lock import RunState  # noqa: PLC0415
-    from optimizer.driver.plan import prepare  # noqa: PLC0415 - the study module pulls in Ray
 
     overrides = {"regression.enabled": True}
     if ns.prompts is not None:

@@ -18,12 +18,9 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def main(ns: argparse.Namespace, console) -> int:
-    import optuna
-
     from optimizer.driver.store.finished_study import open_finished
     from optimizer.report.summary import print_report
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     f = open_finished(load(ns))
     out = Path(ns.out) if ns.out else f.artifacts / "report"
     summary = print_report(f.study, f.model, f.artifacts, f.objective, console)

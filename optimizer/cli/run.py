@@ -25,15 +25,12 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def main(ns: argparse.Namespace, console) -> int:
-    import optuna
-
     from optimizer.cli.report import write_report_files
     from optimizer.driver.plan import prepare
     from optimizer.driver.progress import Progress
     from optimizer.driver.study import run
     from optimizer.report.summary import print_report
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = load(ns)
     plan = prepare(cfg, new_study=ns.new_study)
     _warn_relative_artifacts(cfg, console)

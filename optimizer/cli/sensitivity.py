@@ -24,8 +24,6 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def main(ns: argparse.Namespace, console) -> int:
-    import optuna
-
     from optimizer.config.candidate import parse_candidate
     from optimizer.driver.measure_once import measuring
     from optimizer.driver.plan import prepare, stamp_mismatch
@@ -34,7 +32,6 @@ def main(ns: argparse.Namespace, console) -> int:
     from optimizer.errors import ConfigError
     from optimizer.report import sensitivity
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if ns.repeats < 0:
         raise ConfigError(f"--repeats {ns.repeats}: a count of extra runs, 0 or more")
     cfg = load(ns)

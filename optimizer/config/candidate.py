@@ -3,8 +3,9 @@
 """
 
 from __future__ import annotations
-from optimizer.errors import ConfigError
+
 from optimizer.config.space import KNOBS, from_cli_args
+from optimizer.errors import ConfigError
 
 
 def parse_candidate(text: str) -> dict:

@@ -26,7 +26,7 @@ constant, see CPU_NON_KV_BASE / GPU_NON_KV_*); a `Calibration` learned from a st
 (the "KV cache size" line of a server that started, or the "estimated maximum model
 length" of one that failed) replaces it. A calibration stores non-KV *bytes*, not a
 capacity, so it stays valid when the node's MemTotal changes between trials (it does on
-this machine, see DESIGN.md); pass the `Device` as read for the trial in question.
+this machine, see docs/vllm-facts.md#node-memory-changes); pass the `Device` as read for the trial in question.
 
 Scope: decoder models with uniform full attention, as `ModelInfo` describes them. Sliding
 window, MLA, hybrid (Mamba) models and pipeline parallelism are not modelled; for them the
@@ -40,8 +40,8 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from optimizer.engine.device import GIB, Device
 from optimizer.config.model_info import ModelInfo
+from optimizer.engine.device import GIB, Device
 
 MIB = 1024**2
 KIB = 1024
@@ -52,7 +52,7 @@ GPU_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE; some GPU backends prefer 
 
 # Prior for the CPU worker's non-KV memory (its RSS after warm-up): weights plus this.
 # The smallest seen here: 0.84 GiB for the tiny model (~0.05 GiB of weights), derived
-# from DESIGN.md's failure (util 0.12 of an 8.21 GiB node, "estimated maximum model
+# from the failure in docs/vllm-facts.md#kv-misfit-example (util 0.12 of an 8.21 GiB node, "estimated maximum model
 # length is 9216"); five logged starts since measured 0.93-0.97 GiB. The smallest is
 # taken so that an uncalibrated estimate over-states the KV capacity (errs toward booting).
 CPU_NON_KV_BASE = int(0.79 * GIB)

@@ -12,9 +12,9 @@ from typing import Annotated, Literal, Union
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
-from optimizer.errors import ConfigError
 from optimizer.config.base import Strict as _Strict
 from optimizer.config.workload_spec import ChatSpec, WorkloadSpec, with_default_scenario
+from optimizer.errors import ConfigError
 
 Scalar = Union[int, float, str, bool]
 
@@ -66,7 +66,7 @@ class ReplaySpec(_Strict):
 
 
 class RateSearchSpec(_Strict):
-    """The goodput objective's rate search inside each trial (ratesearch.py)."""
+    """The goodput objective's rate search inside each trial (trial/rate_search.py)."""
 
     max_probes: int = Field(6, ge=2, le=20, description="replays per trial, the saturation probe included")
     rel_tol: float = Field(0.1, gt=0, lt=1, description="stop when the pass/fail bracket is this close (relative)")
@@ -81,7 +81,7 @@ class ObjectiveSpec(_Strict):
 
 
 class EarlyStopSpec(_Strict):
-    """Stop a trial that provably cannot win (earlystop.py) or whose SLOs are already lost."""
+    """Stop a trial that provably cannot win (trial/early_stop.py) or whose SLOs are already lost."""
 
     enabled: bool = True
     stages: int = Field(4, ge=1, le=20, description="checkpoints per replay sent to the driver")
@@ -100,14 +100,14 @@ class RaySpec(_Strict):
 
 
 class ConfirmSpec(_Strict):
-    """Noise control: re-measure the best configurations after the budget (confirm.py)."""
+    """Noise control: re-measure the best configurations after the budget (driver/confirm.py)."""
 
     top: int = Field(2, ge=0, le=10, description="configurations to re-measure (0: off)")
     repeats: int = Field(2, ge=0, le=9, description="extra full measurements of each")
 
 
 class RegressionSpec(_Strict):
-    """The output-regression gate (regression.py): each measured trial answers a fixed prompt set
+    """The output-regression gate (outputs/compare.py): each measured trial answers a fixed prompt set
     greedily with logprobs, and its tokens are compared with the baseline's."""
 
     enabled: bool = False
@@ -120,7 +120,7 @@ class RegressionSpec(_Strict):
 
 
 class DaemonSpec(_Strict):
-    """`python -m optimizer daemon`: what to watch after the budget, and where to report (daemon.py)."""
+    """`python -m optimizer daemon`: what to watch after the budget, and where to report (daemon/loop.py)."""
 
     watch: str | None = Field(None, description="a trace file, or a directory new trace files land in; "
                               "the workload must be scenario 'trace'")
@@ -154,7 +154,7 @@ class StudyConfig(_Strict):
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     early_stop: EarlyStopSpec = Field(default_factory=EarlyStopSpec)
     confirm: ConfirmSpec = Field(default_factory=ConfirmSpec)
-    precheck: bool = Field(True, description="predict KV-cache fit before booting; prune what cannot fit (kvfit.py)")
+    precheck: bool = Field(True, description="predict KV-cache fit before booting; prune what cannot fit (config/kv_fit.py)")
     ray: RaySpec = Field(default_factory=RaySpec)
     daemon: DaemonSpec = Field(default_factory=DaemonSpec)
     regression: RegressionSpec = Field(default_factory=RegressionSpec)

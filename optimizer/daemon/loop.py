@@ -1,7 +1,7 @@
 """`python -m optimizer daemon`: tune, then keep watching the traffic and tune again when it changes.
 
     generation 1   the config's study, resumed if it exists (its budget, then its report)
-    watching       every `daemon.poll_s`, the newest trace in `daemon.watch` (drift.py); when its
+    watching       every `daemon.poll_s`, the newest trace in `daemon.watch` (workload/drift.py); when its
                    shape (prompt/output length quantiles, request rate) moves beyond
                    `daemon.threshold`, or `daemon.retune_every_h` has passed since the last start,
     generation N   a new study `<study>-g<N>` on the new traffic, warm-started with the previous
@@ -9,7 +9,7 @@
 
 Each generation records on its study why it started (`trigger`), the trace it replays and its
 shape, and what it was warm-started from. A restart resumes the latest generation. The status
-API (status.py) serves what the daemon is doing throughout; a stop signal ends the running trial
+API (daemon/status_api.py) serves what the daemon is doing throughout; a stop signal ends the running trial
 as FAIL (`interrupted`, queued again) and exits 0.
 """
 
@@ -20,23 +20,22 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import optuna
 from rich.console import Console
 
-from optimizer.workload import drift
 from optimizer import shutdown
+from optimizer.config import space as space_mod
 from optimizer.config.schema import StudyConfig
-from optimizer.errors import ConfigError, OptimizerError
-from optimizer.report.summary import feasible, print_report
-from optimizer.driver.store.driver_lock import RunState
 from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
-from optimizer.driver.store.database import normalize_url, open_storage, sqlite_path
 from optimizer.driver.plan import Plan, load_workload, prepare
+from optimizer.driver.store.database import normalize_url, sqlite_path, study_attrs
+from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
-from optimizer.config import space as space_mod
-from optimizer.workload.materialize import read_workload
+from optimizer.errors import ConfigError, OptimizerError
 from optimizer.report import confirmed
+from optimizer.report.summary import print_report, ranked_feasible
+from optimizer.workload import drift
+from optimizer.workload.materialize import read_workload
 
 _GENERATION = re.compile(r"^(?P<base>.+)-g(?P<n>\d+)$")
 
@@ -47,13 +46,12 @@ def generation_name(base: str, n: int) -> str:
 
 def latest_generation(storage_url: str, base: str) -> tuple[int, dict]:
     """The highest generation of `base` in the storage and its study's user attributes ((1, {}) if none)."""
-    storage = open_storage(storage_url)
     best, attrs = 0, {}
-    for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False):
-        m = _GENERATION.match(s.study_name)
-        n = 1 if s.study_name == base else int(m["n"]) if m and m["base"] == base else 0
+    for name, study_attrs_ in study_attrs(storage_url):
+        m = _GENERATION.match(name)
+        n = 1 if name == base else int(m["n"]) if m and m["base"] == base else 0
         if n > best:
-            best, attrs = n, dict(s.user_attrs)
+            best, attrs = n, study_attrs_
     return max(best, 1), attrs
 
 
@@ -63,13 +61,12 @@ def with_source(cfg: StudyConfig, source: Path | None) -> StudyConfig:
     return cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"path": str(source)})})
 
 
-def warm_starts(study: optuna.Study, k: int) -> list[dict]:
+def warm_starts(study, k: int) -> list[dict]:
     """The previous generation's best configurations, best first: the confirmed winner, then the
     best feasible COMPLETE trials; distinct parameter sets only."""
     if k <= 0 or len(study.directions) > 1:
         return []
-    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if feasible(t)]
-    done.sort(key=lambda t: t.value, reverse=study.direction == optuna.study.StudyDirection.MAXIMIZE)
+    done = ranked_feasible(study)
     winner = confirmed.current_winner(study)
     if winner is not None:
         done.sort(key=lambda t: t.number != winner)  # stable: the winner first, the rest as ranked
@@ -143,7 +140,7 @@ class Daemon:
     def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan):
         shape = drift.shape_of(plan.workload)
 
-        def on_open(study: optuna.Study) -> None:
+        def on_open(study) -> None:
             if "generation" in study.user_attrs:
                 return  # resumed: it keeps what it started with
             attrs = {"generation": n, "trigger": trigger, "generation_started": time.time(),
@@ -207,13 +204,13 @@ class Daemon:
         path = sqlite_path(self.url)
         return path is None or path.exists()
 
-    def _report(self, study: optuna.Study, plan: Plan) -> None:
+    def _report(self, study, plan: Plan) -> None:
         try:
             print_report(study, plan.model.source, plan.artifacts, plan.objective, self.console)
         except OSError as exc:  # best.yaml on a full disk: the study is fine, the file is not written
             self.console.print(f"[red]report not written[/]: {exc.strerror or exc} in {plan.artifacts}")
 
-    def _watch(self, study: optuna.Study, plan: Plan, source: Path | None) -> tuple[str, Path | None]:
+    def _watch(self, study, plan: Plan, source: Path | None) -> tuple[str, Path | None]:
         """Wait until the traffic changes or the schedule says so; returns (trigger, the trace to tune on)."""
         shape = (drift.Shape.from_dict(study.user_attrs["traffic_shape"]) if "traffic_shape" in study.user_attrs
                  else drift.shape_of(plan.workload))

@@ -8,12 +8,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-import optuna
 from sqlalchemy.engine import make_url
 
+from optimizer.daemon.status_api import TRIAL_STATES, StatusState
 from optimizer.driver.progress import Progress
-from optimizer.report.summary import feasible, serve_command
-from optimizer.daemon.status_api import StatusState, TRIAL_STATES
+from optimizer.report.summary import ranked_feasible, serve_command
 
 
 def masked(url: str) -> str:
@@ -24,20 +23,19 @@ def masked(url: str) -> str:
         return "(unparsable URL)"
 
 
-def trial_counts(study: optuna.Study) -> dict[str, int]:
+def trial_counts(study) -> dict[str, int]:
     seen = Counter(t.state.name for t in study.get_trials(deepcopy=False))
     return {name: seen.get(name, 0) for name in TRIAL_STATES}
 
 
-def best_of(study: optuna.Study, objective, model: str) -> dict | None:
+def best_of(study, objective, model: str) -> dict | None:
     """The best feasible trial so far as the status API shows it (None for Pareto or none yet)."""
     if getattr(objective, "multi", False):
         return None
-    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if feasible(t)]
+    done = ranked_feasible(study, objective.direction == "maximize")
     if not done:
         return None
-    pick = max if objective.direction == "maximize" else min
-    t = pick(done, key=lambda t: t.value)
+    t = done[0]
     value = t.value
     return {"number": t.number, "value": value, "objective": objective.name, "metric": objective.metric,
             "unit": objective.unit, "direction": objective.direction,

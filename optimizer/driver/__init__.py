@@ -1,1 +1,7 @@
-"""TODO"""
+"""The study driver, the only writer to the study: plan (validate, open) -> launch (ask, start a
+Ray task) -> poll (phases, checkpoints, servers) -> tell (outcome -> Optuna state) -> confirm
+(re-measure the top). study.py is the loop; store/ is where the study lives.
+
+Imports anything below it (config, trial, engine, measure, workload, outputs, report). With
+trial/ the only package that imports ray; with report/ the only one that imports optuna.
+"""

@@ -20,10 +20,11 @@ import math
 from typing import Callable
 
 import optuna
+
+from optimizer.driver.measure_once import CONFIRM_KEY, measure_once
 from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.driver_lock import RunState
-from optimizer.driver.measure_once import CONFIRM_KEY, measure_once
 from optimizer.measure.noise import interval, verdict
 from optimizer.report.confirmed import ATTR, candidates, settled
 
@@ -73,7 +74,7 @@ def confirmation_pending(study: optuna.Study, plan: Plan) -> bool:
 
 
 def confirm_top(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState) -> None:
-    """Re-measure the top configurations (confirm.py): full runs, no early stop."""
+    """Re-measure the top configurations (driver/confirm.py): full runs, no early stop."""
     c = plan.cfg.confirm
     progress.confirming(c.top, c.repeats)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import optuna
 
-from optimizer.config import kv_fit as kvfit, space as space_mod
+from optimizer.config import kv_fit as kvfit
+from optimizer.config import space as space_mod
 from optimizer.engine.device import Device, detect
 from optimizer.engine.failures import Failure
 from optimizer.trial.spec import TrialResult
@@ -30,7 +31,7 @@ def full_params(vllm_args) -> dict:
 
 
 def device_now(preference: str) -> Device:
-    """The device as it is now: node 0's memory changes while a study runs (DESIGN.md)."""
+    """The device as it is now: node 0's memory changes while a study runs (docs/vllm-facts.md#node-memory-changes)."""
     return detect(preference)
 
 

@@ -3,23 +3,26 @@ task; a trial the KV precheck rules out is told PRUNED without a boot.
 """
 
 from __future__ import annotations
+
 import socket
 import time
 from dataclasses import dataclass, replace
+
 import optuna
-from optimizer.driver import tell as outcome, kv_precheck as precheck
-from optimizer.report import dashboard_notes as dashboard
-from optimizer.outputs import gate as outputcheck
+
 from optimizer.config import space as space_mod
-from optimizer.report.summary import finished_count
-from optimizer.engine.device import Device
-from optimizer.driver.progress import Progress
-from optimizer.driver.store.driver_lock import RunState
-from optimizer.driver.ray_runtime import run_trial
-from optimizer.trial.spec import TrialSpec
+from optimizer.driver import kv_precheck as precheck
+from optimizer.driver import tell as outcome
 from optimizer.driver.plan import Plan, baseline_params
+from optimizer.driver.progress import Progress
+from optimizer.driver.ray_runtime import run_trial
 from optimizer.driver.resources import ray_resources
-from optimizer.report.summary import best_feasible
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.engine.device import Device
+from optimizer.outputs import gate as outputcheck
+from optimizer.report import dashboard_notes as dashboard
+from optimizer.report.summary import best_feasible, finished_count
+from optimizer.trial.spec import TrialSpec
 
 
 def trial_params(trial: optuna.Trial, plan: Plan) -> dict:
@@ -43,7 +46,7 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/).
     With early stop on, the trial judges its stages itself against `best` (the best feasible value
     when it starts) as well as hearing the driver's verdicts. With `outputs`, it also answers the
-    output-regression prompts when the config asks (outputcheck.py)."""
+    output-regression prompts when the config asks (outputs/gate.py)."""
     args = space_mod.to_cli_args(params) + space_mod.engine_args_for(params, plan.device.kind) + plan.fixed_args()
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
     env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}

@@ -3,31 +3,33 @@ full run of a configuration as a Ray task, no early stop, stopped cleanly on a s
 """
 
 from __future__ import annotations
+
 import socket
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-import ray
-from optimizer.driver import tell as outcome
-from optimizer import shutdown
-from optimizer.driver.store.trial_files import store_trial
-from optimizer.driver.progress import Progress
-from optimizer.trial.channel import TrialBoard
-from optimizer.driver.store.driver_lock import RunState
-from optimizer.driver.ray_runtime import ray_runtime, run_trial
-from optimizer.trial.spec import TrialSpec, lost_trial_result
-from optimizer.driver.plan import Plan
-from optimizer.driver.launch import make_spec
-from optimizer.driver.poll import STOP_GRACE_S, note_server, phase_of, stop_task
-from optimizer.driver.resources import ray_resources
 
+import ray
+
+from optimizer import shutdown
+from optimizer.driver import tell as outcome
+from optimizer.driver.launch import make_spec
+from optimizer.driver.plan import Plan
+from optimizer.driver.poll import STOP_GRACE_S, note_server, phase_of, stop_task
+from optimizer.driver.progress import Progress
+from optimizer.driver.ray_runtime import ray_runtime, run_trial
+from optimizer.driver.resources import ray_resources
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.driver.store.trial_files import store_trial
+from optimizer.trial.channel import TrialBoard
+from optimizer.trial.spec import TrialSpec, lost_trial_result
 
 CONFIRM_KEY = 1_000_000  # re-measurements post on the board under keys no trial number reaches
 
 
 @contextmanager
 def measuring(plan: Plan, progress: Progress):
-    """For measurements outside a study's loop (sensitivity.py): the storage's run-state held, Ray up
+    """For measurements outside a study's loop (report/sensitivity.py): the storage's run-state held, Ray up
     and a board; yields `measure(params, key, log_dir) -> value or None` (measure_once)."""
     with RunState(plan.storage_url, plan.cfg.artifacts_dir) as held:
         progress.recovery(held.acquire())

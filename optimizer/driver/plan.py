@@ -3,28 +3,32 @@ workload, objective, storage URL), and the study it opens, stamped with what it 
 """
 
 from __future__ import annotations
+
 import hashlib
 import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+
 import optuna
+
 from objectives import get_objective
-from optimizer.driver import resources as slots_mod
-from optimizer.outputs import gate as outputcheck
 from optimizer.config import space as space_mod
-from optimizer.config.schema import StudyConfig
-from optimizer.engine.device import Device, detect
-from optimizer.errors import ConfigError, OptimizerError
 from optimizer.config.model_info import ModelInfo, load_model_info
-from optimizer.trial.rate_search import nominal_rate
-from optimizer.measure.slo import describe as describe_slos, parse_slos
+from optimizer.config.schema import StudyConfig
+from optimizer.driver import resources as slots_mod
 from optimizer.driver.ray_runtime import check_address, job_working_dir
+from optimizer.driver.resources import largest_request
 from optimizer.driver.store.database import check_storage, normalize_url, open_storage
+from optimizer.engine.device import Device, detect
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.errors import ConfigError, OptimizerError
+from optimizer.measure.slo import describe as describe_slos
+from optimizer.measure.slo import parse_slos
+from optimizer.outputs import gate as outputcheck
+from optimizer.trial.rate_search import nominal_rate
 from optimizer.workload import Vocabulary, Workload, build_workload
 from optimizer.workload.materialize import write_workload
-from optimizer.driver.resources import largest_request
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class Plan:
     storage_url: str
     artifacts: Path
     new_study: bool = False  # a stamp mismatch opens a separate study instead of refusing
-    server_env: tuple = ()  # the run-state's tags every trial server carries (runstate.py)
+    server_env: tuple = ()  # the run-state's tags every trial server carries (driver/store/driver_lock.py)
 
     def fixed_args(self) -> list[str]:
         """vLLM flags every trial gets: load format, dtype, the user's extra flags."""

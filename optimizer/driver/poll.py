@@ -3,18 +3,21 @@ stop, their servers' process groups recorded, results collected; and stopping th
 """
 
 from __future__ import annotations
+
 import math
 import time
+
 import optuna
 import ray
-from optimizer.trial import early_stop as earlystop
-from optimizer.driver.progress import Progress
-from optimizer.driver.store.driver_lock import RunState
-from optimizer.driver.ray_runtime import reap_server
-from optimizer.trial.spec import lost_trial_result
+
 from optimizer.driver.launch import Running
 from optimizer.driver.plan import Plan
-
+from optimizer.driver.progress import Progress
+from optimizer.driver.ray_runtime import reap_server
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.errors import first_line
+from optimizer.trial import early_stop as earlystop
+from optimizer.trial.spec import lost_trial_result
 
 STOP_GRACE_S = 10  # on a stop signal: how long the trial may take to stop its server before the driver kills it
 
@@ -28,7 +31,7 @@ def poll(running: list[Running], plan: Plan, board, progress: Progress, runstate
     refs = [r.ref for r in running]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.5)  # also how soon a stage's verdict goes back
     judge = plan.objective if plan.cfg.early_stop.enabled else None
-    phases = phases(board)
+    phases = read_phases(board)
     done = []
     for r in running:
         n = r.trial.number
@@ -50,9 +53,10 @@ def poll(running: list[Running], plan: Plan, board, progress: Progress, runstate
     return done
 
 
-def stop_all(running: list[Running], plan: Plan, board, runstate: RunState) -> None:
+def stop_all(running: list[Running], plan: Plan, board, runstate: RunState, progress: Progress) -> None:
     """Stop every running trial's task and server within STOP_GRACE_S overall (cancelled together,
-    then each reaped if still there)."""
+    then each reaped if still there). A server that cannot be reaped is named, and stays in the
+    run-state file so that the next start on this storage stops it."""
     for r in running:
         if not ray.wait([r.ref], timeout=0)[0]:
             ray.cancel(r.ref)
@@ -60,14 +64,16 @@ def stop_all(running: list[Running], plan: Plan, board, runstate: RunState) -> N
     for r in running:
         try:
             ray.get(r.ref, timeout=max(0.1, deadline - time.monotonic()))
-        except BaseException:
-            pass
+        except (ray.exceptions.RayError, TimeoutError):
+            pass  # cancelled, timed out or lost with its worker: its server is reaped next
         try:  # one trial's clean-up failing must not leave the others' servers running
             if not reap_server(board, r.trial.number, timeout=5):
                 runstate.reap(r.key)
             runstate.remove_server(r.key)
-        except Exception:
-            pass
+        except Exception as exc:  # noqa: BLE001 - said, and left on record for the next start
+            progress.note(f"trial {r.trial.number}: its server could not be stopped ({type(exc).__name__}: "
+                          f"{first_line(exc)}); it stays recorded in {runstate.path.name}, and the next start "
+                          "on this storage stops it")
 
 
 def cancel(ref, plan: Plan, grace: float | None = None) -> None:
@@ -78,8 +84,8 @@ def cancel(ref, plan: Plan, grace: float | None = None) -> None:
     ray.cancel(ref)
     try:
         ray.get(ref, timeout=plan.cfg.engine.shutdown_timeout_s + 15 if grace is None else grace)
-    except BaseException:
-        pass
+    except (ray.exceptions.RayError, TimeoutError):
+        pass  # cancelled, or slower than `grace`: the caller reaps its server
 
 
 def stop_task(ref, plan: Plan, board, number: int, runstate: RunState, key: str, grace: float | None = None) -> None:
@@ -120,7 +126,7 @@ def judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None,
         progress.checkpoint(trial.number, step, value, objective, reason)
 
 
-def phases(board) -> dict:
+def read_phases(board) -> dict:
     """Every trial's phase, in one read of the board ({} if the board is slow or gone)."""
     try:
         return ray.get(board.get.remote(), timeout=10)

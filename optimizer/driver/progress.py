@@ -9,12 +9,11 @@ from __future__ import annotations
 import optuna
 from rich.console import Console
 
-from optimizer.engine.device import GIB
-from optimizer.report.summary import best_feasible
-from optimizer.report.summary import finished_count
-from optimizer.measure.slo import describe as describe_slos, holds as slo_holds
 from optimizer.driver.store.database import masked
-from optimizer.report.summary import fmt_params
+from optimizer.engine.device import GIB
+from optimizer.measure.slo import describe as describe_slos
+from optimizer.measure.slo import holds as slo_holds
+from optimizer.report.summary import best_feasible, finished_count, fmt_params
 
 
 def best_line(study: optuna.Study, objective) -> str | None:
@@ -42,7 +41,7 @@ class Progress:
         return f"trial {number} " if self.tagged else ""
 
     def slots(self, planned) -> None:
-        """How many trials run at once (slots.py), said when it is more than one or capped."""
+        """How many trials run at once (driver/resources.py), said when it is more than one or capped."""
         if planned.count > 1:
             asks = ", ".join(f"{k}={v:g}" for k, v in planned.request.items())
             self.console.print(f"  {planned.count} trials at once (each asks Ray for {asks})")
@@ -78,7 +77,7 @@ class Progress:
             c.print(f"  recovered {recovered} trial(s) a previous run left RUNNING: marked FAIL and queued again")
 
     def recovery(self, rec) -> None:
-        """What starting cleaned up after a driver that did not end cleanly (runstate.py)."""
+        """What starting cleaned up after a driver that did not end cleanly (driver/store/driver_lock.py)."""
         if not rec:
             return
         d = rec.previous or {}

@@ -1,7 +1,7 @@
 """The Ray runtime for trials: an embedded local instance by default, a cluster when named.
 
 `ray.init(address="local")` always starts a fresh local instance; a bare `ray.init()`
-would try to join a cluster a past `ray start` left in /tmp/ray (FACTS.md). Trials are
+would try to join a cluster a past `ray start` left in /tmp/ray (docs/vllm-facts.md#embedded-ray). Trials are
 tasks with `max_retries=0`: the driver decides what to retry, so no trial runs twice unseen.
 """
 

@@ -3,15 +3,17 @@ the baseline queued first, infrastructure failures in a row, and a full disk wai
 """
 
 from __future__ import annotations
+
 import math
 import time
+
 import optuna
+
 from optimizer import shutdown
+from optimizer.driver.plan import Plan, baseline_params
+from optimizer.driver.progress import Progress
 from optimizer.driver.store.trial_files import is_disk_failure, writable
 from optimizer.errors import OptimizerError
-from optimizer.driver.progress import Progress
-from optimizer.driver.plan import Plan, baseline_params
-
 
 MAX_CONSECUTIVE_INFRA = 3
 

@@ -13,11 +13,12 @@ vllm-cpu trials side by side, with a warning that their timings distort each oth
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-from optimizer.errors import ConfigError
-import os
 import ray
+
+from optimizer.errors import ConfigError
 
 STANDARD = ("CPU", "GPU", "memory", "object_store_memory")
 
@@ -122,7 +123,7 @@ def cluster_address(plan) -> str | None:
 
 
 def trial_request(plan, params: dict | None = None) -> dict:
-    """What one trial asks Ray for (slots.py): on GPU one GPU per tensor-parallel rank (untested on a
+    """What one trial asks Ray for (driver/resources.py): on GPU one GPU per tensor-parallel rank (untested on a
     GPU), plus the GPU model's custom resource when named; on CPU the cores, shared among the
     `parallel` trials."""
     rc = plan.cfg.ray

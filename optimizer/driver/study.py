@@ -10,35 +10,34 @@ runs trials until the budget of finished (COMPLETE or PRUNED) trials is reached.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import optuna
 import ray
 
-
-from optimizer.driver import tell as outcome
-from optimizer.outputs import gate as outputcheck
 from optimizer import shutdown
-from optimizer.report.summary import finished_count
-from optimizer.driver.progress import Progress
-from optimizer.trial.channel import TrialBoard
-from optimizer.driver.store.driver_lock import RunState
-from optimizer.driver.ray_runtime import ray_runtime
-from optimizer.trial.spec import lost_trial_result
-from optimizer.driver.plan import Plan, open_study
+from optimizer.driver import tell as outcome
 from optimizer.driver.confirm import confirm_top, confirmation_pending
 from optimizer.driver.launch import Running, launch
+from optimizer.driver.plan import Plan, open_study
 from optimizer.driver.poll import phase_of, poll, stop_all
+from optimizer.driver.progress import Progress
+from optimizer.driver.ray_runtime import ray_runtime
 from optimizer.driver.recovery import InfraTally, ensure_baseline, queue_again, recover
 from optimizer.driver.resources import count_slots, cpu_bind
+from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.tell import finish
-from optimizer.report.summary import best_feasible
+from optimizer.errors import first_line
+from optimizer.outputs import gate as outputcheck
+from optimizer.report.summary import best_feasible, finished_count
+from optimizer.trial.channel import TrialBoard
+from optimizer.trial.spec import lost_trial_result
 
 
 def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
         on_open=None) -> tuple[optuna.Study, Plan]:
     """Run the study to its budget; returns the study and the plan it ran (for the report;
-    `--new-study` may have renamed it). Holds the storage's run-state (runstate.py) throughout:
+    `--new-study` may have renamed it). Holds the storage's run-state (driver/store/driver_lock.py) throughout:
     one driver per storage, and what a dead driver left running is cleaned up first.
     `on_open(study)` is called once the study is open, before any trial (the daemon stamps it)."""
     if runstate is None:
@@ -67,51 +66,76 @@ def _run_trials(study: optuna.Study, plan: Plan, board, progress: Progress, runs
     constant liar keeps trials started side by side apart. A stop signal stops every running
     trial's server and tells them FAIL `interrupted` (queued again); a trial whose measurement
     already came back is told its result, never thrown away."""
-    running: list[Running] = []
-    tally = InfraTally()
+    trials = _Trials(study, plan, board, progress, runstate, slots)
     best = best_feasible(study, plan.objective)  # refreshed after every trial told
     progress.tagged = slots > 1  # several trials' lines interleave: each says whose it is
     try:
         with shutdown.polling():
             while True:
                 shutdown.check()
-                while (len(running) < slots and finished_count(study) + len(running) < plan.cfg.n_trials
-                       and not shutdown.requested.is_set()
-                       and not outputcheck.hold_launches(study, plan.cfg, [r.trial for r in running])):
-                    slot = min(set(range(slots)) - {r.slot for r in running})
-                    launched = launch(study, plan, board, progress, runstate, len(running), cpu_bind(plan, slot, slots))
-                    if isinstance(launched, Running):
-                        running.append(launched)
-                    else:
-                        tally.count(launched, time.monotonic(), plan, progress)
-                if not running:
+                trials.launch_while_room()
+                if not trials.running:
                     return
-                done = poll(running, plan, board, progress, runstate, best)
-                told = []
-                for r, result in done:  # every finished one is told before any rule may raise
-                    running.remove(r)
-                    told.append((finish(study, plan, r, result, progress), r.started))
-                if told:
+                if trials.tell(poll(trials.running, plan, board, progress, runstate, best)):
                     best = best_feasible(study, plan.objective)
-                for outcome_of, started in told:
-                    tally.count(outcome_of, started, plan, progress)
     except BaseException as exc:  # a stop signal (KeyboardInterrupt), a broken pipe, too many infra failures
-        for r in [r for r in running if ray.wait([r.ref], timeout=0)[0]]:
-            try:  # finished while the driver was stopping: keep the measurement
-                result = ray.get(r.ref)
-            except ray.exceptions.RayError as lost:
-                result = lost_trial_result(r.trial.number, lost, phase_of(board, r.trial.number))
-            running.remove(r)
-            runstate.remove_server(r.key)
-            try:
-                finish(study, plan, r, result, progress)
-            except Exception:  # e.g. the database went away: the next start recovers it (left RUNNING)
-                pass
-        stop_all(running, plan, board, runstate)
-        for r in running:
-            outcome.tell_infra(study, r.trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
-            queue_again(study, r.trial, always=True, reason="interrupted")
+        trials.stop(exc)
         raise
 
 
+@dataclass
+class _Trials:
+    """The trials of one study loop that run now, and the three things done to them."""
 
+    study: optuna.Study
+    plan: Plan
+    board: object  # the TrialBoard actor
+    progress: Progress
+    runstate: RunState
+    slots: int
+    running: list[Running] = field(default_factory=list)
+    tally: InfraTally = field(default_factory=InfraTally)
+
+    def launch_while_room(self) -> None:
+        """Start trials while a slot is free, the budget allows and the output gate does not hold."""
+        study, plan = self.study, self.plan
+        while (len(self.running) < self.slots and finished_count(study) + len(self.running) < plan.cfg.n_trials
+               and not shutdown.requested.is_set()
+               and not outputcheck.hold_launches(study, plan.cfg, [r.trial for r in self.running])):
+            slot = min(set(range(self.slots)) - {r.slot for r in self.running})
+            launched = launch(study, plan, self.board, self.progress, self.runstate, len(self.running),
+                              cpu_bind(plan, slot, self.slots))
+            if isinstance(launched, Running):
+                self.running.append(launched)
+            else:  # pruned by the KV precheck without a boot
+                self.tally.count(launched, time.monotonic(), plan, self.progress)
+
+    def tell(self, done: list) -> bool:
+        """Tell Optuna every finished trial before any rule may raise; True if there were any."""
+        told = []
+        for r, result in done:
+            self.running.remove(r)
+            told.append((finish(self.study, self.plan, r, result, self.progress), r.started))
+        for outcome_of, started in told:
+            self.tally.count(outcome_of, started, self.plan, self.progress)
+        return bool(told)
+
+    def stop(self, exc: BaseException) -> None:
+        """On a stop: keep what already came back, stop the rest, tell them interrupted (queued again)."""
+        for r in [r for r in self.running if ray.wait([r.ref], timeout=0)[0]]:
+            try:  # finished while the driver was stopping: keep the measurement
+                result = ray.get(r.ref)
+            except ray.exceptions.RayError as lost:
+                result = lost_trial_result(r.trial.number, lost, phase_of(self.board, r.trial.number))
+            self.running.remove(r)
+            self.runstate.remove_server(r.key)
+            try:
+                finish(self.study, self.plan, r, result, self.progress)
+            except Exception as failed:  # noqa: BLE001 - e.g. the database went away: said, and recovered later
+                self.progress.note(f"trial {r.trial.number}: its measurement came back but could not be stored "
+                                   f"({type(failed).__name__}: {first_line(failed)}); it stays RUNNING in the "
+                                   "study, and the next start fails it as lost and queues it again")
+        stop_all(self.running, self.plan, self.board, self.runstate, self.progress)
+        for r in self.running:
+            outcome.tell_infra(self.study, r.trial, "interrupted: re-run to resume", f"{type(exc).__name__}")
+            queue_again(self.study, r.trial, always=True, reason="interrupted")

@@ -17,21 +17,21 @@ set after tell): metrics, phase times, failure kind, evidence and remedy.
 from __future__ import annotations
 
 import math
+import socket
 from dataclasses import replace
 
 import optuna
 
-from optimizer.measure import slo
-from optimizer.engine.failures import RETRIED, Failure
-from optimizer.trial.spec import TrialResult
-import socket
 from optimizer.driver import kv_precheck as precheck
 from optimizer.driver.plan import Plan
 from optimizer.driver.progress import Progress
 from optimizer.driver.recovery import queue_again
 from optimizer.driver.store.trial_files import is_disk_failure, store_trial
+from optimizer.engine.failures import RETRIED, Failure
+from optimizer.measure import slo
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
+from optimizer.trial.spec import TrialResult
 
 METRIC_KEYS = (
     "output_throughput", "request_throughput", "total_token_throughput", "error_rate", "completed",

@@ -14,10 +14,10 @@ Kinds (what pruning records):
                     its token counts disagree with the server's): retried once, like infra
     early_stopped   not a fault: cut short because it could not win, or its SLOs were lost
     output_changed  ran fine, but its greedy answers differ from the baseline's above the
-                    study's maximum flip rate (outputcheck.py)
+                    study's maximum flip rate (outputs/gate.py)
 
 Rules are tried in order; the first that matches a log line wins. The patterns are the
-messages vLLM prints (quoted in FACTS.md / DESIGN.md and collected from real runs in
+messages vLLM prints (docs/vllm-facts.md#startup-failure-messages, collected from real runs in
 tests/fixtures/vllm_logs/).
 """
 
@@ -97,7 +97,7 @@ def _kv_too_small(lines: list[str]) -> Failure | None:
 
 
 LAUNCH_PREFIX = "# launched: "  # the first line of a server log: the command (engine/vllm.py)
-NOTE_PREFIX = "# note: "  # header lines after it: what the trial checked before launching (gpucheck.py)
+NOTE_PREFIX = "# note: "  # header lines after it: what the trial checked before launching (trial/gpu_check.py)
 
 
 def log_lines(log: str) -> list[str]:

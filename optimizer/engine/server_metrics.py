@@ -1,7 +1,7 @@
 """The server's own view of a replay, from vLLM's Prometheus `/metrics`.
 
 Counters are cumulative, so a snapshot is taken just before and just after the measured
-window and the difference is kept (FACTS.md); gauges (KV-cache usage, queue length) are
+window and the difference is kept (docs/vllm-facts.md#metrics-counters); gauges (KV-cache usage, queue length) are
 sampled during the window for their peak. The deltas let the replay cross-check its own
 token counts against the server's and show what the client cannot see: preemptions,
 prefix-cache hits, time spent queued.

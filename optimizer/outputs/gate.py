@@ -2,7 +2,7 @@
 greedy outputs against the baseline's), and `python -m optimizer regress`.
 
 In a study (`regression: {enabled: true, max_flip_rate: ...}`) every measured trial answers the
-prompt set after its replay (trial.py). The baseline's answers become the study's reference
+prompt set after its replay (trial/task.py). The baseline's answers become the study's reference
 (study user attribute `regression_reference`); every later trial is compared with them
 (regression.compare) and the comparison stored on it (`regression`). Above `max_flip_rate` the
 trial is PRUNED as `output_changed`: it cannot become the best. A trial measured before the
@@ -19,11 +19,11 @@ import hashlib
 from dataclasses import replace
 from pathlib import Path
 
-from optimizer.outputs import compare as regression
 from optimizer import shutdown
 from optimizer.engine.failures import Failure
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import ConfigError
+from optimizer.outputs import compare as regression
 
 REFERENCE = "regression_reference"  # study user attribute: the baseline's answers
 

@@ -17,7 +17,7 @@ The rate a plan rests on:
 - any other study: the run's `total_token_throughput`; SLO-bounded when the run met the study's SLO
   constraints. Without SLOs it is the rate at saturation (or at the workload's schedule): latency
   at that load is not promised, and the plan says so.
-A re-measured trial's mean (confirm.py) replaces its one run when the objective is a rate: the
+A re-measured trial's mean (driver/confirm.py) replaces its one run when the objective is a rate: the
 workload fixes the ratios between a run's rates, so they all scale with the objective's value.
 `--slo` asks for SLOs the study did not bound: they are checked against the measured run's
 latencies, and a miss is refused (no plan can promise it without measuring again).
@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 import optuna
 
-from optimizer.errors import ConfigError
-from optimizer.measure.slo import Slo, describe as describe_slos
 from optimizer.config.space import split_flags
+from optimizer.errors import ConfigError
+from optimizer.measure.slo import Slo
+from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import confirmed
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -172,7 +173,7 @@ def _n(x: float) -> str:
 
 def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
                            slos: tuple[Slo, ...] = ()) -> Measurement:
-    """What a replica of the study's best configuration carries (report.py's best: the confirmed
+    """What a replica of the study's best configuration carries (report/summary.py's best: the confirmed
     winner, else Optuna's best feasible trial), or of trial `trial_number`; with `slos` (--slo),
     only if the measured run met them. Raises ConfigError naming the problem and the fix."""
     trial = _pick(study, trial_number)
@@ -251,7 +252,7 @@ def _check_slos(number: int, slos: tuple[Slo, ...], metrics: dict) -> None:
 
 def _remeasured(study: optuna.Study, trial: optuna.trial.FrozenTrial, value: float,
                 objective_metric: str) -> tuple[float, int]:
-    """`value` scaled to the trial's re-measured mean (confirm.py), and the runs behind it."""
+    """`value` scaled to the trial's re-measured mean (driver/confirm.py), and the runs behind it."""
     if objective_metric not in RATE_OBJECTIVES:
         return value, 1  # a latency mean says nothing about the rate
     ci = ((study.user_attrs.get(confirmed.ATTR) or {}).get("intervals") or {}).get(str(trial.number))

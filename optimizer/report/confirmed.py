@@ -3,8 +3,8 @@ describes the study, and its winner. (driver/confirm.py does the re-measuring.)
 """
 
 from __future__ import annotations
-import optuna
 
+import optuna
 
 ATTR = "confirmation"
 

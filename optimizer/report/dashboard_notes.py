@@ -4,7 +4,7 @@ and a short Markdown note (configuration, headline metrics, failure kind and rem
 The artifact store is `optuna.artifacts.FileSystemArtifactStore` rooted at `artifacts_dir`
 (next to `trials.db` by default), so `optuna-dashboard sqlite:///trials.db --artifact-dir
 artifacts` (`make dashboard`) serves the files. Optuna keeps each upload under its own id in
-that directory; the readable copies stay in `artifacts/<study>/trial-<n>/` (artifacts.py).
+that directory; the readable copies stay in `artifacts/<study>/trial-<n>/` (driver/store/trial_files.py).
 
 An upload sets a trial system attribute, which Optuna refuses once the trial is finished,
 so the driver uploads before it tells Optuna. A note lives in the study's system attributes

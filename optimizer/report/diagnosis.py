@@ -30,7 +30,7 @@ engine/failures.py):
 Server-side causes (preemptions, queuing) come before their symptom (slo_missed): the cause
 names the knob that fixes it. A healthy COMPLETE trial within the noise of the best gets None.
 What a trial recorded (_Facts) and the start-up memory rules (no_kv_room, oom_at_start,
-kv_too_small: vLLM's memory lines read into GiB figures) are in diagnosis_evidence.py.
+kv_too_small: vLLM's memory lines read into GiB figures) are in report/diagnosis_evidence.py.
 """
 
 from __future__ import annotations
@@ -42,7 +42,16 @@ from typing import Callable
 
 import optuna
 
-from optimizer.report.diagnosis_evidence import _Facts, _float, _Found, _gist, _kv_too_small, _n, _no_kv_room, _oom_at_start
+from optimizer.report.diagnosis_evidence import (
+    _Facts,
+    _float,
+    _Found,
+    _gist,
+    _kv_too_small,
+    _n,
+    _no_kv_room,
+    _oom_at_start,
+)
 
 COMPLETE, PRUNED, FAIL = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
                           optuna.trial.TrialState.FAIL)

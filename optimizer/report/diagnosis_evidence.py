@@ -1,4 +1,4 @@
-"""What diagnosis.py's rules read, and its three rules for a server that could not start for lack of memory.
+"""What report/diagnosis.py's rules read, and its three rules for a server that could not start for lack of memory.
 
 _Facts is one trial's record (outcome.record: failure kind, evidence, remedy, the flags it ran
 with, metrics, the server's /metrics view), read once; _Found is a rule's answer. The start-up
@@ -13,7 +13,7 @@ memory rules turn vLLM's own memory lines into the figure an operator changes:
                   available KV cache memory (<have> GiB)": lower max-model-len to vLLM's estimate,
                   raise gpu-memory-utilization, or halve the KV bytes with fp8
 
-A trial precheck.py pruned before boot has no such line: its kv_estimate gives the figures.
+A trial driver/kv_precheck.py pruned before boot has no such line: its kv_estimate gives the figures.
 Like every rule in diagnosis._RULES, each takes (facts, context) and returns a _Found or None.
 """
 
@@ -75,7 +75,7 @@ class _Facts:
 
     @property
     def under_load(self) -> bool:
-        """It got as far as the measured replay (trial.py records replay_s only then)."""
+        """It got as far as the measured replay (trial/task.py records replay_s only then)."""
         return "replay_s" in (self.attrs.get("phases_s") or {})
 
     @property

@@ -1,4 +1,4 @@
-"""The written report's pictures (reportfiles.py places them), each drawn twice from one study:
+"""The written report's pictures (report/written.py places them), each drawn twice from one study:
 
     tradeoff    output throughput vs p95 TTFT of every completed trial: the non-dominated ones
                 labelled, the baseline a star, the best ringed, a trial that missed its SLOs crossed
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import optuna
 
-from optimizer.report import summary as rep
 from optimizer.measure.metrics import percentile
+from optimizer.report import summary as rep
 from optimizer.report.summary import fmt_params
 
 COMPLETE = rep.COMPLETE

@@ -19,10 +19,10 @@ import math
 
 import optuna
 
-from optimizer.errors import ConfigError
 from optimizer.config.space import SearchSpace, active
-from optimizer.report import confirmed
+from optimizer.errors import ConfigError
 from optimizer.measure import noise
+from optimizer.report import confirmed
 
 ATTR = "sensitivity"
 KEY = 2_000_000  # board keys of these runs: no trial or confirmation reaches them

@@ -17,8 +17,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from optimizer.measure.slo import describe as describe_slos
 from optimizer.config.space import KNOBS, from_cli_args, split_flags
+from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import confirmed
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -34,7 +34,7 @@ class Summary:
     front: tuple[optuna.trial.FrozenTrial, ...] = ()  # multi-objective studies
     infeasible_only: bool = False  # trials completed, none met the SLO constraints
     savings: dict = field(default_factory=dict)
-    confirmation: dict = field(default_factory=dict)  # re-measurements of the top configurations (confirm.py)
+    confirmation: dict = field(default_factory=dict)  # re-measurements of the top configurations (driver/confirm.py)
 
 
 def knobs_of(t: optuna.trial.FrozenTrial) -> dict:
@@ -82,6 +82,15 @@ def savings(study: optuna.Study) -> dict:
 
 def feasible(t: optuna.trial.FrozenTrial) -> bool:
     return all(v <= 0 for v in (t.constraints or {}).values())
+
+
+def ranked_feasible(study: optuna.Study, maximize: bool | None = None) -> list[optuna.trial.FrozenTrial]:
+    """The COMPLETE trials that met their constraints, best first (ties in trial order); the
+    direction is the study's unless `maximize` says it."""
+    if maximize is None:
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if feasible(t)]
+    return sorted(done, key=lambda t: t.value, reverse=maximize)
 
 
 def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary:

@@ -1,14 +1,14 @@
 """The written report of a study, for people who were not watching the console:
 
     out_dir/report.md, report.html   1. headline: baseline vs best and the gain, with a 95% interval when
-                                        the top configurations were re-measured (confirm.py)
+                                        the top configurations were re-measured (driver/confirm.py)
                                      2. deploy: the `vllm serve` command and `--config best.yaml`
                                         (a multi-objective study: its Pareto front, pareto_front.yaml)
                                      3. the top configurations   4. pictures   5. failures, with the
-                                        cause and remedy diagnosis.py gives   6. savings, sensitivity
+                                        cause and remedy report/diagnosis.py gives   6. savings, sensitivity
     out_dir/best.yaml                report.serve_yaml of the best trial's flags
     out_dir/<picture>.png, .html     each picture static (matplotlib) and interactive (plotly):
-                                     `tradeoff`, `importance`, `ttft` (drawn by reportplots.py)
+                                     `tradeoff`, `importance`, `ttft` (drawn by report/pictures.py)
     out_dir/plotly.min.js            the plotting library, referenced by the interactive pictures
 
 Offline on purpose: the interactive pictures use plotly's "directory" mode, one copy of the
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import optuna
 
-from optimizer.report import summary as rep
-from optimizer.report.summary import fmt_params
-from optimizer.report.pictures import DRAWINGS, finite, save
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.report import summary as rep
+from optimizer.report.pictures import DRAWINGS, finite, save
+from optimizer.report.summary import fmt_params
 
 COMPLETE = rep.COMPLETE
 TOP = 5
@@ -193,7 +193,9 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
 
 
 def _failures(doc: _Doc, study: optuna.Study) -> None:
-    from optimizer.report.diagnosis import diagnose_study  # written beside this module; cause and remedy per trial
+    from optimizer.report.diagnosis import (
+        diagnose_study,  # written beside this module; cause and remedy per trial
+    )
 
     doc.heading("Failures and weak trials")
     found = {}

@@ -2,6 +2,7 @@
 """
 
 from __future__ import annotations
+
 from optimizer.engine.tiny_model import NON_KV_GIB
 
 

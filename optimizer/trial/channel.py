@@ -18,7 +18,6 @@ import threading
 import ray
 
 
-
 @ray.remote(num_cpus=0)
 class TrialBoard:
     def __init__(self):

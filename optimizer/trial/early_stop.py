@@ -10,7 +10,7 @@ The rules stop only a trial that provably cannot win, so no stop ever discards a
 - throughput (maximized): the measured window can only grow, so the final value is at
   most planned tokens (or requests) / time elapsed so far; below the best, it cannot win.
 - goodput (maximized): the rate search never answers above the capacity it measured
-  first (ratesearch.py), so a capacity below the best cannot win.
+  first (trial/rate_search.py), so a capacity below the best cannot win.
 
 Pareto studies are not stopped early: there is no single best to lose to.
 """

@@ -17,8 +17,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from optimizer.engine.failures import Failure
 from optimizer.config.space import split_flags
+from optimizer.engine.failures import Failure
 
 ENV = "CUDA_VISIBLE_DEVICES"
 QUERY = ("--query-gpu=index,uuid,memory.total,memory.free", "--format=csv,noheader,nounits")

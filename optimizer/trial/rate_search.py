@@ -15,7 +15,7 @@ Inside one trial, on one server, the workload's requests are replayed at a few r
 
 This follows vLLM's SLA sweep (test max, then min, interpolate the SLO margin, stop when
 the bracket is small) and GuideLLM's sweep (synchronous -> max throughput -> in between);
-see FACTS.md. The search is a pure function of a `probe(rate)` callback, so its logic is
+see docs/vllm-facts.md#sla-rate-search. The search is a pure function of a `probe(rate)` callback, so its logic is
 tested against a known latency curve without a server.
 """
 

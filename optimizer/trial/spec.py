@@ -3,11 +3,13 @@
 """
 
 from __future__ import annotations
+
 from dataclasses import dataclass, field
-from optimizer.measure import slo as slo_mod
+
 from optimizer.engine.failures import Failure
-from optimizer.errors import first_line
 from optimizer.engine.vllm import StopReport
+from optimizer.errors import first_line
+from optimizer.measure import slo as slo_mod
 from optimizer.measure.replay import RequestRecord
 from optimizer.workload import Workload
 
@@ -42,7 +44,7 @@ class TrialSpec:
     best: float | None = None
     margin: float = 0.0
     driver_host: str = ""  # the driver's hostname: a trial elsewhere logs to node-local scratch (node_log_path)
-    # The output-regression prompt set (regression.py): (prompts, max_tokens, top_k), or None. Answered
+    # The output-regression prompt set (outputs/compare.py): (prompts, max_tokens, top_k), or None. Answered
     # greedily after a measured run, one prompt at a time on the then idle server.
     regression: tuple | None = None
 
@@ -64,7 +66,7 @@ class TrialResult:
     early_stop: dict = field(default_factory=dict)  # why and when the run was cut short: reason, by, step, saved_s
     kv_lines: str = ""  # the server log's lines about its KV budget (kvfit learns from them)
     channel: dict = field(default_factory=dict)  # the driver channel's health (Driver.health)
-    log_text: str = ""  # the server's whole log (its tail if huge): the driver stores it (artifacts.py)
+    log_text: str = ""  # the server's whole log (its tail if huge): the driver stores it (driver/store/trial_files.py)
     outputs: tuple[dict, ...] = ()  # the regression prompts' greedy outputs (regression.Output.to_dict)
     outputs_error: str = ""  # why they could not be read (the measurement still counts)
 

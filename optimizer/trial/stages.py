@@ -3,21 +3,24 @@ checkpoint posted to the driver channel and early stop judged on it.
 """
 
 from __future__ import annotations
+
 import math
 import time
+import urllib.request
 from dataclasses import replace
-from optimizer.trial import early_stop as earlystop, rate_search as ratesearch
+
 from optimizer.engine import server_metrics as servermetrics
-from optimizer.measure import slo as slo_mod, validity
-from optimizer.engine.failures import Failure
+from optimizer.engine.failures import Failure, classify_runtime
 from optimizer.engine.vllm import VllmServer
+from optimizer.measure import slo as slo_mod
+from optimizer.measure import validity
 from optimizer.measure.metrics import summarize
 from optimizer.measure.replay import RequestRecord, run_replay
-from optimizer.workload import Workload
+from optimizer.trial import early_stop as earlystop
+from optimizer.trial import rate_search as ratesearch
 from optimizer.trial.channel import Driver
 from optimizer.trial.spec import TrialSpec
-import urllib.request
-from optimizer.engine.failures import classify_runtime
+from optimizer.workload import Workload
 
 
 def measure_window(base_url: str, spec: TrialSpec, requests, stop_when=None,
@@ -81,7 +84,7 @@ def stopper(spec: TrialSpec, driver: Driver, stages: int | None = None):
 
 def partial_metrics(finished, planned) -> dict:
     """A stage's partial measurement of the `planned` requests, as the driver's early-stop rules
-    need it (earlystop.py): counts, tokens, elapsed time and per-request latencies so far."""
+    need it (trial/early_stop.py): counts, tokens, elapsed time and per-request latencies so far."""
     values = [slo_mod.request_values(r) for r in finished]
     first = min(r.sent_s for r in finished)
     out_tokens = sum(r.output_tokens for r in finished)
@@ -165,7 +168,7 @@ class SearchAborted(Exception):
 
 
 def reset_prefix_cache(base_url: str) -> bool:
-    """Empty the prefix cache after warm-up (FACTS.md: a warm cache inflates results). Needs the
+    """Empty the prefix cache after warm-up (a warm cache inflates results: docs/vllm-facts.md#prefix-cache-reset). Needs the
     server's dev endpoints (VLLM_SERVER_DEV_MODE=1, set for trial servers); False when refused."""
     req = urllib.request.Request(base_url.rstrip("/") + "/reset_prefix_cache", data=b"", method="POST")
     try:

@@ -7,7 +7,7 @@ the server's whole process group is stopped before the task returns.
 
 Two modes: `replay` measures the workload once (in `stages`: after each, the partial
 measurement goes to the driver, which may answer "stop, this trial cannot win");
-`goodput` searches for the highest request rate at which the SLOs hold (ratesearch.py).
+`goodput` searches for the highest request rate at which the SLOs hold (trial/rate_search.py).
 With early stop on, a replay (or a goodput probe below saturation) whose SLOs are already
 lost beyond repair is cut short on the spot.
 """
@@ -24,16 +24,22 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from optimizer.trial import gpu_check as gpucheck
-from optimizer.outputs import compare as regression
 from optimizer.engine import server_metrics as servermetrics
-from optimizer.measure import validity
-from optimizer.errors import first_line
 from optimizer.engine.vllm import VllmServer
+from optimizer.errors import first_line
+from optimizer.measure import validity
 from optimizer.measure.replay import run_replay
+from optimizer.outputs import compare as regression
+from optimizer.trial import gpu_check as gpucheck
 from optimizer.trial.channel import Driver
 from optimizer.trial.spec import TrialResult, TrialSpec
-from optimizer.trial.stages import measure_window, reset_prefix_cache, runtime_failure, search_rates, stopper
+from optimizer.trial.stages import (
+    measure_window,
+    reset_prefix_cache,
+    runtime_failure,
+    search_rates,
+    stopper,
+)
 
 LOG_TAIL_LINES = 120
 LOG_LIMIT_BYTES = 4 * 1024 * 1024  # the most of a server log one result carries back through Ray

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from optimizer.workload.base import Request, Workload
 from optimizer.config.workload_spec import BatchSpec
+from optimizer.workload.base import Request, Workload
 from optimizer.workload.tokens import Vocabulary
 
 

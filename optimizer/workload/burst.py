@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import random
 
+from optimizer.config.workload_spec import BurstSpec
 from optimizer.workload.arrivals import Spikes, spike_schedule
 from optimizer.workload.base import Request, Workload
-from optimizer.config.workload_spec import BurstSpec
 from optimizer.workload.tokens import Vocabulary
 
 

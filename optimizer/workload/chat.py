@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import random
 
+from optimizer.config.workload_spec import ChatSpec
 from optimizer.workload.arrivals import closed_concurrency, describe_arrival, offsets
 from optimizer.workload.base import Request, Workload
-from optimizer.config.workload_spec import ChatSpec
 from optimizer.workload.tokens import Vocabulary
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import random
 
+from optimizer.config.workload_spec import RagSpec
 from optimizer.workload.arrivals import closed_concurrency, describe_arrival, offsets
 from optimizer.workload.base import Request, Workload
-from optimizer.config.workload_spec import RagSpec
 from optimizer.workload.tokens import Vocabulary
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 
+from optimizer.config.workload_spec import TraceSpec
 from optimizer.errors import ConfigError
 from optimizer.workload.arrivals import closed_concurrency, describe_arrival, offsets
 from optimizer.workload.base import Request, Workload
-from optimizer.config.workload_spec import TraceSpec
 from optimizer.workload.tokens import Vocabulary
 from optimizer.workload.traces import BadRow, TraceRow, read_trace
 

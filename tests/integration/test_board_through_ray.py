@@ -9,8 +9,8 @@ import time
 import pytest
 import ray
 
-from optimizer.trial.channel import BoardDriver, TrialBoard
 from optimizer.driver.ray_runtime import ray_runtime
+from optimizer.trial.channel import BoardDriver, TrialBoard
 
 pytestmark = pytest.mark.integration
 

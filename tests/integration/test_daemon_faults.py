@@ -30,8 +30,8 @@ import psutil
 import pytest
 import yaml
 
-from optimizer.engine.vllm import group_pids, port_is_free
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.engine.vllm import group_pids, port_is_free
 
 pytestmark = pytest.mark.integration
 SERVER = "vllm.entrypoints.openai.api_server"

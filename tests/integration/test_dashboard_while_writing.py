@@ -17,8 +17,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from optimizer.engine.vllm import free_port
 from optimizer.driver.store.database import open_storage
+from optimizer.engine.vllm import free_port
 
 pytestmark = pytest.mark.integration
 TRIALS = 150

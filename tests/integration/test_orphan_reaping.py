@@ -9,9 +9,9 @@ import sys
 import pytest
 import ray
 
+from optimizer.driver.ray_runtime import ray_runtime, reap_server
 from optimizer.engine.vllm import group_pids
 from optimizer.trial.channel import TrialBoard
-from optimizer.driver.ray_runtime import ray_runtime, reap_server
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """PostgreSQL as the study storage, for real: a server from scripts/postgres_for_tests.sh (or
-$VLLM_OPTIMIZER_TEST_PG_URL), opened through optimizer/storage.py the way the driver opens it.
+$VLLM_OPTIMIZER_TEST_PG_URL), opened through optimizer/driver/store/database.py the way the driver opens it.
 No vLLM here. The database persists across runs: every study name is unique and deleted after.
 """
 

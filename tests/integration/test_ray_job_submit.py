@@ -33,13 +33,12 @@ import optuna
 import psutil
 import pytest
 import yaml
-
 from sqlalchemy.engine import make_url
 
-from optimizer.testing import ray_head as rayhead
 from optimizer.engine.device import read_node_memory
-from optimizer.testing.memory import memory_fraction
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.testing import ray_head as rayhead
+from optimizer.testing.memory import memory_fraction
 
 pytestmark = pytest.mark.integration
 

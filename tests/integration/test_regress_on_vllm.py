@@ -17,8 +17,8 @@ import sys
 import pytest
 import yaml
 
-from optimizer.testing.memory import memory_fraction
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.testing.memory import memory_fraction
 
 pytestmark = pytest.mark.integration
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import pytest
 
+from optimizer.config.model_info import load_model_info
 from optimizer.config.schema import build_config
 from optimizer.engine.device import GIB, read_node_memory
-from optimizer.engine.vllm import VllmServer
-from optimizer.config.model_info import load_model_info
-from optimizer.measure.replay import run_replay
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.engine.vllm import VllmServer
+from optimizer.measure.replay import run_replay
 from optimizer.measure.slo import parse_slos
+from optimizer.measure.validity import check
 from optimizer.trial.channel import Driver
 from optimizer.trial.spec import TrialSpec
 from optimizer.trial.stages import measure_window, search_rates
 from optimizer.trial.task import reset_prefix_cache
-from optimizer.measure.validity import check
 from optimizer.workload import Vocabulary, build_workload
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ p95 TTFT of the baseline ranged 27 ms-3.4 s (32 replays on three servers, 16 abo
 BENCHMARKS.md). The slow trial's queueing wait (~15 requests of ~220 tokens ahead of each)
 is ~8 s, and the trial would run ~25 s: a verdict a stall or two late still lands.
 The fractions are computed from the NUMA node's size right now (it changes over time on
-these machines, DESIGN.md).
+these machines, docs/vllm-facts.md#node-memory-changes).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import pytest
 import yaml
 
 from optimizer.engine.device import read_node_memory
-from optimizer.testing.memory import memory_fraction
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.testing.memory import memory_fraction
 from optimizer.workload.materialize import read_workload
 
 pytestmark = pytest.mark.integration
@@ -298,7 +298,7 @@ def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(fi
     flags = yaml.safe_load((out / "best.yaml").read_text())
     args = best.user_attrs["vllm_args"]
     assert flags["max-num-seqs"] == int(args[args.index("--max-num-seqs") + 1])
-    from tests.unit.test_reportfiles import parse_with_vllm  # noqa: PLC0415 - vLLM's own parser
+    from tests.unit.report.test_written_report import parse_with_vllm  # noqa: PLC0415 - vLLM's own parser
 
     parsed = parse_with_vllm(str(root / "tiny"), out / "best.yaml")
     assert parsed.max_num_seqs == flags["max-num-seqs"] and parsed.load_format == "dummy"

@@ -46,7 +46,7 @@ def masked(url: str) -> str:
 def normalize_url(url: str, in_job: bool = False) -> str:
     """The URL with a SQLite path made absolute; other URLs unchanged. In a Ray job run from an
     uploaded working directory (`in_job`), a relative SQLite path is refused: it would land in
-    that temporary copy and be deleted with the job (FACTS.md)."""
+    that temporary copy and be deleted with the job (docs/vllm-facts.md#ray-job-working-dir)."""
     if in_job and url.startswith("sqlite") and not url.startswith("sqlite:////") and ":memory:" not in url:
         raise StorageError(f"storage '{url}' is a relative SQLite path, and this runs as a Ray job whose working "
                            "directory is a temporary copy deleted with the job; pass an absolute path "
@@ -127,6 +127,7 @@ def _connect_timeout(url: str) -> dict:
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     """An Optuna RDB storage for `url`; raises StorageError with the fix."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the commands print their own lines
     path = check_storage(url)
     if path:
         with closing(sqlite3.connect(path)) as con:
@@ -140,3 +141,10 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     except (SQLAlchemyError, ImportError, ValueError, RuntimeError) as exc:
         raise StorageError(f"storage '{url}' cannot be opened ({type(exc).__name__}: {first_line(exc)})"
                            "; check the URL, the driver package and the server") from exc
+
+
+def study_attrs(storage_url: str) -> list[tuple[str, dict]]:
+    """Every study in the storage, as (name, user attributes)."""
+    storage = open_storage(storage_url)
+    return [(s.study_name, dict(s.user_attrs))
+            for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]

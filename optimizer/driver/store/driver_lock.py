@@ -30,9 +30,9 @@ from pathlib import Path
 
 import psutil
 
+from optimizer.driver.store.database import masked, sqlite_path
 from optimizer.engine.vllm import group_pids, terminate_group
 from optimizer.errors import ConfigError, StorageError
-from optimizer.driver.store.database import masked, sqlite_path
 
 STORAGE_TAG = "VLLM_OPTIMIZER_STORAGE"  # env var every trial server carries: this storage's digest
 RUN_TAG = "VLLM_OPTIMIZER_RUN"  # and the run (driver) that started it

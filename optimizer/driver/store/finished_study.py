@@ -9,12 +9,17 @@ from pathlib import Path
 import optuna
 
 from objectives import get_objective
-
+from optimizer.driver.plan import objective_stamp
+from optimizer.driver.ray_runtime import job_working_dir
+from optimizer.driver.store.database import (
+    check_storage,
+    masked,
+    normalize_url,
+    open_storage,
+    sqlite_path,
+)
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import parse_slos
-from optimizer.driver.store.database import check_storage, masked, normalize_url, open_storage, sqlite_path
-from optimizer.driver.ray_runtime import job_working_dir
-from optimizer.driver.plan import objective_stamp
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from optimizer.engine.vllm import DISK_EVIDENCE
 from optimizer.engine.failures import Failure
+from optimizer.engine.vllm import DISK_EVIDENCE
 
 PROBE_BYTES = 64 * 1024  # free space needed before the next trial may start
 

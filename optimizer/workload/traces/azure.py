@@ -15,8 +15,16 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from optimizer.workload.traces._fields import (
+    Bad,
+    Excluded,
+    collect,
+    csv_records,
+    seconds,
+    show,
+    whole,
+)
 from optimizer.workload.traces.base import TraceRead
-from optimizer.workload.traces._fields import Bad, Excluded, collect, csv_records, seconds, show, whole
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _WALL = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"

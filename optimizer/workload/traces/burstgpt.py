@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from optimizer.workload.traces._fields import (
+    Excluded,
+    collect,
+    csv_records,
+    seconds,
+    whole,
+)
 from optimizer.workload.traces.base import TraceRead
-from optimizer.workload.traces._fields import Excluded, collect, csv_records, seconds, whole
 
 COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 

@@ -13,8 +13,16 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from optimizer.workload.traces._fields import (
+    Bad,
+    collect,
+    fields,
+    json_lines,
+    seconds,
+    show,
+    whole,
+)
 from optimizer.workload.traces.base import BadRow, TraceRead
-from optimizer.workload.traces._fields import Bad, collect, fields, json_lines, seconds, show, whole
 
 KEYS = ("timestamp", "prompt", "input_tokens", "output_tokens")
 

@@ -16,8 +16,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from optimizer.workload.traces._fields import (
+    Bad,
+    collect,
+    fields,
+    json_lines,
+    seconds,
+    show,
+    whole,
+)
 from optimizer.workload.traces.base import TraceRead
-from optimizer.workload.traces._fields import Bad, collect, fields, json_lines, seconds, show, whole
 
 BLOCK_TOKENS = 512
 KEYS = ("timestamp", "input_length", "output_length", "hash_ids")

