@@ -3,9 +3,9 @@
     run  daemon  report  plan  regress  sensitivity  workload  tiny-model
 
 Each command module has NAME, register(subparsers) and main(ns, console); main.py builds the
-parser from them. Commands may import every other package; nothing imports cli/.
+parser from them (entry.py). Commands may import every other package; nothing imports cli/.
 """
 
-from optimizer.cli.main import main
+from optimizer.cli.entry import main
 
 __all__ = ["main"]

@@ -56,6 +56,7 @@ class Measurement:
     tensor_parallel_size: int = 1
     gpus_per_replica: int = 1  # tensor x pipeline x data parallel sizes
     runs: int = 1  # > 1: the mean of the trial's re-measurements
+    other_runs: int = 0  # re-measurements of another metric (a latency objective's): not the rate
     device: str = ""  # what the study ran on (cpu | gpu), when it recorded it
 
     @property
@@ -150,7 +151,9 @@ def describe(p: Plan) -> list[str]:
     """The plan as the lines the CLI prints."""
     m, usable = p.measurement, 1 - p.headroom
     other = f"{_n(m.tokens_per_s)} tokens/s" if m.unit == "req/s" else f"{_n(m.requests_per_s)} req/s"
-    basis = f"the mean of {m.runs} re-measured runs" if m.remeasured else "one run"
+    basis = (f"the mean of {m.runs} re-measured runs" if m.remeasured else
+             f"its search run; its {m.other_runs} re-measured runs measured latency, not the rate" if m.other_runs
+             else "one run")
     bound = f"SLOs {m.slos} held" if m.slo_bounded else "not under SLOs"
     lines = [
         f"Demand at peak: {_n(p.peak_qps)} req/s x {_n(p.tokens_per_request)} tokens/request = "
@@ -200,10 +203,10 @@ def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
         _check_slos(trial.number, slos, metrics)
         text = "; ".join(t for t in (text if bounded else "", describe_slos(slos)) if t)
         bounded = True
-    value, runs = _remeasured(study, trial, value, objective[0].partition(":")[2])
+    value, runs, other_runs = _remeasured(study, trial, value, objective[0].partition(":")[2])
     tp, gpus = _parallel(trial)
     return Measurement(trial.number, metric, value, unit, total / requests, bounded, text, tp, gpus, runs,
-                       str(study.user_attrs.get("device") or ""))
+                       other_runs, str(study.user_attrs.get("device") or ""))
 
 
 def _pick(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTrial:
@@ -251,14 +254,16 @@ def _check_slos(number: int, slos: tuple[Slo, ...], metrics: dict) -> None:
 
 
 def _remeasured(study: optuna.Study, trial: optuna.trial.FrozenTrial, value: float,
-                objective_metric: str) -> tuple[float, int]:
-    """`value` scaled to the trial's re-measured mean (driver/confirm.py), and the runs behind it."""
-    if objective_metric not in RATE_OBJECTIVES:
-        return value, 1  # a latency mean says nothing about the rate
+                objective_metric: str) -> tuple[float, int, int]:
+    """`value` scaled to the trial's re-measured mean (driver/confirm.py), the runs behind it, and the
+    re-measured runs of a latency objective (they say nothing about the rate: not used, but counted)."""
     ci = ((study.user_attrs.get(confirmed.ATTR) or {}).get("intervals") or {}).get(str(trial.number))
-    if not ci or int(ci.get("n") or 1) < 2 or not trial.value:
-        return value, 1
-    return value * ci["mean"] / trial.value, int(ci["n"])
+    runs = int((ci or {}).get("n") or 1)
+    if not ci or runs < 2 or not trial.value:
+        return value, 1, 0
+    if objective_metric not in RATE_OBJECTIVES:
+        return value, 1, runs  # a latency mean says nothing about the rate
+    return value * ci["mean"] / trial.value, runs, 0
 
 
 def _parallel(trial: optuna.trial.FrozenTrial) -> tuple[int, int]:

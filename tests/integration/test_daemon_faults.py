@@ -4,7 +4,8 @@
    the restart stops it, tells the lost trial FAIL (infra) and queues it again;
 2. kill the vLLM server mid-replay: the trial is PRUNED (crash / oom_runtime) with evidence;
 3. kill the Ray worker running a trial: FAIL (infra), its server reaped, queued again;
-4. fill the artifacts disk (a real 8 MB tmpfs), then drop a trace of changed traffic into the
+4. fill the artifacts disk (a real 8 MB tmpfs; mounting it needs root, and without root only
+   this disk is left out, with a warning), then drop a trace of changed traffic into the
    watched directory: a new generation starts, its first trial fails on the disk (infra, not
    pruned) and the daemon waits; space freed, it goes on;
 5. SIGTERM the daemon mid-replay: exit 0 within 30 s, the trial FAIL (interrupted), queued again.
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import optuna
@@ -138,13 +140,18 @@ def _trial(storage: str, n: int, study: str = STUDY) -> optuna.trial.FrozenTrial
 
 @pytest.fixture
 def small_disk(tmp_path):
+    """(the artifacts directory, whether it is a real 8 MB tmpfs). Mounting needs root; without it
+    the other four faults still run, and only the full disk of fault 4 is left out (with a warning)."""
     disk = tmp_path / "artifacts"
     disk.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs for the full-disk fault (needs root): {done.stderr.strip()}")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
+    mounted = done.returncode == 0
+    if not mounted:
+        warnings.warn(f"the full-disk fault is not exercised: cannot mount a small tmpfs (needs root): "
+                      f"{done.stderr.strip()}")
+    yield disk, mounted
+    if mounted:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _fill(disk: Path) -> Path:
@@ -160,6 +167,7 @@ def _fill(disk: Path) -> Path:
 
 
 def test_the_daemon_survives_its_faults(tmp_path, small_disk):
+    small_disk, full_disk = small_disk
     model = str(write_tiny_model(tmp_path / "tiny"))
     traces = tmp_path / "traces"
     traces.mkdir()
@@ -239,18 +247,23 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
             assert port is None or port_is_free(port), (t.number, port)
 
         # --- 4. a full artifacts disk when the traffic changes ---------------------------------
-        filler = _fill(small_disk)
+        filler = _fill(small_disk) if full_disk else None
         _trace(traces / "b.jsonl", 2, (300, 600))
-        s = b.until("generation 2 waiting for disk", lambda s: s["state"] == "waiting_disk")
-        assert s["study"] == f"{STUDY}-g2" and s["generation"] == 2
-        first = _trial(storage, 0, f"{STUDY}-g2")
-        assert first.state == optuna.trial.TrialState.FAIL
-        assert first.user_attrs["evidence"].startswith("disk:")
+        if full_disk:
+            s = b.until("generation 2 waiting for disk", lambda s: s["state"] == "waiting_disk")
+            assert s["study"] == f"{STUDY}-g2" and s["generation"] == 2
+            first = _trial(storage, 0, f"{STUDY}-g2")
+            assert first.state == optuna.trial.TrialState.FAIL
+            assert first.user_attrs["evidence"].startswith("disk:")
+        else:  # the traffic change alone: a new generation starts
+            s = b.until("generation 2 started", lambda s: s.get("generation") == 2)
+            assert s["study"] == f"{STUDY}-g2"
         assert _completed(storage) == kept
         g2 = optuna.load_study(study_name=f"{STUDY}-g2", storage=storage)
         assert g2.user_attrs["trigger"].startswith("traffic changed in b.jsonl: input")
         assert g2.user_attrs["previous_study"] == STUDY
-        filler.unlink()
+        if filler is not None:
+            filler.unlink()
 
         # --- 5. SIGTERM mid-replay --------------------------------------------------------------
         s = b.until("generation 2 replaying", lambda s: (s.get("running") or {}).get("phase") == "replaying")

@@ -8,6 +8,8 @@ burst schedule is kept (small lag, full send rate).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from optimizer.config.model_info import load_model_info
@@ -84,7 +86,10 @@ def test_burst_schedule_is_kept_and_counted_by_the_server(server):
     _tokens_agree(workload, records, view)
     assert metrics["schedule_lag_p50_ms"] < 10 and metrics["send_rate_ratio"] > 0.95
     assert view["prefix_cache_hits"] == 0  # unrelated prompts: nothing to reuse after the reset
-    assert view["running_peak"] >= 1 and view["kv_cache_usage_peak"] > 0
+    # The server scheduled every request in the window: read from its counters (the queue-time
+    # histogram's count, and the token totals above). Its gauges are sampled once a second and can
+    # miss a short burst entirely, so their peaks are not asserted here.
+    assert math.isfinite(view["queue_time_mean_ms"]) and view["queue_time_mean_ms"] >= 0
     assert check(workload, records, metrics, view, 10.0, 0.95) is None
 
 

@@ -151,7 +151,7 @@ def test_a_relative_artifacts_dir_in_a_ray_job_is_warned_about_and_the_flag_over
 
     from rich.console import Console
 
-    from optimizer.cli.main import parser as _parser
+    from optimizer.cli.entry import parser as _parser
     from optimizer.cli.run import _warn_relative_artifacts
     from optimizer.config.schema import StudyConfig
 

@@ -4,7 +4,7 @@ import pytest
 
 from objectives import get_objective
 from optimizer.cli.common import load as _load
-from optimizer.cli.main import parser as _parser
+from optimizer.cli.entry import parser as _parser
 from optimizer.config.presets import PRESETS, preset
 from optimizer.measure.slo import parse_slos
 

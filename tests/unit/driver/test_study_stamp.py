@@ -7,7 +7,7 @@ import re
 import optuna
 import pytest
 
-from optimizer.cli.main import parser as _parser
+from optimizer.cli.entry import parser as _parser
 from optimizer.config.schema import build_config
 from optimizer.driver.plan import open_study, prepare
 from optimizer.driver.store.database import open_storage

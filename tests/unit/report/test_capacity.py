@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from optimizer.cli import plan as plan_command
-from optimizer.cli.main import parser
+from optimizer.cli.entry import parser
 from optimizer.driver import confirm
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import parse_slos
@@ -239,7 +239,11 @@ def test_a_latency_studys_confirmation_does_not_scale_the_rate():
     add(study, 250.0, metrics(9000.0, 4.5))
     confirm.remeasure(study, top=2, repeats=1, measure=lambda t, k: t.value * 2)
     m = measurement_from_study(study)
-    assert (m.trial, m.value, m.runs) == (1, 9000.0, 1)
+    assert (m.trial, m.value, m.runs, m.other_runs) == (1, 9000.0, 1, 2)
+    text = "\n".join(describe(plan(m, 50, 2000, 0.3)))
+    # re-measured, but for latency: the plan says so instead of "one run"
+    assert "(its search run; its 2 re-measured runs measured latency, not the rate;" in text
+    assert "one run" not in text
 
 
 def test_an_explicit_trial_is_planned_on():

@@ -22,6 +22,7 @@ from optimizer.cli import (
     tiny_model,
     workload,
 )
+from optimizer.engine.vllm_version import check_vllm_version
 from optimizer.errors import OptimizerError
 
 COMMANDS = {m.NAME: m for m in (run, daemon, report, plan, regress, sensitivity, workload, tiny_model)}
@@ -55,10 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _warn_untested_vllm(console: Console) -> None:
-    try:
-        from optimizer.engine.vllm_version import check_vllm_version
-    except ImportError:
-        return
+    """One line when the installed vLLM is not the release the classifier and knob rules follow."""
     warning = check_vllm_version()
     if warning:
-        console.print(f"[yellow]{warning}[/]", markup=True)
+        console.print(warning, style="yellow", markup=False)

@@ -1,0 +1,90 @@
+"""The layout docs/architecture.md describes, held against the code's own imports: no import
+circles (lazy imports inside functions count), the packages that may import optuna, ray and
+aiohttp, no module past 400 lines, and each package saying what it holds."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "optimizer"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.add(sub if sub in MODULES else node.module)
+    return found
+
+
+def _package(module: str) -> str:
+    """optimizer.driver.store.database -> driver; optimizer.errors -> errors."""
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def test_no_module_imports_itself_back():
+    graph = {m: {t for t in _imports(p) if t in MODULES and t != m} for m, p in MODULES.items()}
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(m: str, path: list[str]) -> bool:
+        state[m] = 1
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                cycle.extend(path[path.index(t):] + [t] if t in path else [m, t])
+                return True
+            if t not in state and visit(t, path + [t]):
+                return True
+        state[m] = 2
+        return False
+
+    assert not any(visit(m, [m]) for m in sorted(graph) if m not in state), " -> ".join(cycle)
+
+
+def test_packages_import_each_other_one_way():
+    deps: dict[str, set[str]] = {}
+    for m, p in MODULES.items():
+        for t in _imports(p):
+            if t.startswith("optimizer.") and _package(t) != _package(m):
+                deps.setdefault(_package(m), set()).add(_package(t))
+    both = sorted((a, b) for a in deps for b in deps[a] if a < b and a in deps.get(b, set()))
+    assert not both, f"packages importing each other: {both}"
+    assert not any("cli" in targets for pkg, targets in deps.items() if pkg not in ("cli", "__main__")), "nothing imports cli/ but __main__"
+
+
+@pytest.mark.parametrize("library, allowed", [("optuna", {"driver", "report"}), ("ray", {"driver", "trial"}),
+                                              ("aiohttp", {"measure", "engine", "daemon"})])
+def test_only_some_packages_import(library, allowed):
+    users = {m for m, p in MODULES.items() if any(i == library or i.startswith(library + ".") for i in _imports(p))}
+    assert {_package(m) for m in users} <= allowed, sorted(m for m in users if _package(m) not in allowed)
+
+
+def test_modules_stay_small_and_packages_say_what_they_hold():
+    long = sorted(f"{m} ({n} lines)" for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 400)
+    assert not long, long
+    for init in PACKAGE.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert len(doc.split()) >= 12, f"{init.relative_to(PACKAGE.parent)} says too little about what it holds"
+        folder = init.parent
+        assert len(list(folder.glob("*.py"))) <= 14, f"{folder.name}/ holds {len(list(folder.glob('*.py')))} modules"
