@@ -19,18 +19,19 @@ def register(sub) -> argparse.ArgumentParser:
 
 def main(ns: argparse.Namespace, console) -> int:
     from optimizer.driver.store.finished_study import open_finished
-    from optimizer.report.summary import print_report
+    from optimizer.report.console import print_report
 
     f = open_finished(load(ns))
     out = Path(ns.out) if ns.out else f.artifacts / "report"
     summary = print_report(f.study, f.model, f.artifacts, f.objective, console)
-    code = write_report_files(f.study, f.model, f.artifacts, f.objective, out, console)
+    # read-only: the study database is left byte for byte as it was (its note is `run`'s to write)
+    code = write_report_files(f.study, f.model, f.artifacts, f.objective, out, console, note=False)
     return code if summary.best is not None or summary.front else 1
 
 
-def write_report_files(study, model: str, artifacts: Path, objective, out: Path, console) -> int:
-    """The written report (report/written.py) and the study's dashboard note; a full disk is a note,
-    never a failed run."""
+def write_report_files(study, model: str, artifacts: Path, objective, out: Path, console, note: bool = True) -> int:
+    """The written report (report/written.py) and (`note`) the study's dashboard note; a full disk is a
+    note, never a failed run."""
     from optimizer.errors import first_line
     from optimizer.report.dashboard_notes import save_study_note
     from optimizer.report.written import write_report
@@ -43,7 +44,7 @@ def write_report_files(study, model: str, artifacts: Path, objective, out: Path,
         return 1
     console.print(f"Report: {files.html} (and {files.markdown.name}, pictures beside them); "
                   f"dashboard: make dashboard")
-    note = save_study_note(study, files.summary, files.html)
-    if note:
-        console.print(f"[yellow]note[/]: {note}")
+    unsaved = save_study_note(study, files.summary, files.html) if note else None
+    if unsaved:
+        console.print(f"[yellow]note[/]: {unsaved}")
     return 0

@@ -29,7 +29,7 @@ def main(ns: argparse.Namespace, console) -> int:
     from optimizer.driver.plan import prepare
     from optimizer.driver.progress import Progress
     from optimizer.driver.study import run
-    from optimizer.report.summary import print_report
+    from optimizer.report.console import print_report
 
     cfg = load(ns)
     plan = prepare(cfg, new_study=ns.new_study)

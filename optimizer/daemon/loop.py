@@ -33,7 +33,8 @@ from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
 from optimizer.errors import ConfigError, OptimizerError
 from optimizer.report import confirmed
-from optimizer.report.summary import print_report, ranked_feasible
+from optimizer.report.console import print_report
+from optimizer.report.summary import ranked_feasible
 from optimizer.workload import drift
 from optimizer.workload.materialize import read_workload
 

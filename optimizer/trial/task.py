@@ -21,10 +21,12 @@ import shutil
 import socket
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from optimizer.engine import server_metrics as servermetrics
+from optimizer.engine.failures import Failure
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import first_line
 from optimizer.measure import validity
@@ -54,47 +56,13 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     `on_spawn` gets the server's process group id as soon as it exists."""
     driver = driver or Driver()
     report = report or driver.phase
-    on_spawn = on_spawn or driver.spawned
     phases: dict[str, float] = {}
     log_path = node_log_path(spec)
     server = VllmServer(spec.model, list(spec.vllm_args), log_path, env=dict(spec.env),
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout,
-                        on_spawn=on_spawn)
-    failure, metrics, records, server_view, probes, early = None, {}, (), {}, (), {}
-    outputs, outputs_error = (), ""
+                        on_spawn=on_spawn or driver.spawned)
     try:
-        report("starting")
-        t = time.monotonic()
-        failure = gpucheck.before_start(server, spec.params, spec.vllm_args)  # Ray's GPUs, their free memory
-        started = failure is None and server.start()
-        phases["startup_s"] = time.monotonic() - t
-        if not started:
-            failure = failure or server.failure
-        else:
-            report("warming up")
-            t = time.monotonic()
-            if spec.workload.warmup:
-                run_replay(server.base_url, spec.model, spec.workload.warmup, len(spec.workload.warmup),
-                           spec.request_timeout)
-            reset = reset_prefix_cache(server.base_url)
-            phases["warmup_s"] = time.monotonic() - t
-            t = time.monotonic()
-            if spec.mode == "goodput":
-                report("searching rate")
-                records, metrics, server_view, probes, early, failure = search_rates(server, spec, driver)
-            else:
-                report("replaying")
-                records, metrics, server_view, early = measure_window(server.base_url, spec, spec.workload.requests,
-                                                                stopper(spec, driver))
-                failure = runtime_failure(server, records) or (None if early else validity.check(
-                    spec.workload, records, metrics, server_view, spec.max_lag_p50_ms, spec.min_rate_ratio))
-            metrics["prefix_cache_reset"] = float(reset)
-            phases["replay_s"] = time.monotonic() - t
-            if spec.regression and failure is None and not early:
-                report("checking outputs")
-                t = time.monotonic()
-                outputs, outputs_error = _outputs(server.base_url, spec)
-                phases["outputs_s"] = time.monotonic() - t
+        got = _boot_and_measure(server, spec, driver, report, phases)
     finally:
         driver.close()
         report("stopping")
@@ -107,9 +75,60 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     lines = text.splitlines()
     tail = "\n".join(lines[-LOG_TAIL_LINES:])
     kv_lines = "\n".join(line for line in lines if _KV_LINE.search(line))
-    return TrialResult(spec.number, failure, metrics, phases, records, stop, tail,
-                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, server_view,
-                       probes, early, kv_lines, driver.health(), capped_log(text), outputs, outputs_error)
+    return TrialResult(spec.number, got.failure, got.metrics, phases, got.records, stop, tail,
+                       socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, got.server_view,
+                       got.probes, got.early, kv_lines, driver.health(), capped_log(text), got.outputs,
+                       got.outputs_error)
+
+
+@dataclass
+class _Measured:
+    """What one trial measured on its server (all empty when the server never started)."""
+
+    failure: Failure | None = None
+    metrics: dict = field(default_factory=dict)
+    records: tuple = ()
+    server_view: dict = field(default_factory=dict)
+    probes: tuple = ()
+    early: dict = field(default_factory=dict)
+    outputs: tuple = ()
+    outputs_error: str = ""
+
+
+def _boot_and_measure(server: VllmServer, spec: TrialSpec, driver: Driver, report, phases: dict) -> _Measured:
+    """Start the server (after the GPU check), warm up, measure, check outputs; each phase timed."""
+    report("starting")
+    t = time.monotonic()
+    failure = gpucheck.before_start(server, spec.params, spec.vllm_args)  # Ray's GPUs, their free memory
+    started = failure is None and server.start()
+    phases["startup_s"] = time.monotonic() - t
+    if not started:
+        return _Measured(failure or server.failure)
+    report("warming up")
+    t = time.monotonic()
+    if spec.workload.warmup:
+        run_replay(server.base_url, spec.model, spec.workload.warmup, len(spec.workload.warmup), spec.request_timeout)
+    reset = reset_prefix_cache(server.base_url)
+    phases["warmup_s"] = time.monotonic() - t
+    t = time.monotonic()
+    got = _Measured()
+    if spec.mode == "goodput":
+        report("searching rate")
+        got.records, got.metrics, got.server_view, got.probes, got.early, got.failure = search_rates(server, spec, driver)
+    else:
+        report("replaying")
+        got.records, got.metrics, got.server_view, got.early = measure_window(
+            server.base_url, spec, spec.workload.requests, stopper(spec, driver))
+        got.failure = runtime_failure(server, got.records) or (None if got.early else validity.check(
+            spec.workload, got.records, got.metrics, got.server_view, spec.max_lag_p50_ms, spec.min_rate_ratio))
+    got.metrics["prefix_cache_reset"] = float(reset)
+    phases["replay_s"] = time.monotonic() - t
+    if spec.regression and got.failure is None and not got.early:
+        report("checking outputs")
+        t = time.monotonic()
+        got.outputs, got.outputs_error = _outputs(server.base_url, spec)
+        phases["outputs_s"] = time.monotonic() - t
+    return got
 
 
 def _outputs(base_url: str, spec: TrialSpec) -> tuple[tuple[dict, ...], str]:
