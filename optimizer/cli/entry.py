@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
@@ -29,7 +30,8 @@ COMMANDS = {m.NAME: m for m in (run, daemon, report, plan, regress, sensitivity,
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m optimizer", description="Tune a vLLM server with Optuna and Ray.")
+    prog = "vllm-optimizer" if Path(sys.argv[0]).name == "vllm-optimizer" else "python -m optimizer"
+    p = argparse.ArgumentParser(prog=prog, description="Tune a vLLM server with Optuna and Ray.")
     sub = p.add_subparsers(dest="command", required=True)
     for command in COMMANDS.values():
         command.register(sub)

@@ -2,7 +2,7 @@
 
 Used by the job-submission test and bench: free ports, its own `--temp-dir` (so no stale
 /tmp/ray/ray_current_cluster is left behind), the dashboard and job API on 127.0.0.1, and token
-auth on (Ray 2.60's `ray start` turns it on; its clients need RAY_AUTH_MODE=token). Stopping
+auth on (started with RAY_AUTH_MODE=token, which its clients need too). Stopping
 kills the head's own processes, those naming its temp dir or its GCS port and their children
 (workers, a job's driver, a trial's vLLM), never another Ray on the machine: `ray stop --force`
 would kill every Ray process here, including another study's embedded one.
