@@ -51,8 +51,12 @@ def load(ns: argparse.Namespace, extra: dict | None = None):
     """The config file with the command line's flags (and `extra` dotted keys) applied; raises ConfigError."""
     from optimizer.config.schema import load_config
 
+    _check_slo_flag(getattr(ns, "slo", None))
     out = _goal_sections(ns)
-    out.update({key: getattr(ns, flag) for flag, key in RUN_FLAGS.items() if getattr(ns, flag, None) is not None})
+    given = {flag: key for flag, key in RUN_FLAGS.items() if getattr(ns, flag, None) is not None}
+    out.update({key: getattr(ns, flag) for flag, key in given.items()})
+    # a bad value is reported against the flag that gave it, not the config file
+    flags = {key: "--" + flag.replace("_", "-") for flag, key in given.items() if key not in (extra or {})}
     if out.get("objective.name") and "objective" in out:
         out["objective"] = {}  # an explicit --objective replaces the preset's, SLOs and all
     if getattr(ns, "no_precheck", False):
@@ -62,10 +66,21 @@ def load(ns: argparse.Namespace, extra: dict | None = None):
     if getattr(ns, "workload", None) is not None:
         out["workload"] = _workload_section(ns.workload)
     out.update(extra or {})
-    cfg = load_config(ns.config, out)
+    cfg = load_config(ns.config, out, flags)
     if getattr(ns, "skip_bad_rows", None):
         cfg = _skip_bad_rows(cfg)
     return cfg
+
+
+def _check_slo_flag(slo: str | None) -> None:
+    """`--slo ''` would replace the config's (or the goal's) SLOs with none, silently: refused."""
+    import shlex
+
+    from optimizer.errors import ConfigError
+
+    if slo is not None and not slo.replace(",", " ").strip():
+        raise ConfigError(f"--slo {shlex.quote(slo)}: empty; give SLOs like 'ttft:500 tpot:50', or leave the flag "
+                          "out to keep the config's")
 
 
 def _goal_sections(ns: argparse.Namespace) -> dict:

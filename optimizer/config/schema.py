@@ -6,11 +6,12 @@ and the fix; nothing is written anywhere before the configuration is valid.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
 from optimizer.config.base import Strict as _Strict
 from optimizer.config.workload_spec import ChatSpec, WorkloadSpec, with_default_scenario
@@ -159,8 +160,21 @@ class StudyConfig(_Strict):
     daemon: DaemonSpec = Field(default_factory=DaemonSpec)
     regression: RegressionSpec = Field(default_factory=RegressionSpec)
 
+    @field_validator("study_name", "artifacts_dir")
+    @classmethod
+    def _not_empty(cls, value: str, info) -> str:
+        # An empty study name would put its trials' artifacts straight into artifacts_dir, and an
+        # empty artifacts_dir the study's directory into the working directory.
+        if not value.strip():
+            fix = "give the study a name, e.g. tune" if info.field_name == "study_name" else \
+                "give a directory, e.g. artifacts (the default)"
+            raise ValueError(f"empty; {fix}")
+        return value
 
-def _first_error(exc: ValidationError, source: str) -> ConfigError:
+
+def _first_error(exc: ValidationError, source: str, flags: dict[str, str] | None = None) -> ConfigError:
+    """The first error as one line: against the CLI flag that set the value when one did (`flags`:
+    dotted key -> flag), else against the config file's field."""
     err = exc.errors()[0]
     loc = list(err["loc"])
     if len(loc) > 1 and loc[0] == "workload":
@@ -173,6 +187,10 @@ def _first_error(exc: ValidationError, source: str) -> ConfigError:
         msg = f"unknown scenario {err['ctx']['tag']!r}; use one of {err['ctx']['expected_tags']}"
     elif err["type"] == "missing":
         msg = "required key is missing; add it"
+    if flags and where in flags:
+        value = err["input"]
+        shown = shlex.quote(value) if isinstance(value, str) else str(value)
+        return ConfigError(f"{flags[where]} {shown}: {msg}")
     return ConfigError(f"config {source}: field '{where}': {msg}")
 
 
@@ -196,16 +214,19 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def build_config(data: dict, source: str = "<flags>") -> StudyConfig:
-    """Validate a mapping into a StudyConfig; raises ConfigError naming the field."""
+def build_config(data: dict, source: str = "<flags>", flags: dict[str, str] | None = None) -> StudyConfig:
+    """Validate a mapping into a StudyConfig; raises ConfigError naming the field (or the flag, for
+    a dotted key in `flags`)."""
     try:
         return StudyConfig.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(exc, source) from exc
+        raise _first_error(exc, source, flags) from exc
 
 
-def load_config(path: str | Path | None, overrides: dict | None = None) -> StudyConfig:
-    """Read `path` (optional), apply CLI `overrides` (dotted keys), and validate."""
+def load_config(path: str | Path | None, overrides: dict | None = None,
+                flags: dict[str, str] | None = None) -> StudyConfig:
+    """Read `path` (optional), apply CLI `overrides` (dotted keys), and validate. `flags` names the
+    CLI flag behind an override (dotted key -> e.g. '--n-trials'): a bad value is reported against it."""
     data = read_yaml(path) if path else {}
     for dotted, value in (overrides or {}).items():
         node = data
@@ -218,4 +239,4 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> Study
                 raise ConfigError(f"config {path or '<flags>'}: field '{key}' must be a mapping to set '{dotted}'")
             node = child
         node[leaf] = value
-    return build_config(data, str(path) if path else "<flags>")
+    return build_config(data, str(path) if path else "<flags>", flags)

@@ -111,10 +111,8 @@ def cpu_memory_range(device: Device, model: ModelInfo, longest_request: int = 0)
     high = min(0.9, (device.memory.available - CPU_HEADROOM - CPU_HEADROOM_SHARE * machine) / total)
     low, high = round(low + 0.005, 2), round(high - 0.005, 2)
     if low >= high:
-        raise ConfigError(
-            f"space: node 0 has {device.memory.available / GIB:.1f} GiB available of "
-            f"{total / GIB:.1f} GiB, too little to start this model; free memory or use a smaller model"
-        )
+        raise ConfigError(f"space: node 0 has {device.memory.available / GIB:.1f} GiB available of "
+                          f"{total / GIB:.1f} GiB, too little to start this model; free memory or use a smaller model")
     return low, high
 
 
@@ -156,6 +154,11 @@ def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimen
     return Dimension(k, choices=device_choices(knob, device))
 
 
+def _fraction_error(at: str, what: str, value: float) -> str:
+    fix = "is above 1.0; {} at most 1.0, e.g. 0.9" if value > 1 else "is not above 0; {} more than 0, e.g. 0.5"
+    return f"{at}: {what} " + fix.format("gpu-memory-utilization is a fraction of the device's memory, in (0, 1]: give")
+
+
 def _is_one_of(value, allowed) -> bool:
     """`value in allowed`, but 1 is not True and 16.0 is not 16 (vLLM would read another flag)."""
     return any(type(value) is type(a) and value == a for a in allowed)
@@ -179,14 +182,20 @@ def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
     low = default.low if spec.low is None else spec.low
     high = default.high if spec.high is None else spec.high
     log = default.log if spec.log is None else spec.log
-    if knob.kind == "int" and (low != int(low) or high != int(high)):
+    if knob.kind == "int" and not (float(low).is_integer() and float(high).is_integer()):  # nan, inf, 4.5
         raise ConfigError(f"{where}: low and high must be whole numbers")
+    # The int knobs count (sequences, tokens): >= 1; the memory fraction is in (0, 1]. So a log scale (asked
+    # for or the default) always has low > 0, and the line names it only when the config asked for it.
+    for end, value in (("low", low), ("high", high)):
+        if knob.kind == "int" and value < 1:
+            raise ConfigError(f"{where}: {end} ({value:g}) is below 1; "
+                              f"{'a log-scale range needs low > 0, and ' if end == 'low' and spec.log else ''}{name} "
+                              f"counts {'sequences' if name == 'max-num-seqs' else 'tokens'}: give {end} >= 1, "
+                              "or leave it out for the default")
+        if name == "gpu-memory-utilization" and not 0 < value <= 1:
+            raise ConfigError(_fraction_error(where, f"{end} ({value:g})", value))
     if low > high:
         raise ConfigError(f"{where}: low ({low}) is above high ({high}); the range is empty")
-    if log and low <= 0:
-        raise ConfigError(f"{where}: a log-scale range needs low > 0")
-    if name == "gpu-memory-utilization" and not (0 < low and high <= 1):
-        raise ConfigError(f"{where}: fractions must lie in (0, 1]")
     if knob.kind == "float" and not log:
         low, high = round(low, 2), round(high, 2)
     return Dimension(knob, low, high, log=log)
@@ -218,10 +227,8 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
                 raise ConfigError(f"space.max-model-len: high ({int(dim.high)}) is above the model's "
                                   f"max_position_embeddings ({model.max_positions}); lower it")
             if dim.high < longest_request:
-                raise ConfigError(
-                    f"space.max-model-len: high ({int(dim.high)}) is below the workload's longest request "
-                    f"({longest_request} tokens); raise it or shorten the workload"
-                )
+                raise ConfigError(f"space.max-model-len: high ({int(dim.high)}) is below the workload's longest "
+                                  f"request ({longest_request} tokens); raise it or shorten the workload")
             if dim.low < longest_request:
                 notes.append(f"max-model-len low raised from {int(dim.low)} to {longest_request}, the longest request")
                 dim = Dimension(dim.knob, longest_request, dim.high, log=dim.log)
@@ -251,11 +258,9 @@ def _batched_tokens_over_seqs(tokens: Dimension, seqs: Dimension) -> tuple[Dimen
     if tokens.low >= seqs.high:
         return tokens, None
     if tokens.high < seqs.high:
-        raise ConfigError(
-            f"space.max-num-batched-tokens: high ({int(tokens.high)}) is below space.max-num-seqs high "
-            f"({int(seqs.high)}); vLLM refuses max-num-batched-tokens < max-num-seqs; "
-            "raise the first or lower the second"
-        )
+        raise ConfigError(f"space.max-num-batched-tokens: high ({int(tokens.high)}) is below space.max-num-seqs high "
+                          f"({int(seqs.high)}); vLLM refuses max-num-batched-tokens < max-num-seqs; "
+                          "raise the first or lower the second")
     note = (f"max-num-batched-tokens low raised from {int(tokens.low)} to {int(seqs.high)}, "
             "max-num-seqs's high (vLLM refuses fewer batched tokens than sequences)")
     return replace(tokens, low=seqs.high), note
@@ -273,7 +278,7 @@ def _check_fixed(where: str, value, dim: Dimension | None, device: Device, model
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (knob.kind == "int" and value != int(value)):
         raise ConfigError(f"{where}: {value!r} is not a {'whole number' if knob.kind == 'int' else 'number'}")
     if knob.name == "gpu-memory-utilization" and not 0 < value <= 1:
-        raise ConfigError(f"{where}: {value} is not a fraction in (0, 1]")
+        raise ConfigError(_fraction_error(where, f"{value:g}", value))
     if knob.name in ("max-num-seqs", "max-num-batched-tokens") and value < 1:
         raise ConfigError(f"{where}: {value} must be at least 1")
     if knob.name == "max-model-len" and not longest <= value <= model.max_positions:
