@@ -5,12 +5,22 @@ directory, which Ray jobs change), the file is checked before Optuna touches it 
 damaged or foreign file is reported, never overwritten), WAL mode is switched on so
 optuna-dashboard can read while the driver writes, and connections wait on a lock
 instead of failing at once.
+
+A storage opened for reading (`read_only=True`: report, plan, the daemon's look at its
+generations) keeps the file's journal mode as it is and holds no connection between reads,
+so a reader leaves the file byte for byte as it was and no `-wal`/`-shm` beside it. A
+writer's connections are closed when its driver lock is released (`close_storages`), so a
+run that stops, refused or not, leaves no `-wal`/`-shm` behind either (SQLite deletes them
+when the last connection closes). A `-wal` found beside the file is another connection's
+and is left as found.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import weakref
 from contextlib import closing
 from pathlib import Path
 
@@ -18,6 +28,7 @@ import optuna
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from optimizer.errors import StorageError, first_line
 
@@ -62,22 +73,39 @@ def check_sqlite_file(path: Path) -> None:
     database file drops every POSIX lock this process holds on it, so a process that already
     has the study open (the daemon opening its next generation) would lose its locks, and
     another process could checkpoint the WAL under it ("database disk image is malformed";
-    sqlite.org/howtocorrupt.html, 2.2). SQLite shares its descriptors per file within a process."""
+    sqlite.org/howtocorrupt.html, 2.2). SQLite shares its descriptors per file within a process.
+
+    Opened read-write (`mode=rw`: never created; read-only where the file system says so), not
+    `mode=ro`: a read-only connection to a WAL-mode file makes its -wal and -shm but cannot delete
+    them on close, so a refusal after this check would leave them beside the database. Only
+    sqlite_master is read; nothing is written. A -wal already there is another connection's: then
+    read-only, so that this close cannot be the last one, which checkpoints that WAL into the file."""
     if path.is_dir():
         raise StorageError(f"storage {path} is a directory; name a database file, e.g. {path / 'trials.db'}")
     if not path.exists() or path.stat().st_size == 0:
         return
     try:
-        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
+        with closing(sqlite3.connect(f"file:{path}?mode={'ro' if wal_found(path) else 'rw'}", uri=True)) as con:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
             raise StorageError(f"storage {path} is not a SQLite database (damaged or foreign file); "
                                "move it aside or pass --storage with another path") from exc
+        if _read_only_dir(path.parent):  # a WAL-mode file is read through its -shm beside it, which needs writes
+            raise StorageError(f"storage {path} cannot be read ({exc}): {path.parent} takes no writes, and a "
+                               "WAL-mode database needs them (for its -shm file); copy it to a writable directory and "
+                               "pass --storage with the copy") from exc
         raise StorageError(f"storage {path} is damaged ({exc}); move it aside or pass --storage") from exc
     if tables and "studies" not in tables:
         raise StorageError(f"storage {path} is a SQLite database but not an Optuna one; "
                            "pass --storage with another path")
+
+
+def _read_only_dir(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY) or not os.access(directory, os.W_OK)
+    except OSError:
+        return False
 
 
 def check_storage(url: str) -> Path | None:
@@ -87,6 +115,10 @@ def check_storage(url: str) -> Path | None:
     path = sqlite_path(url)
     if path:
         if not path.parent.is_dir():
+            blocker = next((p for p in path.parents if p.exists()), None)
+            if blocker is not None and not blocker.is_dir():
+                raise StorageError(f"storage {path}: {blocker} is a file, not a directory; pass --storage with a "
+                                   "path in a directory")
             raise StorageError(f"storage {path}: directory {path.parent} does not exist; create it first")
         check_sqlite_file(path)
     elif not url.startswith("sqlite"):
@@ -125,26 +157,88 @@ def _connect_timeout(url: str) -> dict:
     return {"connect_timeout": 5} if make_url(url).drivername.startswith(("postgresql", "mysql")) else {}
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """An Optuna RDB storage for `url`; raises StorageError with the fix."""
+def open_storage(url: str, read_only: bool = False) -> optuna.storages.RDBStorage:
+    """An Optuna RDB storage for `url`; raises StorageError with the fix.
+
+    `read_only`: for a command that only reads the study (report, plan, ...): SQLite's journal
+    mode is left as the file has it (switching to WAL rewrites the header), and no connection is
+    pooled (each read closes its own, so a WAL file's `-wal`/`-shm` go with it). Writes still
+    work through it (sensitivity records its table), just without WAL switched on.
+
+    A `-wal` already beside the file belongs to another connection (another process, or a
+    driver that died): it is left as found, with this storage's connections held open as
+    before, since closing the last one would checkpoint that WAL into the file."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the commands print their own lines
     path = check_storage(url)
+    found = bool(path) and wal_found(path)
     if path:
-        with closing(sqlite3.connect(path)) as con:
-            con.execute("PRAGMA journal_mode=WAL")
+        if not read_only:
+            _wal_on(path)
         url = f"sqlite:///{path}"
         kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
     else:
         kwargs = {"pool_pre_ping": True}
+    if read_only and not found:
+        kwargs["poolclass"] = NullPool
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
     except (SQLAlchemyError, ImportError, ValueError, RuntimeError) as exc:
-        raise StorageError(f"storage '{url}' cannot be opened ({type(exc).__name__}: {first_line(exc)})"
+        raise StorageError(f"storage '{masked(url)}' cannot be opened ({type(exc).__name__}: {first_line(exc)})"
                            "; check the URL, the driver package and the server") from exc
+    if not found:  # the -wal and -shm are this process's to remove
+        _OPEN[storage] = url
+    return storage
+
+
+def wal_found(path: Path) -> bool:
+    """True if a `-wal` is beside the database: some connection has it open (or died with it open)."""
+    return path.with_name(path.name + "-wal").exists()
+
+
+def _wal_on(path: Path) -> None:
+    try:
+        with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)) as con:
+            con.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error as exc:  # e.g. a directory that takes no new files (-wal, -shm)
+        raise StorageError(f"storage {path}: cannot open it for writing ({first_line(exc)}); check that its "
+                           "directory takes writes and that no other process holds it locked, or pass --storage "
+                           "with another path") from exc
+
+
+# Every storage this process opened (and found no -wal beside), and its URL: what close_storages() closes.
+_OPEN: weakref.WeakKeyDictionary[optuna.storages.RDBStorage, str] = weakref.WeakKeyDictionary()
+
+
+def close_storage(storage: optuna.storages.RDBStorage) -> None:
+    """Close the storage's pooled connections (it stays usable: the next read connects again).
+    The last connection to close a WAL database checkpoints it and deletes `-wal` and `-shm`."""
+    storage.remove_session()
+    storage.engine.dispose()
+
+
+def close_storages(url: str) -> None:
+    """Close every storage this process opened on `url` (the driver lock calls it on release)."""
+    key = _key(url)
+    for storage, opened in list(_OPEN.items()):
+        if _key(opened) == key:
+            try:
+                close_storage(storage)
+            except (SQLAlchemyError, sqlite3.Error, OSError):  # a connection that will not close: the process
+                pass  # exit closes it; the lock must still be released
+
+
+def _key(url: str) -> str:
+    try:
+        return normalize_url(url)
+    except StorageError:
+        return url
 
 
 def study_attrs(storage_url: str) -> list[tuple[str, dict]]:
-    """Every study in the storage, as (name, user attributes)."""
-    storage = open_storage(storage_url)
-    return [(s.study_name, dict(s.user_attrs))
-            for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
+    """Every study in the storage, as (name, user attributes); read without changing a byte."""
+    storage = open_storage(storage_url, read_only=True)
+    try:
+        return [(s.study_name, dict(s.user_attrs))
+                for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
+    finally:
+        close_storage(storage)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from optimizer.driver.store.database import masked, sqlite_path
+from optimizer.driver.store.database import close_storages, masked, sqlite_path
 from optimizer.engine.vllm import group_pids, terminate_group
 from optimizer.errors import ConfigError, StorageError
 
@@ -129,13 +129,21 @@ class RunState:
 
     # --- taking over ---------------------------------------------------------------------------
     def acquire(self) -> Recovery:
-        """Take the lock (ConfigError if a live driver holds it), then clean up after a dead one."""
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Take the lock (ConfigError if a live driver holds it; StorageError if the lock file cannot be
+        made, e.g. in a directory that takes no files), then clean up after a dead one."""
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a directory that takes no files (/proc, a read-only mount), or a file in the path
+            raise StorageError(f"storage {masked(self.url)}: cannot create its lock file {self.lock_path} "
+                               f"({exc.strerror or exc}); {self._elsewhere()}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except OSError as exc:
             os.close(fd)
+            if not isinstance(exc, BlockingIOError):  # e.g. a file system without locks (ENOLCK)
+                raise StorageError(f"storage {masked(self.url)}: cannot lock its lock file {self.lock_path} "
+                                   f"({exc.strerror or exc}); {self._elsewhere()}") from None
             holder = self._read() or {}
             d = holder.get("driver", {})
             who = f"pid {d.get('pid')} on {d.get('host')}" if d else "another process"
@@ -211,11 +219,20 @@ class RunState:
         if where and where["host"] == socket.gethostname():
             terminate_group(where["pgid"], timeout)
 
+    def _elsewhere(self) -> str:
+        """The fix for a lock file that cannot be made: SQLite keeps it beside the database,
+        other storage in the artifacts directory."""
+        if sqlite_path(self.url) is not None:
+            return "pass --storage with a writable directory"
+        return "pass --artifacts-dir with a writable directory"
+
     def release(self) -> None:
-        """A clean exit: the file goes, then the lock."""
+        """A clean exit (or a refused start): this process's connections to the storage close
+        (a WAL database then loses its -wal and -shm), then the file goes, then the lock."""
         if self._lock_fd is None:
             return
         try:
+            close_storages(self.url)
             self.path.unlink(missing_ok=True)
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

@@ -1,5 +1,6 @@
 """A study a run already stored, opened for the commands that read it (`report`, `plan`,
-`sensitivity`): never created, never altered by opening it."""
+`sensitivity`): never created, never altered by opening it (read-only: the file keeps its
+journal mode, and no connection stays open between reads, so no `-wal`/`-shm` is left)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,11 @@ def open_finished(cfg, check_objective: bool = True) -> Finished:
     values would be labelled and judged as something they are not."""
     url = normalize_url(cfg.storage, in_job=job_working_dir())
     path = sqlite_path(url)
-    if path is not None and not path.exists():
+    if path is not None and (not path.exists() or (path.is_file() and path.stat().st_size == 0)):
+        # an empty file is no database either (opening it would write Optuna's tables into it)
         raise ConfigError(f"no study database at {path}: run `python -m optimizer run` first, or pass --storage")
     check_storage(url)
-    storage = open_storage(url)
+    storage = open_storage(url, read_only=True)
     try:
         study = optuna.load_study(study_name=cfg.study_name, storage=storage)
     except KeyError:
