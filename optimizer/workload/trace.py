@@ -3,8 +3,10 @@
 Prompts are built to the trace's exact token counts: text is encoded with the served model's
 tokenizer; a bare count becomes that many seeded token ids; Mooncake `hash_ids` become
 shared 512-token blocks (equal ids, equal blocks: the prefix cache sees what the trace saw).
-Malformed rows stop the build unless `skip_bad_rows`; skipped and excluded rows are listed
-in the workload's notes, never dropped in silence.
+Malformed rows stop the build unless `skip_bad_rows`; rows that are well formed but no
+request to replay (a failed request, a question with no answer) are left out and never stop
+it. Both are listed in the workload's notes, every one of them by line (ShareGPT: by entry)
+in a compact form ("entries 3, 7, 12-15"), never dropped in silence.
 """
 
 from __future__ import annotations
@@ -20,11 +22,50 @@ from optimizer.workload.traces import BadRow, TraceRow, read_trace
 
 MOONCAKE_BLOCK = 512
 SHOWN_LINES = 5
+_PLURAL = {"line": "lines", "entry": "entries"}  # a ShareGPT row is an entry of its array
 
 
 def _lines(rows: list[BadRow]) -> str:
     shown = "; ".join(f"line {b.line}: {b.reason}" for b in rows[:SHOWN_LINES])
     return shown + (f"; and {len(rows) - SHOWN_LINES} more" if len(rows) > SHOWN_LINES else "")
+
+
+def spans(numbers) -> str:
+    """Sorted numbers with runs folded: [3, 7, 12, 13, 14, 15] -> "3, 7, 12-15"."""
+    runs: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _count(n: int, unit: str) -> str:
+    return unit if n == 1 else _PLURAL[unit]
+
+
+def _named(rows: list[BadRow], unit: str) -> str:
+    """Every row's number, in one compact list: "lines 3, 7, 12-15" (one: "line 3")."""
+    return f"{_count(len(rows), unit)} {spans(b.line for b in rows)}"
+
+
+def skipped_note(bad: list[BadRow]) -> str:
+    """The note for malformed rows skipped with --skip-bad-rows: the first few with their reasons,
+    and when there are more, every line named."""
+    note = f"{len(bad)} malformed rows skipped ({_lines(bad)})"
+    return note + (f"; all of them: {_named(bad, 'line')}" if len(bad) > SHOWN_LINES else "")
+
+
+def left_out_note(excluded: list[BadRow], unit: str) -> str:
+    """The note for rows that are no request to replay, grouped by reason, every row named:
+    "3 entries left out, not replayable: entries 4, 9-10: a single 'human' turn with no 'gpt'
+    answer, so no output length"."""
+    groups: dict[str, list[BadRow]] = {}
+    for b in excluded:
+        groups.setdefault(b.reason, []).append(b)
+    return (f"{len(excluded)} {_count(len(excluded), unit)} left out, not replayable: "
+            + "; ".join(f"{_named(rows, unit)}: {reason}" for reason, rows in groups.items()))
 
 
 def _prompt(row: TraceRow, vocab: Vocabulary, seed: int) -> tuple[int, ...]:
@@ -47,8 +88,10 @@ def trace_workload(spec: TraceSpec, vocab: Vocabulary) -> Workload:
     bad = list(read.bad)
     built: list[tuple[TraceRow, tuple[int, ...], int]] = []
     limit = vocab.max_positions
+    cut = None  # the line of the first row past max_requests: excluded rows from there on are not left out
     for row in read.rows:
         if spec.max_requests and len(built) >= spec.max_requests:
+            cut = row.line
             break  # rows past the cut are never built (a 1.4M-row trace stays cheap)
         if limit and row.input_tokens is not None and row.input_tokens + row.output_tokens > limit:
             bad.append(BadRow(row.line, f"{row.input_tokens} + {row.output_tokens} tokens exceed the model's "
@@ -70,9 +113,10 @@ def trace_workload(spec: TraceSpec, vocab: Vocabulary) -> Workload:
         raise ConfigError(f"trace {spec.path}: no usable rows; check the file and workload.format")
     notes = []
     if bad:
-        notes.append(f"{len(bad)} malformed rows skipped ({_lines(bad)})")
-    if read.excluded:
-        notes.append(f"{len(read.excluded)} rows left out ({_lines(list(read.excluded))})")
+        notes.append(skipped_note(bad))
+    excluded = [b for b in read.excluded if cut is None or b.line < cut]
+    if excluded:
+        notes.append(left_out_note(excluded, "entry" if read.format == "sharegpt" else "line"))
     stamps = [r.timestamp_s for r, _, _ in built]
     if spec.arrival.process == "trace" and any(t is None for t in stamps):
         raise ConfigError(f"trace {spec.path} ({read.format}) has no timestamps; set workload.arrival, "

@@ -73,7 +73,8 @@ def read_trace(path, fmt: str = "auto") -> TraceRead:
     name = detect(path) if fmt == "auto" else fmt
     got = FORMATS[name](path)
     if not got.rows:
-        first = f"; first: line {got.bad[0].line}: {got.bad[0].reason}" if got.bad else ""
+        first = (f"; first: line {got.bad[0].line}: {got.bad[0].reason}" if got.bad else
+                 f"; first excluded: line {got.excluded[0].line}: {got.excluded[0].reason}" if got.excluded else "")
         raise TraceError(f"trace {path}: no usable rows as {name} ({len(got.bad)} malformed, "
                          f"{len(got.excluded)} excluded){first}")
     return got

@@ -38,4 +38,4 @@ class TraceRead:
     format: str
     rows: tuple[TraceRow, ...]
     bad: tuple[BadRow, ...]
-    excluded: tuple[BadRow, ...] = ()  # well-formed rows not replayable (e.g. BurstGPT failures), reported
+    excluded: tuple[BadRow, ...] = ()  # well formed, not replayable (a failed request, an unanswered turn), reported

@@ -162,12 +162,14 @@ def test_bad_jsonl_rows_by_file_line():
 
 def test_bad_sharegpt_entries_by_array_position():
     got = read_trace(BAD / "bad.sharegpt.json")
-    assert reasons(got.bad) == {
+    assert reasons(got.bad) == {  # malformed: blocks a default run
         2: "not a JSON object (a str)",
         3: "no 'conversations' list",
-        4: "no 'human' turn followed by a 'gpt' turn",
-        5: "empty prompt (the human turn has no text)",
         6: "turns 1 and 2: 'value' must be text",
+    }
+    assert reasons(got.excluded) == {  # well formed, but nothing to replay: left out with a note
+        4: "no 'human' turn is followed by a 'gpt' answer, so no output length",
+        5: "empty prompt (the human turn has no text)",
         8: "empty reply (the gpt turn has no text, so no output length)",
     }
     assert [(r.line, r.prompt, r.output_text) for r in got.rows] == [
