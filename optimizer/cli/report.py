@@ -18,10 +18,15 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def main(ns: argparse.Namespace, console) -> int:
+    from optimizer.config.paths import directory_expected
     from optimizer.driver.store.finished_study import open_finished
     from optimizer.report.console import print_report
 
-    f = open_finished(load(ns))
+    if ns.out:
+        directory_expected(ns.out, "--out", "pass a directory for the report (created if missing)")
+    cfg = load(ns)
+    directory_expected(cfg.artifacts_dir, "artifacts_dir", "pass --artifacts-dir with the directory the study ran with")
+    f = open_finished(cfg)
     out = Path(ns.out) if ns.out else f.artifacts / "report"
     summary = print_report(f.study, f.model, f.artifacts, f.objective, console)
     # read-only: the study database is left byte for byte as it was (its note is `run`'s to write)

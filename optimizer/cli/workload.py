@@ -22,10 +22,12 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def main(ns: argparse.Namespace, console) -> int:
+    from optimizer.config.paths import directory_expected
     from optimizer.driver.plan import load_workload
     from optimizer.workload.materialize import write_workload
     from optimizer.workload.stats import describe
 
+    directory_expected(ns.out, "--out", "pass a directory for the workload file (created if missing)")
     _, workload = load_workload(load(ns))
     path = write_workload(workload, Path(ns.out))
     for line in describe(workload):

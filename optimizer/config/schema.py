@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from optimizer.config.base import Strict as _Strict
 from optimizer.config.workload_spec import ChatSpec, WorkloadSpec, with_default_scenario

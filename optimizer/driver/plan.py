@@ -15,6 +15,7 @@ import optuna
 from objectives import get_objective
 from optimizer.config import space as space_mod
 from optimizer.config.model_info import ModelInfo, load_model_info
+from optimizer.config.paths import directory_expected
 from optimizer.config.schema import StudyConfig
 from optimizer.driver import resources as slots_mod
 from optimizer.driver.ray_runtime import check_address, job_working_dir
@@ -77,6 +78,7 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
                           "{process: poisson, rate: 8}, or use --goal agent")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
     outputcheck.trial_spec_part(cfg)  # a missing or empty prompts file is refused here
+    directory_expected(cfg.artifacts_dir, "artifacts_dir", "pass --artifacts-dir with a directory (created if missing)")
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
     if not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # the embedded Ray: its one node is this machine

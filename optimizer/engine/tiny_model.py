@@ -104,9 +104,12 @@ def write_tiny_model(directory: str | Path, weights: bool = False) -> Path:
         if weights and not (out / "model.safetensors").is_file():  # a dummy-weights model gets its weights
             write_weights(out / "model.safetensors", json.loads((out / "config.json").read_text()))
         return out
-    if out.is_dir() and any(out.iterdir()):
-        from optimizer.errors import ConfigError
+    from optimizer.errors import ConfigError
 
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"model: {out} is a file; the tiny model is written into a new or empty directory: "
+                          "give another path")
+    if out.is_dir() and any(out.iterdir()):
         raise ConfigError(f"model: {out} is not empty and holds no complete model; "
                           "the tiny model is only written into a new or empty directory")
     out.mkdir(parents=True, exist_ok=True)
