@@ -68,8 +68,8 @@ def _load() -> dict[str, dict]:
 
 
 def measure(args) -> None:
+    from optimizer.config import flags
     from optimizer.config import kv_fit as kvfit
-    from optimizer.config import space as space_mod
     from optimizer.config.schema import build_config
     from optimizer.driver.plan import prepare
     from optimizer.engine.device import detect
@@ -85,7 +85,7 @@ def measure(args) -> None:
         params = {k: v for k, v in point.items() if k != "defaults"}
         if _key(point) in done:
             continue
-        vllm_args = space_mod.to_cli_args(params) + plan.fixed_args()
+        vllm_args = flags.to_cli_args(params) + plan.fixed_args()
         est = kvfit.estimate(plan.model, detect("cpu"), params)
         spec = TrialSpec(number=i, model=plan.model.source, params=params, vllm_args=tuple(vllm_args),
                          workload=plan.workload, log_path=str(ROOT / "artifacts" / "bench-search" / f"grid-{i}.log"),

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from optimizer.config.space import KNOBS, from_cli_args
+from optimizer.config.flags import from_cli_args
+from optimizer.config.space import KNOBS
 from optimizer.errors import ConfigError
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import optuna
 
+from optimizer.config import flags
 from optimizer.config import kv_fit as kvfit
-from optimizer.config import space as space_mod
 from optimizer.engine.device import Device, detect
 from optimizer.engine.failures import Failure
 from optimizer.trial.spec import TrialResult
@@ -27,7 +27,7 @@ def calibration(study: optuna.Study) -> kvfit.Calibration | None:
 
 def full_params(vllm_args) -> dict:
     """Every knob a trial's flags set (the sampled ones and the fixed extra flags)."""
-    return space_mod.from_cli_args(list(vllm_args))
+    return flags.from_cli_args(list(vllm_args))
 
 
 def device_now(preference: str) -> Device:

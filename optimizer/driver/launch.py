@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import optuna
 
+from optimizer.config import flags
 from optimizer.config import space as space_mod
 from optimizer.driver import kv_precheck as precheck
 from optimizer.driver import tell as outcome
@@ -47,7 +48,7 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     With early stop on, the trial judges its stages itself against `best` (the best feasible value
     when it starts) as well as hearing the driver's verdicts. With `outputs`, it also answers the
     output-regression prompts when the config asks (outputs/gate.py)."""
-    args = space_mod.to_cli_args(params) + space_mod.engine_args_for(params, plan.device.kind) + plan.fixed_args()
+    args = flags.to_cli_args(params) + flags.engine_args_for(params, plan.device.kind) + plan.fixed_args()
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
     env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}
     rp, es, search = plan.cfg.replay, plan.cfg.early_stop, plan.cfg.objective.search

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from optimizer.config.space import split_flags
+from optimizer.config.flags import split_flags
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import optuna
 
-from optimizer.config.space import from_cli_args
+from optimizer.config.flags import from_cli_args
 
 GIB = 1024 ** 3
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import optuna
 import yaml
 
-from optimizer.config.space import KNOBS, from_cli_args, split_flags
+from optimizer.config.flags import from_cli_args, split_flags
+from optimizer.config.space import KNOBS
 from optimizer.report import confirmed
 
 COMPLETE = optuna.trial.TrialState.COMPLETE

@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from optimizer.config.space import split_flags
+from optimizer.config.flags import split_flags
 from optimizer.engine.failures import Failure
 
 ENV = "CUDA_VISIBLE_DEVICES"

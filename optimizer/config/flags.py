@@ -1,0 +1,65 @@
+"""A trial's parameters <-> vLLM's command-line flags: {'max-num-seqs': 8} <-> ['--max-num-seqs', '8'],
+in knob order, booleans as --flag / --no-flag.
+"""
+
+from __future__ import annotations
+
+from optimizer.config.space import KNOBS, Knob
+
+
+def engine_args_for(params: dict, device_kind: str) -> list[str]:
+    """Flags a trial needs beside its knobs' own: on GPU, tensor parallelism runs vLLM's workers
+    as processes, since the default Ray backend breaks inside a Ray task (untested on a GPU)."""
+    if device_kind == "gpu" and int(params.get("tensor-parallel-size", 1)) > 1:
+        return ["--distributed-executor-backend", "mp"]
+    return []
+
+
+def to_cli_args(params: dict) -> list[str]:
+    """vLLM flags for `params`, in knob order: {'max-num-seqs': 8} -> ['--max-num-seqs', '8']."""
+    args = []
+    for name in sorted(params, key=lambda n: list(KNOBS).index(n) if n in KNOBS else len(KNOBS)):
+        value = params[name]
+        if isinstance(value, bool):
+            args.append(f"--{name}" if value else f"--no-{name}")
+        elif isinstance(value, float):
+            args += [f"--{name}", f"{value:.4g}"]  # 0.36, not 0.36000000000000004
+        else:
+            args += [f"--{name}", str(value)]
+    return args
+
+
+def from_cli_args(args: list[str]) -> dict:
+    """The inverse of to_cli_args for the knobs this module knows (`--no-flag` is False)."""
+    params = {}
+    for flag, raw in split_flags(args):
+        name = flag.removeprefix("no-")
+        knob = KNOBS.get(name)
+        if knob is not None and knob.kind == "bool" and raw is True:
+            params[name] = flag == name
+        elif knob is not None and flag == name and isinstance(raw, str):
+            params[name] = _parse(knob, raw)
+    return params
+
+
+def _parse(knob: Knob, raw: str):
+    if knob.kind == "int" or (knob.kind == "categorical" and raw.isdigit()):  # block-size, tensor-parallel-size
+        return int(raw)
+    return float(raw) if knob.kind == "float" else raw
+
+
+def split_flags(args: list[str]) -> list[tuple[str, str | bool]]:
+    """['--a', '1', '--b=2', '--c'] -> [('a', '1'), ('b', '2'), ('c', True)]."""
+    out, i = [], 0
+    while i < len(args):
+        key, eq, inline = args[i].removeprefix("--").partition("=")
+        if eq:
+            out.append((key, inline))
+            i += 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out.append((key, args[i + 1]))
+            i += 2
+        else:
+            out.append((key, True))
+            i += 1
+    return out
