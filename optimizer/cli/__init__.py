@@ -2,7 +2,7 @@
 
     run  daemon  report  plan  regress  sensitivity  workload  tiny-model
 
-Each command module has NAME, register(subparsers) and main(ns, console); main.py builds the
+Each command module has NAME, register(subparsers) and main(ns, console); entry.py builds the
 parser from them (entry.py). Commands may import every other package; nothing imports cli/.
 """
 

@@ -138,9 +138,14 @@ def _probe_hub(hub, source: str) -> Exception | None:
     client = getattr(sys.modules.get("huggingface_hub.utils._http"), "httpx2", None)
     if client is not None:  # huggingface_hub >= 2 (httpx2): a connect timeout of its own
         timeout = client.Timeout(HUB_READ_TIMEOUT_S, connect=HUB_CONNECT_TIMEOUT_S)
+    answers = [OSError, ValueError]  # what a request that did not get its answer raises; a bug still raises
+    for owner, name in ((getattr(hub, "errors", None), "HfHubHTTPError"), (client, "HTTPError"),
+                        (client, "TransportError"), (sys.modules.get("requests"), "RequestException")):
+        if isinstance(getattr(owner, name, None), type):
+            answers.append(getattr(owner, name))
     try:
         head(hub.hf_hub_url(source, "config.json"), timeout=timeout)
-    except Exception as exc:  # noqa: BLE001 - classified by the caller; nothing here is retried
+    except tuple(answers) as exc:  # classified by the caller; nothing here is retried
         return exc
     return None
 

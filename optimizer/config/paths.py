@@ -13,7 +13,11 @@ def directory_expected(path: str | Path, what: str, fix: str) -> None:
     directory is fine: it is created when needed)."""
     given = Path(path).expanduser()
     for place in (given, *given.absolute().parents):
-        if place.exists():
+        try:
+            there = place.exists()
+        except OSError as exc:  # e.g. a folder on the way that this user may not read
+            raise ConfigError(f"{what} {path}: {place} cannot be read ({exc.strerror}); {fix}") from exc
+        if there:
             if place.is_dir():
                 return
             kind = "a file" if place.is_file() else "not a directory"

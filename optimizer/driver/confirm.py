@@ -74,7 +74,7 @@ def confirmation_pending(study: optuna.Study, plan: Plan) -> bool:
 
 
 def confirm_top(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState) -> None:
-    """Re-measure the top configurations (driver/confirm.py): full runs, no early stop."""
+    """Re-measure the top configurations: full runs, no early stop."""
     c = plan.cfg.confirm
     progress.confirming(c.top, c.repeats)
 

@@ -12,10 +12,11 @@ from dataclasses import replace
 import ray
 
 from optimizer import shutdown
+from optimizer.driver import poll
 from optimizer.driver import tell as outcome
 from optimizer.driver.launch import make_spec
 from optimizer.driver.plan import Plan
-from optimizer.driver.poll import STOP_GRACE_S, note_server, phase_of, stop_task
+from optimizer.driver.poll import note_server, phase_of, stop_task
 from optimizer.driver.progress import Progress
 from optimizer.driver.ray_runtime import ray_runtime, run_trial
 from optimizer.driver.resources import ray_resources
@@ -69,10 +70,12 @@ def run_task(spec: TrialSpec, plan: Plan, board, progress: Progress, runstate: R
                 progress.phase(spec.number, phase_of(board, spec.number, "queued"), time.monotonic() - started)
                 note_server(board, spec.number, key, runstate, plan)
     except ray.exceptions.RayError as exc:
-        stop_task(ref, plan, board, spec.number, runstate, key)
+        with shutdown.deferred():  # a signal now must not cut the reaping short
+            stop_task(ref, plan, board, spec.number, runstate, key)
         return lost_trial_result(spec.number, exc, phase_of(board, spec.number))
     except BaseException:
-        stop_task(ref, plan, board, spec.number, runstate, key, grace=STOP_GRACE_S)
+        with shutdown.deferred():
+            stop_task(ref, plan, board, spec.number, runstate, key, grace=poll.STOP_GRACE_S)
         raise
     finally:
         runstate.remove_server(key)

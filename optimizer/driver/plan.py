@@ -68,7 +68,10 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     url = normalize_url(cfg.storage, in_job=job_working_dir())
     check_storage(url)  # refused before anything runs
     check_address(cfg.ray.address or os.environ.get("RAY_ADDRESS"))
-    model, workload = load_workload(cfg)
+    directory_expected(cfg.artifacts_dir, "artifacts_dir", "pass --artifacts-dir with a directory (created if missing)")
+    directory_expected(Path(cfg.artifacts_dir) / cfg.study_name, "the study's artifacts directory",
+                       "move that file away, or pass another --artifacts-dir or --study-name")
+    model, workload = load_workload(cfg)  # writes the tiny model when the config asks: the last check
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
                           f"max_position_embeddings ({model.max_positions}); shorten the workload's longest prompt or output")
@@ -78,7 +81,6 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
                           "{process: poisson, rate: 8}, or use --goal agent")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
     outputcheck.trial_spec_part(cfg)  # a missing or empty prompts file is refused here
-    directory_expected(cfg.artifacts_dir, "artifacts_dir", "pass --artifacts-dir with a directory (created if missing)")
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
     if not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # the embedded Ray: its one node is this machine
@@ -87,7 +89,7 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
 
 
 def _this_machine(device: Device) -> dict:
-    """The one node of the embedded Ray (runtime.ray_runtime: all cores, the GPUs Ray detects)."""
+    """The one node of the embedded Ray (driver/ray_runtime.py: all cores, the GPUs Ray detects)."""
     return {"Alive": True, "Resources": {"CPU": float(os.cpu_count() or 1), "GPU": float(device.count)}}
 
 

@@ -123,7 +123,7 @@ def cluster_address(plan) -> str | None:
 
 
 def trial_request(plan, params: dict | None = None) -> dict:
-    """What one trial asks Ray for (driver/resources.py): on GPU one GPU per tensor-parallel rank (untested on a
+    """What one trial asks Ray for: on GPU one GPU per tensor-parallel rank (untested on a
     GPU), plus the GPU model's custom resource when named; on CPU the cores, shared among the
     `parallel` trials."""
     rc = plan.cfg.ray

@@ -1,10 +1,8 @@
-"""The study driver: the only writer to the study. It asks Optuna for parameters, runs
-each trial as a Ray task, and tells Optuna the outcome.
-
-`prepare()` checks everything that can be checked without side effects (model, device,
-search space, workload, objective, storage URL) so bad input never writes to the study.
-`run()` then opens (or resumes) the study, queues the baseline as the first trial, and
-runs trials until the budget of finished (COMPLETE or PRUNED) trials is reached.
+"""The study loop: the only writer to the study. `run()` takes a plan that `driver/plan.py`'s
+`prepare()` already checked, opens (or resumes) the study, queues the baseline first, and keeps
+trials running (launch.py) and polled (poll.py), telling Optuna each outcome (tell.py), until the
+budget of finished (COMPLETE or PRUNED) trials is reached; then the top ones are re-measured
+(confirm.py).
 """
 
 from __future__ import annotations
@@ -79,7 +77,8 @@ def _run_trials(study: optuna.Study, plan: Plan, board, progress: Progress, runs
                 if trials.tell(poll(trials.running, plan, board, progress, runstate, best)):
                     best = best_feasible(study, plan.objective)
     except BaseException as exc:  # a stop signal (KeyboardInterrupt), a broken pipe, too many infra failures
-        trials.stop(exc)
+        with shutdown.deferred():  # a (further) signal while stopping must not leave servers unreaped
+            trials.stop(exc)
         raise
 
 
@@ -132,9 +131,9 @@ class _Trials:
             try:
                 finish(self.study, self.plan, r, result, self.progress)
             except Exception as failed:  # noqa: BLE001 - e.g. the database went away: said, and recovered later
-                self.progress.note(f"trial {r.trial.number}: its measurement came back but could not be stored "
-                                   f"({type(failed).__name__}: {first_line(failed)}); it stays RUNNING in the "
-                                   "study, and the next start fails it as lost and queues it again")
+                self.progress.note(f"trial {r.trial.number}: its measurement came back, but recording it failed "
+                                   f"({type(failed).__name__}: {first_line(failed)}); if the study did not get it, "
+                                   "the trial stays RUNNING and the next start fails it as lost and queues it again")
         stop_all(self.running, self.plan, self.board, self.runstate, self.progress)
         for r in self.running:
             outcome.tell_infra(self.study, r.trial, "interrupted: re-run to resume", f"{type(exc).__name__}")

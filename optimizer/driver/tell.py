@@ -1,4 +1,5 @@
-"""A trial's outcome -> its Optuna state, in exactly one function.
+"""Telling Optuna: a trial's outcome -> its Optuna state, in exactly one function (`tell`); and
+`finish`, everything done when a trial's task returns (learn, gate, store its files, tell, note).
 
     measured, objective finite          -> COMPLETE with the objective's value(s); with SLOs on a
                                            replay objective, each SLO's excess is a constraint

@@ -106,8 +106,9 @@ def write_tiny_model(directory: str | Path, weights: bool = False) -> Path:
         return out
     from optimizer.errors import ConfigError
 
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"model: {out} is a file; the tiny model is written into a new or empty directory: "
+    place = next(q for q in (out, *out.parents) if q.exists())  # `/` at the latest
+    if not place.is_dir():
+        raise ConfigError(f"model: {place} is a file; the tiny model is written into a new or empty directory: "
                           "give another path")
     if out.is_dir() and any(out.iterdir()):
         raise ConfigError(f"model: {out} is not empty and holds no complete model; "

@@ -1,6 +1,6 @@
 """Diagnosis in operator words: why a finished trial failed or fell behind, and what to change.
 
-Each trial reads from what it recorded (outcome.record: failure kind, evidence, remedy,
+Each trial reads from what it recorded (driver/tell.record: failure kind, evidence, remedy,
 metrics, the server's /metrics view, SLO excess, early stop; a regression check's flip
 rate). The rules follow vLLM's troubleshooting and tuning guides ("Conserving memory",
 "Optimization and Tuning"), tried in order; the first that matches wins (as in

@@ -1,6 +1,6 @@
 """What report/diagnosis.py's rules read, and its three rules for a server that could not start for lack of memory.
 
-_Facts is one trial's record (outcome.record: failure kind, evidence, remedy, the flags it ran
+_Facts is one trial's record (driver/tell.record: failure kind, evidence, remedy, the flags it ran
 with, metrics, the server's /metrics view), read once; _Found is a rule's answer. The start-up
 memory rules turn vLLM's own memory lines into the figure an operator changes:
 
@@ -198,5 +198,5 @@ def _n(x: float | None) -> str:
 
 
 def _flag(value) -> str:
-    """A knob's value as it is written on the command line (space.to_cli_args)."""
+    """A knob's value as it is written on the command line (config/flags.to_cli_args)."""
     return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -21,7 +21,7 @@ import optuna
 
 from optimizer.config.space import SearchSpace, active
 from optimizer.errors import ConfigError
-from optimizer.measure import noise
+from optimizer.measure.noise import Interval, interval
 from optimizer.report import confirmed
 
 ATTR = "sensitivity"
@@ -85,14 +85,14 @@ def moves(params: dict, space: SearchSpace, knobs: list[str] | None = None, to: 
     return out
 
 
-def band(values: list[float]) -> noise.Interval:
+def band(values: list[float]) -> Interval:
     """Where one more run of the best lands 95% of the time: a prediction interval, mean +- t s
     sqrt(1 + 1/n), not the interval of the mean (which one run falls outside of far more often
     than 5%, the more so the more runs). One value: no band (infinite bounds)."""
-    return noise.interval(-1, values, one_run=True)
+    return interval(-1, values, one_run=True)
 
 
-def effect(name: str, old, new, value: float | None, noise: noise.Interval, maximize: bool) -> dict:
+def effect(name: str, old, new, value: float | None, noise: Interval, maximize: bool) -> dict:
     """One moved knob's row: its value, its ratio to the best's mean (> 1: better), and whether it
     left the noise band."""
     row = {"knob": name, "from": old, "to": new, "value": value, "n": len(noise.values),
@@ -126,7 +126,7 @@ def prepare_run(study: optuna.Study, plan, knobs=None, to=None) -> tuple[optuna.
 
 def run(study: optuna.Study, plan, progress, measure, prepared, repeats: int = 0) -> list[dict]:
     """Measure the best once more `repeats` times, then each move once; `measure(params, key,
-    log_dir)` runs one full measurement (study.measure_once) and returns its value or None. The
+    log_dir)` runs one full measurement (driver/measure_once.measure_once) and returns its value or None. The
     rows are stored on the study after each move: an interruption loses one run at most."""
     best, base, planned = prepared
     runs = ((study.user_attrs.get(confirmed.ATTR) or {}).get("runs") or {}).get(str(best.number)) or {}

@@ -17,6 +17,8 @@ import threading
 
 import ray
 
+from optimizer.trial.driver_link import Driver
+
 
 @ray.remote(num_cpus=0)
 class TrialBoard:
@@ -51,34 +53,6 @@ class TrialBoard:
     def verdict(self, number: int) -> tuple[int, str]:
         return self.verdicts.get(number, (-1, ""))
 
-
-class Driver:
-    """What a trial tells the driver while it runs, and what the driver answers. The default
-    talks to nobody (tests, a bare `execute_trial`); board.BoardDriver routes through Ray."""
-
-    def phase(self, phase: str) -> None:
-        pass
-
-    def spawned(self, pgid: int) -> None:
-        pass
-
-    def checkpoint(self, step: int, payload: dict) -> None:
-        pass
-
-    def stop_reason(self) -> str:
-        """Non-empty once the driver has decided this trial cannot win (never blocks)."""
-        return ""
-
-    def verdict(self, step: int, wait_s: float) -> str:
-        """Wait up to `wait_s` for the driver's answer to checkpoint `step`; the stop reason or ''."""
-        return self.stop_reason()
-
-    def close(self) -> None:
-        pass
-
-    def health(self) -> dict:
-        """How the channel to the driver fared (BoardDriver: verdict polls, errors)."""
-        return {}
 
 
 class BoardDriver(Driver):

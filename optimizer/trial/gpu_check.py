@@ -62,7 +62,7 @@ def check(params: dict, vllm_args, server_env: dict, wait_s: float = 0.0) -> Che
     short of memory is read again every POLL_S for `wait_s` before the trial fails."""
     ray_ids = ray_gpu_ids()
     if ray_ids is not None and not ray_ids:
-        return Check()  # Ray gave this task no GPU: study._resources asked for none (a CPU trial)
+        return Check()  # Ray gave this task no GPU: driver/resources.ray_resources asked for none (a CPU trial)
     given = server_env.get(ENV, os.environ.get(ENV))
     if ray_ids:
         visible: list[str] | None = ray_ids

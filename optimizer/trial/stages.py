@@ -18,7 +18,7 @@ from optimizer.measure.metrics import summarize
 from optimizer.measure.replay import RequestRecord, run_replay
 from optimizer.trial import early_stop as earlystop
 from optimizer.trial import rate_search as ratesearch
-from optimizer.trial.channel import Driver
+from optimizer.trial.driver_link import Driver
 from optimizer.trial.spec import TrialSpec
 from optimizer.workload import Workload
 

@@ -33,7 +33,7 @@ from optimizer.measure import validity
 from optimizer.measure.replay import run_replay
 from optimizer.outputs import compare as regression
 from optimizer.trial import gpu_check as gpucheck
-from optimizer.trial.channel import Driver
+from optimizer.trial.driver_link import Driver
 from optimizer.trial.spec import TrialResult, TrialSpec
 from optimizer.trial.stages import (
     measure_window,

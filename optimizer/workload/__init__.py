@@ -1,6 +1,6 @@
 """Workloads: what every trial replays, materialized once so all trials see the same requests.
 
-A scenario turns its spec (`spec.py`) into a `Workload`: frozen requests with exact prompt
+A scenario turns its spec (`config/workload_spec.py`) into a `Workload`: frozen requests with exact prompt
 token ids, fixed output lengths and arrival offsets. One module per scenario:
 
     chat    short questions and long documents              chat.py

@@ -3,7 +3,7 @@
 `workload-<hash12>.jsonl` holds a header line (hash, name, description, schedule, notes)
 and one line per request (warm-up first). The study stores the file's path and the hash:
 the exact requests every trial replayed stay inspectable after the study, and a resumed
-study with another workload is refused (driver/study.py).
+study with another workload is refused (driver/plan.py).
 """
 
 from __future__ import annotations

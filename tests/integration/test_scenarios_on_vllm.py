@@ -20,7 +20,7 @@ from optimizer.engine.vllm import VllmServer
 from optimizer.measure.replay import run_replay
 from optimizer.measure.slo import parse_slos
 from optimizer.measure.validity import check
-from optimizer.trial.channel import Driver
+from optimizer.trial.driver_link import Driver
 from optimizer.trial.spec import TrialSpec
 from optimizer.trial.stages import measure_window, search_rates
 from optimizer.trial.task import reset_prefix_cache

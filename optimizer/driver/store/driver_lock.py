@@ -13,7 +13,7 @@ that outlive a killed driver (measured: its dashboard and runtime-env agents sta
 The file only covers the window after the driver heard of a server. Every server also carries
 this storage's tag in its environment (`VLLM_OPTIMIZER_STORAGE`), so a server started in the
 last half second before a crash is found by scanning this host's processes. Other nodes of a
-cluster are not scanned (README: known limits). Storage other than SQLite keeps the files in
+cluster are not scanned (docs/troubleshooting.md#known-limits). Storage other than SQLite keeps the files in
 the artifacts directory, named after the URL's digest.
 """
 

@@ -31,6 +31,9 @@ def _listing(root):
      "error: artifacts_dir afile: it is a file; pass --artifacts-dir with a directory (created if missing)"),
     (["run", "--config", "study.yaml", "--artifacts-dir", "afile/deeper"],
      "error: artifacts_dir afile/deeper: <dir>/afile is a file; pass --artifacts-dir with a directory (created if missing)"),
+    (["run", "--config", "study.yaml", "--study-name", "afile", "--artifacts-dir", "."],
+     "error: the study's artifacts directory afile: it is a file; move that file away, or pass another "
+     "--artifacts-dir or --study-name"),
     (["workload", "--config", "study.yaml", "--out", "afile"],
      "error: --out afile: it is a file; pass a directory for the workload file (created if missing)"),
     (["report", "--config", "study.yaml", "--out", "afile"],
@@ -38,6 +41,8 @@ def _listing(root):
     (["report", "--config", "study.yaml", "--artifacts-dir", "afile"],
      "error: artifacts_dir afile: it is a file; pass --artifacts-dir with the directory the study ran with"),
     (["tiny-model", "afile"],
+     "error: model: <dir>/afile is a file; the tiny model is written into a new or empty directory: give another path"),
+    (["tiny-model", "afile/sub"],
      "error: model: <dir>/afile is a file; the tiny model is written into a new or empty directory: give another path"),
 ])
 def test_a_file_where_a_directory_is_expected(workdir, capsys, argv, line):

@@ -1,4 +1,4 @@
-"""study._InfraTally: three trials in a row failing outside their configuration stop the study;
+"""driver/recovery.InfraTally: three trials in a row failing outside their configuration stop the study;
 a full disk that frees up is waited out once, and the trials that ran into the same full disk
 beside it (parallel trials) are not counted against the machine."""
 

@@ -106,7 +106,8 @@ def test_a_finished_measurement_that_cannot_be_stored_during_a_stop_is_named(mon
     notes, record = Notes(), Record("s/3", "s/4")
     trials = study._Trials(None, None, None, notes, record, slots=2, running=[done, other])
     trials.stop(KeyboardInterrupt())
-    assert notes.lines == ["trial 3: its measurement came back but could not be stored (StorageError: storage "
-                           "'sqlite:///trials.db' cannot be opened (OperationalError: disk I/O error)); it stays "
-                           "RUNNING in the study, and the next start fails it as lost and queues it again"]
+    assert notes.lines == ["trial 3: its measurement came back, but recording it failed (StorageError: storage "
+                           "'sqlite:///trials.db' cannot be opened (OperationalError: disk I/O error)); if the study "
+                           "did not get it, the trial stays RUNNING and the next start fails it as lost and queues "
+                           "it again"]
     assert stopped == [other] and told == [4]  # the rest is still stopped and told interrupted

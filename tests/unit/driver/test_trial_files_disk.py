@@ -134,7 +134,7 @@ def test_a_full_disk_under_the_run_state_does_not_stop_the_driver(mounted):
 
 
 def test_the_driver_waits_for_space_only_when_its_own_disk_is_full(mounted, monkeypatch):
-    """study._wait_for_disk: False at once when the artifacts dir takes writes (the trial's node
+    """driver/recovery.wait_for_disk: False at once when the artifacts dir takes writes (the trial's node
     refused: counted as infra by the caller), True after waiting out a full disk."""
     from types import SimpleNamespace
 

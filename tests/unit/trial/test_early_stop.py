@@ -1,5 +1,5 @@
 """trial/early_stop.py: the driver's early-stop rules on the partial measurements a trial sends
-(trial._partial), and the best feasible value so far from an Optuna study.
+(trial/stages.partial_metrics), and the best feasible value so far from an Optuna study.
 
 The latency rule is checked against metrics.percentile by brute force: a stop must be
 provable (no completion of the remaining requests reaches the best), and a go-on must be
@@ -278,7 +278,7 @@ def test_margin_spares_a_trial_within_the_noise_of_the_best():
     assert earlystop.verdict(thr, slow, best=1050.0) and earlystop.verdict(thr, slow, best=1050.0, margin=0.1) == ""
 
 
-# --- the trial judges its own stages (trial._stopper) -----------------------------------------------
+# --- the trial judges its own stages (trial/stages.stopper) -----------------------------------------------
 
 class _SilentDriver:
     """A driver whose verdicts never arrive (Ray delivered them 3-30 s late on a saturated
