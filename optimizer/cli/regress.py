@@ -37,7 +37,6 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
-
 def main(ns: argparse.Namespace, console) -> int:
     """`regress`: 0 when every candidate answered within --max-flip-rate (or none was given), 1 when
     one is above it or could not answer; raises ConfigError for bad input (exit 2)."""

@@ -26,8 +26,6 @@ from optimizer.errors import ConfigError
 Scalar = Union[int, float, str, bool]
 
 
-
-
 class ModelSpec(_Strict):
     path: str = Field(description="local model directory or Hugging Face id")
     tiny: bool = Field(False, description="generate the tiny local demo model at `path` if it is missing")

@@ -61,7 +61,6 @@ def remeasure(study: optuna.Study, top: int, repeats: int, measure: Callable[[op
     return record
 
 
-
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 

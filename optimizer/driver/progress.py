@@ -29,7 +29,6 @@ def best_line(study: optuna.Study, objective) -> str | None:
     return f"trial {number}, {best:.1f} {objective.unit}"
 
 
-
 class Progress:
     def __init__(self, console: Console | None = None):
         self.console = console or Console(highlight=False)

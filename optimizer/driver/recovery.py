@@ -21,7 +21,6 @@ MAX_CONSECUTIVE_INFRA = 3
 DISK_POLL_S = 5
 
 
-
 def queue_again(study: optuna.Study, trial, always: bool = False, reason: str = "") -> bool:
     """Queue a FAIL trial's configuration once more: an infrastructure fault says nothing
     about the configuration. Once per configuration, unless `always` (interrupted runs, a full disk)."""

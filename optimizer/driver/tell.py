@@ -43,7 +43,6 @@ METRIC_KEYS = (
 )
 
 
-
 def _clean(value):
     if isinstance(value, float):
         return None if not math.isfinite(value) else round(value, 4)

@@ -113,7 +113,6 @@ def hold_launches(study, cfg, running_trials) -> bool:
 # ---- python -m optimizer regress ---------------------------------------------------------------
 
 
-
 def answer(spec, prompts, max_tokens: int, top_k: int):
     """Boot the spec's server, answer the prompts, stop it: (outputs, '') or (None, why)."""
     server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=dict(spec.env),

@@ -129,7 +129,6 @@ def _write(path: Path, data) -> Path | None:
     return path
 
 
-
 def finished_count(study: optuna.Study) -> int:
     """Trials that count against the budget: COMPLETE or PRUNED (FAIL is retried)."""
     return len(study.get_trials(deepcopy=False, states=FINISHED))
@@ -137,15 +136,10 @@ def finished_count(study: optuna.Study) -> int:
 
 def best_feasible(study, objective) -> float | None:
     """The best value among COMPLETE trials that meet their constraints (None if there is none)."""
-    import optuna
-
     if getattr(objective, "multi", False):
         return None
-    values = [t.value for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-              if t.value is not None and all(c <= 0 for c in (t.constraints or {}).values())]
-    if not values:
-        return None
-    return max(values) if objective.direction == "maximize" else min(values)
+    done = ranked_feasible(study, objective.direction == "maximize")
+    return done[0].value if done else None
 
 
 def fmt_params(params: dict) -> str:

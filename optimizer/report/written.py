@@ -258,7 +258,6 @@ def _pictures(doc: _Doc, study: optuna.Study, s: rep.Summary, artifacts: Path, o
     return out
 
 
-
 # -- the document: one list of blocks, rendered as Markdown and as HTML --------------------------------
 
 class _Doc:

@@ -54,7 +54,6 @@ class TrialBoard:
         return self.verdicts.get(number, (-1, ""))
 
 
-
 class BoardDriver(Driver):
     """The trial's end of the board (runs in the Ray worker)."""
 

@@ -48,8 +48,6 @@ LOG_LIMIT_BYTES = 4 * 1024 * 1024  # the most of a server log one result carries
 _KV_LINE = re.compile(r"KV cache size|non-kv usages|estimated maximum model length|requested memory for kv")
 
 
-
-
 def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
                   on_spawn: Callable[[int], None] | None = None, driver: Driver | None = None) -> TrialResult:
     """Run one trial end to end; failures come back in the result, never as exceptions.
@@ -161,8 +159,6 @@ def capped_log(text: str, limit: int = LOG_LIMIT_BYTES) -> str:
         return text
     head, tail = text[:limit // 8], text[-(limit - limit // 8):]
     return f"{head}\n# ... {len(text) - len(head) - len(tail)} characters left out ...\n{tail}"
-
-
 
 
 def remote_trial(spec: TrialSpec, board=None) -> TrialResult:

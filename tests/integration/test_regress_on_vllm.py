@@ -23,7 +23,6 @@ from optimizer.testing.memory import memory_fraction
 pytestmark = pytest.mark.integration
 
 
-
 @pytest.fixture(scope="module")
 def regress(tmp_path_factory):
     root = tmp_path_factory.mktemp("regress")

@@ -213,7 +213,6 @@ def test_crlf_and_bom_keep_line_numbers(tmp_path):
     assert [r.line for r in got.rows] == [2] and [b.line for b in got.bad] == [4]
 
 
-
 def test_absurd_values_are_bad_rows_with_short_reasons(tmp_path):
     huge = "9" * 5000  # past Python's 4300-digit int limit: a ValueError, not a JSONDecodeError
     path = tmp_path / "t.jsonl"
