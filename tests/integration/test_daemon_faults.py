@@ -85,6 +85,17 @@ class Daemon:
             time.sleep(0.2)
         raise AssertionError("the daemon never served its status API")
 
+    def printed(self, text: str, timeout: float = 60) -> str:
+        """Wait for a line the daemon prints after its status API is up (the recovery runs after it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.out.read_text()
+            if text in out:
+                return out
+            assert self.proc.poll() is None, self.err.read_text()[-3000:]
+            time.sleep(0.2)
+        raise AssertionError(f"the daemon never printed {text!r}:\n{self.out.read_text()[-3000:]}")
+
     def status(self) -> dict:
         with urllib.request.urlopen(self.url + "/status", timeout=10) as resp:
             return json.loads(resp.read())
@@ -202,7 +213,7 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
         t = time.monotonic()
         b = Daemon(tmp_path, "b")
         daemons.append(b)
-        assert "recovered after a driver that did not stop cleanly" in b.out.read_text()
+        b.printed("recovered after a driver that did not stop cleanly")
         assert group_pids(pgid) == []
         b.until("the lost trial's retry starts", _running(2))
         figures["resume_after_sigkill_s"] = round(time.monotonic() - t, 1)
