@@ -9,6 +9,10 @@ port, in its own session (process group), logging to a file. `stop()` sends SIGT
 the whole group, waits, then SIGKILL, and confirms that no process of the group remains
 and the port is free: vLLM's EngineCore and workers are grandchildren that outlive a
 killed parent otherwise (docs/vllm-facts.md#process-groups).
+
+The group is headed by a guard (engine/lifeline.py) that holds one end of a pipe whose other
+end only this process holds: if this process dies without stopping the server (SIGKILL, the
+OOM killer, Ray killing its worker), the guard stops the whole group by itself.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from optimizer.engine import lifeline
 from optimizer.engine.failures import (
     LAUNCH_PREFIX,
     NOTE_PREFIX,
@@ -127,6 +132,7 @@ class VllmServer:
         self.failure: Failure | None = None
         self.proc: subprocess.Popen | None = None
         self._log_file = None
+        self._lifeline: int | None = None  # the pipe's write end: closing it (or dying) stops the group
         self.notes: list[str] = []  # written under the launch line of the log (e.g. the GPUs it was given)
 
     @property
@@ -163,8 +169,7 @@ class VllmServer:
             return False
         env = {**os.environ, **self.env}
         self.state = "starting"
-        self.proc = subprocess.Popen(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.proc = self._spawn(env)
         if self.on_spawn:
             self.on_spawn(self.proc.pid)
         deadline = time.monotonic() + self.startup_timeout
@@ -176,6 +181,21 @@ class VllmServer:
                 return True
             time.sleep(0.5)
         return self._fail(timed_out=True)
+
+    def _spawn(self, env: dict) -> subprocess.Popen:
+        """The guard, in a new session, and through it the server (engine/lifeline.py)."""
+        read_end, self._lifeline = os.pipe()  # both close-on-exec; the guard alone is given the read end
+        try:
+            return subprocess.Popen([sys.executable, lifeline.__file__, str(read_end), str(lifeline.GRACE_S), "--",
+                                     *self.command()], stdout=self._log_file, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                    pass_fds=(read_end,))
+        except BaseException:
+            os.close(self._lifeline)
+            self._lifeline = None
+            raise
+        finally:
+            os.close(read_end)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -198,6 +218,9 @@ class VllmServer:
             killed, leftovers = terminate_group(self.proc.pid, grace, self.proc)
         else:
             leftovers = ()
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
         if self._log_file:
             self._log_file.close()
             self._log_file = None

@@ -34,12 +34,14 @@ def stand_in(tmp_path):
 
 
 def test_start_inside_with_launches_one_server_only(tmp_path):
-    with VllmServer("m", [], tmp_path / "log", python=stand_in(tmp_path), startup_timeout=20) as srv:
+    first_arg = stand_in(tmp_path)  # the stand-in runs as `python <its path> ...`
+    with VllmServer("m", [], tmp_path / "log", python=first_arg, startup_timeout=20) as srv:
         assert srv.state == "ready"
         first = srv.proc.pid
         assert srv.start() is True  # the old trap: a second start() orphaned the first server
         assert srv.proc.pid == first
-        assert len([p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]) == 1
+        servers = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or ["", ""])[1:2] == [first_arg]]
+        assert len(servers) == 1 and servers[0].parent().pid == first  # one server, under its guard
     assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
     report = srv.stop()  # stopping twice is harmless
     assert report.leftover_pids == () and report.port_free

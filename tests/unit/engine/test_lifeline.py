@@ -1,0 +1,149 @@
+"""The guard at the head of a server's process group (engine/lifeline.py), on real processes.
+
+A stand-in "server" starts a grandchild in its group that ignores SIGTERM (as a vLLM
+EngineCore busy starting up does) and then sleeps; nothing here needs vLLM.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from optimizer.engine import lifeline
+from optimizer.engine.vllm import VllmServer, group_pids
+
+SERVER = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    subprocess.Popen([sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                      "open(sys.argv[1], 'w').close(); time.sleep(600)", sys.argv[1]])
+    code = int(sys.argv[2])
+    time.sleep(600 if code < 0 else 0.5)
+    sys.exit(code)
+""")
+
+
+def _ready(path, seconds=20.0) -> None:
+    end = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert path.exists(), "the stand-in server never started its grandchild"
+
+
+def _gone(pgid: int, seconds: float) -> float | None:
+    """Seconds until the group is empty, or None if it is not within `seconds`."""
+    t = time.monotonic()
+    while time.monotonic() - t < seconds:
+        if not group_pids(pgid):
+            return time.monotonic() - t
+        time.sleep(0.05)
+    return None
+
+
+def _guard(tmp_path, exit_code: int = -1):
+    """(guard process, write end) around the stand-in server, as VllmServer starts it."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, lifeline.__file__, str(read_end), "1.0", "--", sys.executable, "-c",
+                             SERVER, str(tmp_path / "ready"), str(exit_code)], start_new_session=True,
+                            pass_fds=(read_end,))
+    os.close(read_end)
+    return proc, write_end
+
+
+def test_closing_the_owners_end_stops_the_whole_group(tmp_path):
+    proc, write_end = _guard(tmp_path)
+    _ready(tmp_path / "ready")
+    assert len(group_pids(proc.pid)) == 3  # guard, server, the grandchild that ignores SIGTERM
+    os.close(write_end)  # what the kernel does when the owner dies
+    took = _gone(proc.pid, 15)
+    assert took is not None, group_pids(proc.pid)
+    assert took >= 1.0  # the grandchild ignored SIGTERM: it went at SIGKILL, after the grace
+    assert proc.wait(5) == 1
+
+
+def test_the_servers_own_exit_code_comes_back_and_nothing_of_its_group_stays(tmp_path):
+    proc, write_end = _guard(tmp_path, exit_code=3)
+    try:
+        _ready(tmp_path / "ready")
+        assert proc.wait(20) == 3
+        assert group_pids(proc.pid) == []  # the grandchild the server left behind is stopped too
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_guard_alone_reaches_the_server(tmp_path, sig):
+    proc, write_end = _guard(tmp_path)
+    try:
+        _ready(tmp_path / "ready")
+        proc.send_signal(sig)
+        assert proc.wait(20) == -sig  # the server died of it, and the guard exits the same way
+        assert _gone(proc.pid, 5) is not None
+    finally:
+        os.close(write_end)
+
+
+def test_an_owner_gone_before_the_start_starts_nothing(tmp_path):
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    proc = subprocess.Popen([sys.executable, lifeline.__file__, str(read_end), "1.0", "--", sys.executable, "-c",
+                             SERVER, str(tmp_path / "ready"), "-1"], start_new_session=True, pass_fds=(read_end,))
+    os.close(read_end)
+    assert proc.wait(20) == 1
+    time.sleep(0.5)
+    assert not (tmp_path / "ready").exists()
+
+
+OWNER = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from optimizer.engine.vllm import VllmServer
+    server = VllmServer("m", [], Path(sys.argv[1]) / "log", python=sys.argv[2], startup_timeout=60)
+    server.start()
+    print(server.proc.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # no finally, no atexit: the owner dies as a killed Ray worker does
+""")
+
+STAND_IN = textwrap.dedent(f"""\
+    #!{sys.executable}
+    import signal, subprocess, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                      "time.sleep(600)"])  # an EngineCore that ignores SIGTERM
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
+        def log_message(self, *a):
+            pass
+    HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+""")
+
+
+def test_a_ready_server_dies_with_its_sigkilled_owner(tmp_path):
+    exe = tmp_path / "fake-python"
+    exe.write_text(STAND_IN)
+    exe.chmod(0o755)
+    owner = subprocess.run([sys.executable, "-c", OWNER, str(tmp_path), str(exe)], capture_output=True, text=True,
+                           timeout=90)
+    assert owner.returncode == -signal.SIGKILL, owner.stderr[-2000:]
+    pgid = int(owner.stdout.split()[0])
+    took = _gone(pgid, lifeline.GRACE_S + 10)
+    assert took is not None, f"left running: {group_pids(pgid)}"
+    assert "the owner (pid" in (tmp_path / "log").read_text()
+
+
+def test_a_stopped_server_closes_its_lifeline(tmp_path):
+    exe = tmp_path / "fake-python"
+    exe.write_text(STAND_IN)
+    exe.chmod(0o755)
+    server = VllmServer("m", [], tmp_path / "log", python=str(exe), startup_timeout=30)
+    before = len(os.listdir("/proc/self/fd"))
+    assert server.start()
+    assert len(os.listdir("/proc/self/fd")) == before + 2  # the log file and the lifeline's write end
+    report = server.stop()
+    assert report.leftover_pids == () and report.port_free
+    assert len(os.listdir("/proc/self/fd")) == before
