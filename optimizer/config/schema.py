@@ -6,6 +6,7 @@ and the fix; nothing is written anywhere before the configuration is valid.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Annotated, Literal, Union
@@ -102,6 +103,19 @@ class RaySpec(_Strict):
                                  "cluster's GPUs fit on GPU, 1 on CPU); never more than the cluster has")
     gpu_model: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", description="a custom Ray "
                                   "resource naming the GPU model (e.g. gpu_h100) every trial asks for")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources every trial "
+                                        "also asks for (e.g. {tuning_pool: 1}): trials run only on nodes that have them")
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_only(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, amount in v.items():
+            if name in ("CPU", "GPU", "memory", "object_store_memory") or not re.match(r"^[A-Za-z][A-Za-z0-9_.:-]*$", name):
+                raise ValueError(f"'{name}' is not a custom resource name (CPUs and GPUs are set by trial_cpus "
+                                 "and the tensor-parallel size)")
+            if not amount > 0:
+                raise ValueError(f"'{name}': {amount:g} is not a positive amount")
+        return v
 
 
 class ConfirmSpec(_Strict):

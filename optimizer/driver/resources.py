@@ -1,7 +1,8 @@
 """How many trials run at once, read from what the Ray cluster has.
 
 A trial asks Ray for `num_gpus = tensor-parallel-size` GPUs (plus as many units of a custom
-resource naming the GPU model, e.g. `gpu_h100`, when `ray.gpu_model` is set) and some CPUs.
+resource naming the GPU model, e.g. `gpu_h100`, when `ray.gpu_model` is set), some CPUs, and the
+custom resources of `ray.resources` (which pin trials to the nodes that have them, on CPU too).
 A slot is one such request that fits on one node; the cluster's slots are the sum over its
 alive nodes, so the driver never starts more trials than the cluster can run at once (Ray
 would queue the rest, and their timings would include the wait). A request that fits on no
@@ -34,13 +35,16 @@ class Slots:
     warning: str = ""  # shown before the study (parallel CPU trials, a cap)
 
 
-def request(device_kind: str, cpus: float, tensor_parallel: int = 1, gpu_model: str | None = None) -> dict:
-    """One trial's resource request, by Ray resource name."""
+def request(device_kind: str, cpus: float, tensor_parallel: int = 1, gpu_model: str | None = None,
+            custom: dict | None = None) -> dict:
+    """One trial's resource request, by Ray resource name (`custom`: `ray.resources`, as given)."""
     req = {"CPU": float(cpus)}
     if device_kind == "gpu":
         req["GPU"] = float(tensor_parallel)
         if gpu_model:
             req[gpu_model] = float(tensor_parallel)
+    for name, amount in (custom or {}).items():
+        req[name] = req.get(name, 0.0) + float(amount)
     return req
 
 
@@ -80,7 +84,8 @@ def check_fits(nodes: list[dict], req: dict, where: str) -> None:
     missing = [k for k in req if not any(r.get(k, 0) >= req[k] for r in alive)] or list(req)
     fixes = []
     if any(k not in STANDARD for k in missing):
-        fixes.append("set ray.gpu_model to a resource the workers have (ray_cluster.yaml: resources)")
+        fixes.append("set ray.gpu_model and ray.resources to resources the workers have (ray_cluster.yaml: "
+                     "resources)")
     if "GPU" in missing:
         fixes.append("lower the tensor-parallel-size range (a trial's GPUs must be on one node)")
     if "CPU" in missing:
@@ -129,10 +134,10 @@ def trial_request(plan, params: dict | None = None) -> dict:
     rc = plan.cfg.ray
     if plan.device.kind == "gpu":
         return request("gpu", rc.trial_cpus or 1, int((params or {}).get("tensor-parallel-size", 1)),
-                                 rc.gpu_model)
+                       rc.gpu_model, rc.resources)
     if rc.trial_cpus or cluster_address(plan):
-        return request("cpu", rc.trial_cpus or 1)  # a cluster's nodes are not this machine
-    return request("cpu", max(1, (os.cpu_count() or 1) // (rc.parallel or 1)))
+        return request("cpu", rc.trial_cpus or 1, custom=rc.resources)  # a cluster's nodes are not this machine
+    return request("cpu", max(1, (os.cpu_count() or 1) // (rc.parallel or 1)), custom=rc.resources)
 
 
 def ray_resources(plan, params: dict | None = None) -> dict:

@@ -95,3 +95,29 @@ def test_slots_are_counted_for_the_largest_tensor_parallel_size_the_space_can_pi
     largest = largest_request(plan)
     assert largest == {"CPU": 1, "GPU": 4, "gpu_h100": 4}
     assert plan_slots(None, "gpu", [HEAD, H100], largest).count == 2  # two 4-GPU groups on one 8-GPU node
+
+
+def test_ray_resources_pin_cpu_and_gpu_trials_to_the_nodes_that_have_them():
+    pool = node(CPU=8.0, tuning_pool=1.0)
+    req = request("cpu", 1, custom={"tuning_pool": 1})
+    assert req == {"CPU": 1.0, "tuning_pool": 1.0}
+    assert ray_options(req) == {"num_cpus": 1.0, "resources": {"tuning_pool": 1.0}}
+    assert cluster_slots([HEAD, pool], req) == 1  # the head has CPUs but not the pool
+    assert request("gpu", 1, 2, "gpu_h100", {"gpu_h100": 1, "rack_a": 0.5}) == {
+        "CPU": 1.0, "GPU": 2.0, "gpu_h100": 3.0, "rack_a": 0.5}
+    with pytest.raises(NoMatchingResources) as err:
+        check_fits([HEAD], req, "the cluster at 10.0.0.1:6379")
+    assert "tuning_pool=1" in str(err.value) and "ray.resources" in str(err.value)
+
+
+@pytest.mark.parametrize("bad, said", [({"GPU": 1}, "'GPU' is not a custom resource name"),
+                                       ({"pool": 0}, "'pool': 0 is not a positive amount"),
+                                       ({"1bad": 1}, "'1bad' is not a custom resource name")])
+def test_ray_resources_refuse_standard_names_and_non_positive_amounts(bad, said):
+    from pydantic import ValidationError
+
+    from optimizer.config.schema import RaySpec
+
+    with pytest.raises(ValidationError) as err:
+        RaySpec(resources=bad)
+    assert said in str(err.value)
