@@ -10,6 +10,7 @@ would kill every Ray process here, including another study's embedded one.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -53,6 +54,18 @@ def start(temp_dir: str, timeout: float = 120.0) -> Head:
     if done.returncode != 0:
         raise RuntimeError(f"ray start --head failed: {done.stdout[-2000:]}{done.stderr[-3000:]}")
     return Head(temp_dir, gcs, dashboard, env)
+
+
+def add_node(head: Head, resources: dict, num_cpus: int = 1, timeout: float = 120.0) -> None:
+    """A second node of the head's cluster on this machine (`ray start --address`), with its own
+    raylet and `resources`; `stop(head)` stops it with the head."""
+    cmd = [str(RAY), "start", "--address", f"127.0.0.1:{head.gcs_port}", "--num-cpus", str(num_cpus),
+           "--resources", json.dumps(resources), "--object-store-memory", str(256 * 1024**2),
+           "--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()),
+           "--disable-usage-stats"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=head.env)
+    if done.returncode != 0:
+        raise RuntimeError(f"ray start --address failed: {done.stdout[-2000:]}{done.stderr[-3000:]}")
 
 
 def processes(head: Head) -> set[psutil.Process]:

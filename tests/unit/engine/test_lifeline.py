@@ -56,12 +56,12 @@ def _guard(tmp_path, exit_code: int = -1):
 def test_closing_the_owners_end_stops_the_whole_group(tmp_path):
     proc, write_end = _guard(tmp_path)
     _ready(tmp_path / "ready")
-    assert len(group_pids(proc.pid)) == 3  # guard, server, the grandchild that ignores SIGTERM
+    assert len(group_pids(proc.pid)) == 4  # guard, its watcher, server, the grandchild that ignores SIGTERM
     os.close(write_end)  # what the kernel does when the owner dies
     took = _gone(proc.pid, 15)
     assert took is not None, group_pids(proc.pid)
     assert took >= 1.0  # the grandchild ignored SIGTERM: it went at SIGKILL, after the grace
-    assert proc.wait(5) == 1
+    proc.wait(5)  # the guard went with its group (how it exited nobody reads: the owner is gone)
 
 
 def test_the_servers_own_exit_code_comes_back_and_nothing_of_its_group_stays(tmp_path):
@@ -147,3 +147,16 @@ def test_a_stopped_server_closes_its_lifeline(tmp_path):
     report = server.stop()
     assert report.leftover_pids == () and report.port_free
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_sigkilled_guard_takes_its_server_with_it(tmp_path):
+    """Ray SIGKILLs a worker's direct children when the worker exits after its driver died: that is
+    the guard; the watcher (not the owner's child) stops the rest."""
+    proc, write_end = _guard(tmp_path)
+    try:
+        _ready(tmp_path / "ready")
+        proc.kill()
+        assert proc.wait(5) == -signal.SIGKILL
+        assert _gone(proc.pid, 15) is not None, group_pids(proc.pid)
+    finally:
+        os.close(write_end)
