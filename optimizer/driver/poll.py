@@ -13,12 +13,15 @@ import ray
 from optimizer.driver.launch import Running
 from optimizer.driver.plan import Plan
 from optimizer.driver.progress import Progress
-from optimizer.driver.ray_runtime import reap_server
+from optimizer.driver.ray_runtime import GONE, GUARD_SETTLE_S, REAPED, reap_server
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.errors import first_line
 from optimizer.trial import early_stop as earlystop
 from optimizer.trial.spec import lost_trial_result
 
+LOST_SERVER = {  # what the driver found of the server of a trial whose worker died
+    GONE: "the trial's worker died; its server had already stopped with it (nothing left to reap)",
+    REAPED: "the trial's worker died; its server was still running, and the driver stopped it"}
 STOP_GRACE_S = 10  # on a stop signal: how long the trial may take to stop its server before the driver kills it
 
 
@@ -46,8 +49,9 @@ def poll(running: list[Running], plan: Plan, board, progress: Progress, runstate
             try:
                 result = ray.get(r.ref)
             except ray.exceptions.RayError as exc:  # its worker died, or Ray lost it
-                stop_task(r.ref, plan, board, n, runstate, r.key)
+                reaped = stop_task(r.ref, plan, board, n, runstate, r.key, settle=GUARD_SETTLE_S)
                 result = lost_trial_result(n, exc, phases.get(n, "starting"))
+                progress.note(LOST_SERVER.get(reaped))
             runstate.remove_server(r.key)
             done.append((r, result))
     return done
@@ -67,7 +71,7 @@ def stop_all(running: list[Running], plan: Plan, board, runstate: RunState, prog
         except (ray.exceptions.RayError, TimeoutError):
             pass  # cancelled, timed out or lost with its worker: its server is reaped next
         try:  # one trial's clean-up failing must not leave the others' servers running
-            if not reap_server(board, r.trial.number, timeout=5):
+            if reap_server(board, r.trial.number, timeout=5) not in (GONE, REAPED):
                 runstate.reap(r.key)
             runstate.remove_server(r.key)
         except Exception as exc:  # noqa: BLE001 - said, and left on record for the next start
@@ -88,12 +92,17 @@ def cancel(ref, plan: Plan, grace: float | None = None) -> None:
         pass  # cancelled, or slower than `grace`: the caller reaps its server
 
 
-def stop_task(ref, plan: Plan, board, number: int, runstate: RunState, key: str, grace: float | None = None) -> None:
+def stop_task(ref, plan: Plan, board, number: int, runstate: RunState, key: str, grace: float | None = None,
+              settle: float = 0.0) -> str:
     """Cancel the task, then kill its server's process group if it is still there (a worker that
-    died, or a server slower to stop than `grace`): through the board, else the run-state's record."""
+    died, or a server slower to stop than `grace`): through the board, else the run-state's record.
+    `settle`: for a worker that died, the time its server's guard gets first. Returns what
+    reap_server found."""
     cancel(ref, plan, grace)
-    if not reap_server(board, number, timeout=5):
+    found = reap_server(board, number, timeout=5, settle=settle)
+    if found not in (GONE, REAPED):
         runstate.reap(key)
+    return found
 
 
 def note_server(board, number: int, key: str, runstate: RunState, plan: Plan) -> dict | None:

@@ -12,31 +12,46 @@ import os
 import re
 import socket
 import threading
+import time
 from contextlib import contextmanager
 
 import ray
 
 from optimizer import shutdown
-from optimizer.engine.vllm import terminate_group
+from optimizer.engine import lifeline
+from optimizer.engine.vllm import group_pids, terminate_group
 from optimizer.errors import RayUnavailable, first_line
 from optimizer.trial.task import remote_trial
 
 
-def reap_server(board, number: int, timeout: float = 10.0) -> bool:
-    """Stop the server of a trial whose worker died before stopping it; True if reaped.
+REAPED = "reaped"  # it was still running: the driver stopped it
+GONE = "gone"  # it had already stopped (its guard did it when its worker died: engine/lifeline.py)
+UNKNOWN = "unknown"  # no server heard of, another host's (its own guard stops it there), or Ray is gone
+GUARD_SETTLE_S = lifeline.GRACE_S + 2.0  # a dead worker's server: the time its guard needs to stop it
 
-    This host only. Ray's own cleanup does not cover it: measured with ray 2.60, neither
-    `RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper` nor the worker's
-    direct-child cleanup kills a child that runs in its own process group, which the
-    server must (to be stopped as a whole)."""
+
+def reap_server(board, number: int, timeout: float = 10.0, settle: float = 0.0) -> str:
+    """Stop the server of a trial whose worker died before stopping it, if it still runs on this
+    host: REAPED, GONE or UNKNOWN (then the caller tries the run-state file's record). `settle`:
+    how long its guard is given to stop it first (it SIGKILLs after lifeline.GRACE_S).
+
+    The second line of defence: the server's own guard stops its group when the worker dies, on
+    every node. Ray's cleanup would not: measured with ray 2.60, neither
+    `RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper` nor the worker's direct-child
+    cleanup kills a server in its own process group, which it must be (to be stopped as a whole)."""
     try:
         where = ray.get(board.server_of.remote(number), timeout=10)
     except (ray.exceptions.RayError, TimeoutError):
-        return False  # Ray itself is gone; the trial's user attrs still name the server
+        return UNKNOWN  # Ray itself is gone; the trial's user attrs still name the server
     if where is None or where[0] != socket.gethostname():
-        return False
+        return UNKNOWN
+    end = time.monotonic() + settle
+    while group_pids(where[1]) and time.monotonic() < end:
+        time.sleep(0.1)
+    if not group_pids(where[1]):
+        return GONE
     _, leftovers = terminate_group(where[1], timeout)
-    return not leftovers
+    return UNKNOWN if leftovers else REAPED
 
 
 run_trial = ray.remote(max_retries=0)(remote_trial)

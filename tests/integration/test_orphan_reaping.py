@@ -1,36 +1,84 @@
 """Real local Ray, no vLLM: a trial's worker dies (SIGKILL, as Ray's memory monitor does)
-while its server runs; the driver reaps the server's process group."""
+while its server runs.
+
+- A server started through VllmServer (a stand-in that answers /health and leaves a grandchild
+  ignoring SIGTERM, as a starting EngineCore does) is stopped by its own guard, with no
+  driver involved; the driver then finds nothing to reap and says GONE.
+- A bare process group with no guard (the second line of defence): the driver reaps it.
+"""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import textwrap
+import time
 
 import pytest
 import ray
 
-from optimizer.driver.ray_runtime import ray_runtime, reap_server
-from optimizer.engine.vllm import group_pids
+from optimizer.driver.ray_runtime import GONE, REAPED, ray_runtime, reap_server
+from optimizer.engine import lifeline
+from optimizer.engine.vllm import VllmServer, group_pids
 from optimizer.trial.channel import TrialBoard
 
 pytestmark = pytest.mark.integration
 
+STAND_IN = textwrap.dedent(f"""\
+    #!{sys.executable}
+    import subprocess, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                      "time.sleep(600)"])
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
+        def log_message(self, *a):
+            pass
+    HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+""")
+
 
 @ray.remote(max_retries=0)
-def _trial_that_dies(board):
+def _bare_server_then_die(board):
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
-    import socket
     ray.get(board.server.remote(3, socket.gethostname(), server.pid))
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_driver_reaps_the_server_of_a_dead_worker():
+@ray.remote(max_retries=0)
+def _guarded_server_then_die(board, stand_in: str, log: str):
+    server = VllmServer("m", [], log, python=stand_in, startup_timeout=60)
+    assert server.start()
+    ray.get(board.server.remote(4, socket.gethostname(), server.proc.pid))
+    os.kill(os.getpid(), signal.SIGKILL)  # no finally runs: only the guard can stop the server
+
+
+def test_a_guarded_server_stops_with_its_worker_and_the_driver_finds_it_gone(tmp_path):
+    exe = tmp_path / "fake-python"
+    exe.write_text(STAND_IN)
+    exe.chmod(0o755)
     with ray_runtime(None):
         board = TrialBoard.remote()
         with pytest.raises(ray.exceptions.RayError):
-            ray.get(_trial_that_dies.remote(board))
-        host, pgid = ray.get(board.server_of.remote(3))
-        assert group_pids(pgid), "the orphaned server should still be running before reaping"
-        assert reap_server(board, 3) is True
-        assert group_pids(pgid) == []
+            ray.get(_guarded_server_then_die.remote(board, str(exe), str(tmp_path / "server.log")))
+        died = time.monotonic()
+        _, pgid = ray.get(board.server_of.remote(4))
+        while group_pids(pgid) and time.monotonic() - died < lifeline.GRACE_S + 10:
+            time.sleep(0.05)
+        assert group_pids(pgid) == [], "the guard did not stop the server of its dead worker"
+        assert reap_server(board, 4) == GONE
+    assert "the owner (pid" in (tmp_path / "server.log").read_text()
 
+
+def test_the_driver_reaps_a_bare_group_of_a_dead_worker():
+    with ray_runtime(None):
+        board = TrialBoard.remote()
+        with pytest.raises(ray.exceptions.RayError):
+            ray.get(_bare_server_then_die.remote(board))
+        host, pgid = ray.get(board.server_of.remote(3))
+        assert group_pids(pgid), "a group with no guard should still be running before reaping"
+        assert reap_server(board, 3) == REAPED
+        assert group_pids(pgid) == []

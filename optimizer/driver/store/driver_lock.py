@@ -10,7 +10,9 @@ names what it left running: the vLLM process groups are killed (after checking t
 leader is one of ours, so a reused process id is never touched), and so are the Ray processes
 that outlive a killed driver (measured: its dashboard and runtime-env agents stay up).
 
-The file only covers the window after the driver heard of a server. Every server also carries
+This is the second line of defence: each server's guard (engine/lifeline.py) stops it when
+the Ray worker that started it dies, on every node, and the recovery then finds nothing to
+reap and says so. The file only covers the window after the driver heard of a server. Every server also carries
 this storage's tag in its environment (`VLLM_OPTIMIZER_STORAGE`), so a server started in the
 last half second before a crash is found by scanning this host's processes. Other nodes of a
 cluster are not scanned (docs/troubleshooting.md#known-limits). Storage other than SQLite keeps the files in
@@ -165,15 +167,21 @@ class RunState:
             rec.notes.append(f"run-state {self.path} was unreadable; scanned this host's processes instead")
         here = socket.gethostname()
         groups: set[int] = set()
+        stopped = []  # recorded, and already gone: their guards stopped them (engine/lifeline.py)
         for key, s in ((old or {}).get("servers") or {}).items():
             if s.get("host") != here:
                 rec.notes.append(f"server of {key} on {s.get('host')} (pgid {s.get('pgid')}) is on another host: "
-                                 "not reaped from here")
+                                 "not reaped from here (its guard stops it when its Ray worker dies)")
                 continue
             pgid = int(s["pgid"])
             if group_pids(pgid) and _env_of(pgid).get(STORAGE_TAG) == self.digest:
                 groups.add(pgid)
+            elif not group_pids(pgid):
+                stopped.append(key)
         groups |= tagged_groups(self.digest)  # what the file had not heard of yet
+        if stopped and not groups:
+            rec.notes.append(f"the vLLM server(s) of {', '.join(sorted(stopped))} had already stopped with their "
+                             "Ray workers: nothing left to reap")
         for pgid in sorted(groups):
             terminate_group(pgid, timeout=ORPHAN_STOP_S)
             rec.servers_killed.append(pgid)

@@ -171,6 +171,19 @@ def test_a_dead_drivers_servers_are_killed_recorded_or_only_tagged(url, tmp_path
     assert group_pids(grouped.pid) == []
 
 
+def test_recorded_servers_already_gone_are_said_to_have_stopped_with_their_workers(url, tmp_path, spawned):
+    gone = _server(spawned, storage_digest(url))
+    gone.kill()  # as its guard does when its Ray worker dies
+    gone.wait(timeout=5)
+    rs = RunState(url, tmp_path)
+    _dead_run(rs.path, {"s/1": _entry(gone.pid), "s/2": _entry(4_000_001, host="elsewhere")})
+    with rs:
+        recovery = rs.acquire()
+    assert recovery.servers_killed == []
+    assert "the vLLM server(s) of s/1 had already stopped with their Ray workers: nothing left to reap" in recovery.notes
+    assert any(n.startswith("server of s/2 on elsewhere") and "its guard stops it" in n for n in recovery.notes)
+
+
 def test_a_group_whose_leader_died_is_still_found_by_its_tagged_child(url, tmp_path, spawned):
     digest = storage_digest(url)
     grouped = _server(spawned, digest, WITH_CHILD)

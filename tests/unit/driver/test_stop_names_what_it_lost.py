@@ -57,7 +57,7 @@ def test_a_server_that_cannot_be_reaped_is_named_and_left_on_record(monkeypatch,
     def board_gone(board, number, timeout):
         if number == 1:
             raise RuntimeError("the board actor died")
-        return True
+        return poll.REAPED
 
     monkeypatch.setattr(poll, "reap_server", board_gone)
     notes, record = Notes(), Record("s/1", "s/2")
