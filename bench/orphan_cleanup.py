@@ -10,8 +10,8 @@ Each try is one one-trial study under `python -m optimizer run` (optimizer/testi
              the server's guard stops the group (both times are given)
 
 on the driver's node (the embedded Ray) and on a second node (a `ray start --head` and a
-`ray start --address` with a custom resource on this machine, the trial pinned there through
-`ray.resources`). Then `--stops` tries of a SIGTERM to the driver within the first second of a
+`ray start --address` with a custom resource on this machine, started with Ray's subreaper
+cleanup on as the shipped cluster files do, the trial pinned there through `ray.resources`). Then `--stops` tries of a SIGTERM to the driver within the first second of a
 trial (before it has heard of the server's process group): how many left a process behind.
 
     .venv/bin/python bench/orphan_cleanup.py [--tries 3] [--stops 10] [--where local second-node]
@@ -39,6 +39,9 @@ from optimizer.testing import ray_head as rayhead  # noqa: E402
 from optimizer.testing.owner_kill import CASES, one_try, study_config  # noqa: E402
 
 
+SHIPPED_RAY_ENV = {"RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true"}  # as ray_cluster*.yaml
+
+
 def _summary(values: list[float | None]) -> str:
     got = [v for v in values if v is not None]
     if not got:
@@ -52,7 +55,7 @@ def kills(where: str, tries: int, model: Path, work: Path) -> None:
     head, ray, env = None, None, None
     if where == "second-node":
         head = rayhead.start(str(work / "ray"))
-        rayhead.add_node(head, {"second_node": 1})
+        rayhead.add_node(head, {"second_node": 1}, env=SHIPPED_RAY_ENV)
         ray, env = {"address": f"127.0.0.1:{head.gcs_port}", "resources": {"second_node": 1}}, head.env
     try:
         for case in CASES:

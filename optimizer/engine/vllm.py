@@ -210,17 +210,20 @@ class VllmServer:
         """Stop the whole process group: SIGTERM, wait, SIGKILL; then check nothing is left."""
         t0 = time.monotonic()
         killed = False
-        if self.proc is not None:
-            # start_new_session: the group id is the leader's pid. A server that never became ready
-            # has nothing in flight to finish, and vLLM mid-start-up ignores SIGTERM for 10 s or
-            # more (measured: a stop signal then took 14 s to exit): SIGKILL it sooner.
-            grace = self.shutdown_timeout if self.state == "ready" else min(self.shutdown_timeout, NOT_READY_STOP_S)
-            killed, leftovers = terminate_group(self.proc.pid, grace, self.proc)
-        else:
-            leftovers = ()
-        if self._lifeline is not None:
-            os.close(self._lifeline)
-            self._lifeline = None
+        try:
+            if self.proc is not None:
+                # start_new_session: the group id is the leader's pid. A server that never became ready
+                # has nothing in flight to finish, and vLLM mid-start-up ignores SIGTERM for 10 s or
+                # more (measured: a stop signal then took 14 s to exit): SIGKILL it sooner.
+                grace = self.shutdown_timeout if self.state == "ready" else min(self.shutdown_timeout,
+                                                                                 NOT_READY_STOP_S)
+                killed, leftovers = terminate_group(self.proc.pid, grace, self.proc)
+            else:
+                leftovers = ()
+        finally:  # even if the stop is cut short: the guard then stops the group by itself
+            if self._lifeline is not None:
+                os.close(self._lifeline)
+                self._lifeline = None
         if self._log_file:
             self._log_file.close()
             self._log_file = None

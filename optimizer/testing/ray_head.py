@@ -56,14 +56,15 @@ def start(temp_dir: str, timeout: float = 120.0) -> Head:
     return Head(temp_dir, gcs, dashboard, env)
 
 
-def add_node(head: Head, resources: dict, num_cpus: int = 1, timeout: float = 120.0) -> None:
+def add_node(head: Head, resources: dict, num_cpus: int = 1, env: dict | None = None, timeout: float = 120.0) -> None:
     """A second node of the head's cluster on this machine (`ray start --address`), with its own
-    raylet and `resources`; `stop(head)` stops it with the head."""
+    raylet and `resources`, started with `env` added (e.g. Ray's RAY_* settings); `stop(head)`
+    stops it with the head."""
     cmd = [str(RAY), "start", "--address", f"127.0.0.1:{head.gcs_port}", "--num-cpus", str(num_cpus),
            "--resources", json.dumps(resources), "--object-store-memory", str(256 * 1024**2),
            "--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()),
            "--disable-usage-stats"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=head.env)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**head.env, **(env or {})})
     if done.returncode != 0:
         raise RuntimeError(f"ray start --address failed: {done.stdout[-2000:]}{done.stderr[-3000:]}")
 

@@ -7,7 +7,8 @@ On the embedded Ray (the driver's node):
 - a stop signal (SIGTERM, SIGINT) to the driver in the first second of a trial, before the
   driver has heard of the server's process group, four times at different moments.
 On two Ray nodes on this machine (`ray start --head`, and `ray start --address` with a custom
-resource the trial asks for through `ray.resources`):
+resource the trial asks for through `ray.resources`, and Ray's subreaper cleanup on, as the
+shipped cluster files start workers):
 - the driver SIGKILLed alone while the trial replays on the second node: Ray ends the job's
   worker there, and the server's guard the rest.
 The times from the kill to the group's last process gone are printed (-s).
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.integration
 # this machine's 1-3 s stalls.
 AFTER_WORKER_S = lifeline.GRACE_S + 6.0
 AFTER_DRIVER_S = AFTER_WORKER_S + 10.0
+SHIPPED_RAY_ENV = {"RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true"}  # as ray_cluster*.yaml
 FIGURES: dict[str, float | None] = {}
 
 
@@ -97,7 +99,7 @@ def test_a_stop_in_the_first_second_of_a_trial_leaves_no_server(tmp_path, model,
 def two_nodes(tmp_path_factory):
     head = rayhead.start(str(tmp_path_factory.mktemp("ray")))
     try:
-        rayhead.add_node(head, {"second_node": 1})
+        rayhead.add_node(head, {"second_node": 1}, env=SHIPPED_RAY_ENV)
         yield head
     finally:
         left = rayhead.stop(head)

@@ -160,3 +160,22 @@ def test_a_sigkilled_guard_takes_its_server_with_it(tmp_path):
         assert _gone(proc.pid, 15) is not None, group_pids(proc.pid)
     finally:
         os.close(write_end)
+
+
+def test_a_stop_cut_short_still_lets_the_guard_stop_the_group(tmp_path, monkeypatch):
+    from optimizer.engine import vllm
+
+    exe = tmp_path / "fake-python"
+    exe.write_text(STAND_IN)
+    exe.chmod(0o755)
+    server = VllmServer("m", [], tmp_path / "log", python=str(exe), startup_timeout=30)
+    assert server.start()
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt  # a second Ctrl-C, or Ray cancelling the task, mid-stop
+
+    monkeypatch.setattr(vllm, "terminate_group", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        server.stop()
+    assert _gone(server.proc.pid, lifeline.GRACE_S + 10) is not None, group_pids(server.proc.pid)
+    server.proc.wait(5)
