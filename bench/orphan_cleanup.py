@@ -38,7 +38,6 @@ from optimizer.engine.tiny_model import write_tiny_model  # noqa: E402
 from optimizer.testing import ray_head as rayhead  # noqa: E402
 from optimizer.testing.owner_kill import CASES, one_try, study_config  # noqa: E402
 
-
 SHIPPED_RAY_ENV = {"RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true"}  # as ray_cluster*.yaml
 
 

@@ -23,7 +23,6 @@ from optimizer.engine.vllm import group_pids, terminate_group
 from optimizer.errors import RayUnavailable, first_line
 from optimizer.trial.task import remote_trial
 
-
 REAPED = "reaped"  # it was still running: the driver stopped it
 GONE = "gone"  # it had already stopped (its guard did it when its worker died: engine/lifeline.py)
 UNKNOWN = "unknown"  # no server heard of, another host's (its own guard stops it there), or Ray is gone

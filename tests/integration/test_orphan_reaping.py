@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -21,25 +20,10 @@ import ray
 from optimizer.driver.ray_runtime import GONE, REAPED, ray_runtime, reap_server
 from optimizer.engine import lifeline
 from optimizer.engine.vllm import VllmServer, group_pids
+from optimizer.testing.stand_in_server import write_stand_in
 from optimizer.trial.channel import TrialBoard
 
 pytestmark = pytest.mark.integration
-
-STAND_IN = textwrap.dedent(f"""\
-    #!{sys.executable}
-    import subprocess, sys
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                      "time.sleep(600)"])
-    port = int(sys.argv[sys.argv.index("--port") + 1])
-    class Ok(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
-        def log_message(self, *a):
-            pass
-    HTTPServer(("127.0.0.1", port), Ok).serve_forever()
-""")
-
 
 @ray.remote(max_retries=0)
 def _bare_server_then_die(board):
@@ -57,9 +41,7 @@ def _guarded_server_then_die(board, stand_in: str, log: str):
 
 
 def test_a_guarded_server_stops_with_its_worker_and_the_driver_finds_it_gone(tmp_path):
-    exe = tmp_path / "fake-python"
-    exe.write_text(STAND_IN)
-    exe.chmod(0o755)
+    exe = write_stand_in(tmp_path, stubborn_child=True)
     with ray_runtime(None):
         board = TrialBoard.remote()
         with pytest.raises(ray.exceptions.RayError):

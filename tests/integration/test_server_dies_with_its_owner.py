@@ -28,7 +28,6 @@ import yaml
 from optimizer.engine import lifeline
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.testing import ray_head as rayhead
-from optimizer.testing import server_tree
 from optimizer.testing.owner_kill import one_try, study_config
 
 pytestmark = pytest.mark.integration

@@ -15,6 +15,7 @@ import pytest
 
 from optimizer.engine import lifeline
 from optimizer.engine.vllm import VllmServer, group_pids
+from optimizer.testing.stand_in_server import write_stand_in
 
 SERVER = textwrap.dedent("""
     import signal, subprocess, sys, time
@@ -107,26 +108,8 @@ OWNER = textwrap.dedent("""
     os.kill(os.getpid(), signal.SIGKILL)  # no finally, no atexit: the owner dies as a killed Ray worker does
 """)
 
-STAND_IN = textwrap.dedent(f"""\
-    #!{sys.executable}
-    import signal, subprocess, sys
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                      "time.sleep(600)"])  # an EngineCore that ignores SIGTERM
-    port = int(sys.argv[sys.argv.index("--port") + 1])
-    class Ok(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
-        def log_message(self, *a):
-            pass
-    HTTPServer(("127.0.0.1", port), Ok).serve_forever()
-""")
-
-
 def test_a_ready_server_dies_with_its_sigkilled_owner(tmp_path):
-    exe = tmp_path / "fake-python"
-    exe.write_text(STAND_IN)
-    exe.chmod(0o755)
+    exe = write_stand_in(tmp_path, stubborn_child=True)
     owner = subprocess.run([sys.executable, "-c", OWNER, str(tmp_path), str(exe)], capture_output=True, text=True,
                            timeout=90)
     assert owner.returncode == -signal.SIGKILL, owner.stderr[-2000:]
@@ -137,9 +120,7 @@ def test_a_ready_server_dies_with_its_sigkilled_owner(tmp_path):
 
 
 def test_a_stopped_server_closes_its_lifeline(tmp_path):
-    exe = tmp_path / "fake-python"
-    exe.write_text(STAND_IN)
-    exe.chmod(0o755)
+    exe = write_stand_in(tmp_path, stubborn_child=True)
     server = VllmServer("m", [], tmp_path / "log", python=str(exe), startup_timeout=30)
     before = len(os.listdir("/proc/self/fd"))
     assert server.start()
@@ -165,9 +146,7 @@ def test_a_sigkilled_guard_takes_its_server_with_it(tmp_path):
 def test_a_stop_cut_short_still_lets_the_guard_stop_the_group(tmp_path, monkeypatch):
     from optimizer.engine import vllm
 
-    exe = tmp_path / "fake-python"
-    exe.write_text(STAND_IN)
-    exe.chmod(0o755)
+    exe = write_stand_in(tmp_path, stubborn_child=True)
     server = VllmServer("m", [], tmp_path / "log", python=str(exe), startup_timeout=30)
     assert server.start()
 

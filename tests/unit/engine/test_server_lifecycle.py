@@ -5,32 +5,15 @@ A stand-in for `python -m vllm.entrypoints.openai.api_server` (an executable giv
 in a second without vLLM.
 """
 
-import sys
-import textwrap
 
 import psutil
 
 from optimizer.engine.vllm import VllmServer
-
-STAND_IN = textwrap.dedent(f"""\
-    #!{sys.executable}
-    import sys
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-    port = int(sys.argv[sys.argv.index("--port") + 1])
-    class Ok(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
-        def log_message(self, *a):
-            pass
-    HTTPServer(("127.0.0.1", port), Ok).serve_forever()
-""")
+from optimizer.testing.stand_in_server import write_stand_in
 
 
 def stand_in(tmp_path):
-    exe = tmp_path / "fake-python"
-    exe.write_text(STAND_IN)
-    exe.chmod(0o755)
-    return str(exe)
+    return write_stand_in(tmp_path)
 
 
 def test_start_inside_with_launches_one_server_only(tmp_path):
