@@ -71,8 +71,8 @@ def run_task(spec: TrialSpec, plan: Plan, board, progress: Progress, runstate: R
                 note_server(board, spec.number, key, runstate, plan)
     except ray.exceptions.RayError as exc:
         with shutdown.deferred():  # a signal now must not cut the reaping short
-            progress.note(poll.LOST_SERVER.get(stop_task(ref, plan, board, spec.number, runstate, key,
-                                                         settle=poll.GUARD_SETTLE_S)))
+            progress.note(poll.lost_server_note(exc, stop_task(ref, plan, board, spec.number, runstate, key,
+                                                               settle=poll.GUARD_SETTLE_S)))
         return lost_trial_result(spec.number, exc, phase_of(board, spec.number))
     except BaseException:
         with shutdown.deferred():

@@ -22,6 +22,12 @@ from optimizer.trial.spec import lost_trial_result
 LOST_SERVER = {  # what the driver found of the server of a trial whose worker died
     GONE: "the trial's worker died; its server had already stopped with it (nothing left to reap)",
     REAPED: "the trial's worker died; its server was still running, and the driver stopped it"}
+
+
+def lost_server_note(exc: BaseException, found: str) -> str | None:
+    """What to say of the server of a trial lost with `exc` (nothing for an error the task raised:
+    its worker lives, and the task stopped its server itself)."""
+    return None if isinstance(exc, ray.exceptions.RayTaskError) else LOST_SERVER.get(found)
 STOP_GRACE_S = 10  # on a stop signal: how long the trial may take to stop its server before the driver kills it
 
 
@@ -51,7 +57,7 @@ def poll(running: list[Running], plan: Plan, board, progress: Progress, runstate
             except ray.exceptions.RayError as exc:  # its worker died, or Ray lost it
                 reaped = stop_task(r.ref, plan, board, n, runstate, r.key, settle=GUARD_SETTLE_S)
                 result = lost_trial_result(n, exc, phases.get(n, "starting"))
-                progress.note(LOST_SERVER.get(reaped))
+                progress.note(lost_server_note(exc, reaped))
             runstate.remove_server(r.key)
             done.append((r, result))
     return done

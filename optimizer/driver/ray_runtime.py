@@ -26,7 +26,7 @@ from optimizer.trial.task import remote_trial
 REAPED = "reaped"  # it was still running: the driver stopped it
 GONE = "gone"  # it had already stopped (its guard did it when its worker died: engine/lifeline.py)
 UNKNOWN = "unknown"  # no server heard of, another host's (its own guard stops it there), or Ray is gone
-GUARD_SETTLE_S = lifeline.GRACE_S + 2.0  # a dead worker's server: the time its guard needs to stop it
+GUARD_SETTLE_S = lifeline.GRACE_S + 5.0  # a dead worker's server: the time its guard needs to stop it
 
 
 def reap_server(board, number: int, timeout: float = 10.0, settle: float = 0.0) -> str:

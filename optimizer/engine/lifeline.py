@@ -16,12 +16,14 @@ Nothing here depends on the owner running any code at its death, on the driver, 
 filesystem; it works the same on every node. The write end is close-on-exec, so no program
 the owner runs keeps it open; a child the owner forks without exec would (no caller forks).
 
-The guard waits for the API server; when it exits by itself the guard stops the rest of
-the group (an EngineCore left behind would hold the memory), then exits the way the API
-server did (its code, or the same signal), so the owner reads the server's own exit status.
-A SIGTERM or SIGINT sent to the guard alone is passed on to the API server; one sent to the
-whole group (as `engine/vllm.py` stops a server) reaches every process directly, and the
-watcher ignores it.
+The guard waits for the API server and exits the way it did (its code, or the same signal),
+so the owner reads the server's own exit status at once; the watcher then stops whatever the
+API server left in the group (an EngineCore left behind would hold the memory). A SIGTERM,
+SIGINT or SIGHUP to the guard is passed on to the API server (one that comes before the API
+server exists, once it does). A stop of the whole group, as `engine/vllm.py` does it, thus
+reaches the API server twice, directly and through the guard: vLLM's ready server takes both as
+one shutdown; one still starting may cut its own clean-up short, and the group's SIGKILL
+(3 s later for a server not yet ready) ends that. The watcher ignores these signals.
 
     python lifeline.py FD GRACE -- COMMAND...
 """
@@ -55,20 +57,30 @@ def members(pgid: int, spare: tuple[int, ...] = ()) -> list[int]:
     return found
 
 
-def stop_group(pgid: int, grace: float, spare: tuple[int, ...] = ()) -> None:
-    """SIGTERM every other process of the group (but `spare`), wait up to `grace`, SIGKILL what
-    is left, and wait (at most 10 s) until none is left."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        for pid in members(pgid, spare):
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        end = time.monotonic() + wait
-        while members(pgid, spare) and time.monotonic() < end:
-            time.sleep(0.05)
-        if not members(pgid, spare):
+def stop_group(pgid: int, grace: float, gentle: tuple[int, ...] = ()) -> None:
+    """SIGTERM every other process of the group but `gentle`, wait up to `grace` for all of them
+    (`gentle` included) to go, then SIGKILL what is left, again each round (nothing forked late
+    escapes), for at most 10 s."""
+    for pid in members(pgid, gentle):
+        _kill(pid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while members(pgid) and time.monotonic() < end:
+        time.sleep(0.05)
+    end = time.monotonic() + 10.0
+    while time.monotonic() < end:
+        left = members(pgid)
+        if not left:
             return
+        for pid in left:
+            _kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def owner_gone(fd: int) -> bool:
@@ -78,19 +90,24 @@ def owner_gone(fd: int) -> bool:
 
 
 def watch(owner_fd: int, guard_fd: int, owner: int, pgid: int, grace: float) -> None:
-    """The watcher's life: wait for the owner's end or the guard's to close, then stop the group."""
+    """The watcher's life: wait for the owner's end or the guard's to close, then stop what is
+    left of the group. The guard (pid = pgid) is spared the SIGTERM: it would pass it on a second
+    time; it exits by itself once the API server has."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     closed: set[int] = set()
     while not closed:
         readable, _, _ = select.select([owner_fd, guard_fd], [], [])
         closed = {fd for fd in readable if os.read(fd, 64) == b""}
-    if owner_fd not in closed and not members(pgid, (pgid,)):  # the guard (pid = pgid) waits for us
-        os._exit(0)  # the guard ended after its server: nothing left to stop
+    if owner_fd in closed:
+        who = f"the owner (pid {owner}) died"
+    elif members(pgid):
+        who = "the guard ended (its API server exited, or it was killed) with processes left"
+    else:
+        os._exit(0)  # the server ended whole: nothing to stop
     t = time.monotonic()
-    who = f"the owner (pid {owner}) died" if owner_fd in closed else "the guard died before its server"
     _say(f"{who}; stopping the server's process group {pgid}")
-    stop_group(pgid, grace)
+    stop_group(pgid, grace, gentle=(pgid,))
     _say(f"process group {pgid} gone {time.monotonic() - t:.1f} s later")
     os._exit(0)
 
@@ -120,28 +137,25 @@ def main(argv: list[str]) -> None:
         _say("the owner was gone before the server started; not starting it")
         sys.exit(1)
     guard_read, guard_write = os.pipe()
-    watcher = os.fork()
-    if watcher == 0:
+    if os.fork() == 0:
         os.close(guard_write)
         watch(fd, guard_read, owner, pgid, grace)
-    os.close(guard_read)
+    os.close(guard_read)  # guard_write stays open until the guard exits: the watcher sees that
     child: list[subprocess.Popen] = []
+    pending: list[int] = []
 
     def pass_on(signum, _frame) -> None:
-        if child and child[0].poll() is None:
-            try:
-                os.kill(child[0].pid, signum)
-            except ProcessLookupError:
-                pass
+        if not child:
+            pending.append(signum)  # before the API server exists: passed on once it does
+        elif child[0].poll() is None:
+            _kill(child[0].pid, signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, pass_on)
     child.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
-    rc = child[0].wait()
-    stop_group(pgid, grace, spare=(watcher,))  # what the API server left behind
-    os.close(guard_write)  # the watcher sees it and ends
-    os.waitpid(watcher, 0)
-    exit_like(rc)
+    for signum in pending:
+        _kill(child[0].pid, signum)
+    exit_like(child[0].wait())  # what the API server left behind, the watcher stops
 
 
 if __name__ == "__main__":

@@ -186,7 +186,7 @@ class VllmServer:
         """The guard, in a new session, and through it the server (engine/lifeline.py)."""
         read_end, self._lifeline = os.pipe()  # both close-on-exec; the guard alone is given the read end
         try:
-            return subprocess.Popen([sys.executable, lifeline.__file__, str(read_end), str(lifeline.GRACE_S), "--",
+            return subprocess.Popen([sys.executable, "-I", lifeline.__file__, str(read_end), str(lifeline.GRACE_S), "--",
                                      *self.command()], stdout=self._log_file, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                                     pass_fds=(read_end,))
@@ -224,9 +224,9 @@ class VllmServer:
             if self._lifeline is not None:
                 os.close(self._lifeline)
                 self._lifeline = None
-        if self._log_file:
-            self._log_file.close()
-            self._log_file = None
+            if self._log_file:
+                self._log_file.close()
+                self._log_file = None
         free = self.port is None or _wait_port_free(self.port)
         if self.state != "failed":
             self.state = "stopped"

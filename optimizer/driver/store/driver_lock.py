@@ -179,7 +179,7 @@ class RunState:
             elif not group_pids(pgid):
                 stopped.append(key)
         groups |= tagged_groups(self.digest)  # what the file had not heard of yet
-        if stopped and not groups:
+        if stopped:
             rec.notes.append(f"the vLLM server(s) of {', '.join(sorted(stopped))} had already stopped with their "
                              "Ray workers: nothing left to reap")
         for pgid in sorted(groups):

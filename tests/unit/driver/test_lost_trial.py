@@ -55,3 +55,16 @@ def test_a_run_with_failed_requests_is_pruned_not_scored():
     state, judged = outcome.tell(study, trial, result, get_objective("throughput"))
     assert state == optuna.trial.TrialState.PRUNED
     assert judged.failure.kind == "request_errors" and "1 of 2 requests failed" in judged.failure.evidence
+
+
+def test_the_lost_servers_note_says_what_the_driver_found_only_for_a_dead_worker():
+    import ray
+
+    from optimizer.driver import poll
+
+    died = ray.exceptions.WorkerCrashedError()
+    assert poll.lost_server_note(died, poll.GONE).endswith("had already stopped with it (nothing left to reap)")
+    assert poll.lost_server_note(died, poll.REAPED).endswith("was still running, and the driver stopped it")
+    assert poll.lost_server_note(died, "unknown") is None  # never heard of a server: nothing to say
+    raised = ray.exceptions.RayTaskError("run_trial", "Traceback ...", ValueError("a bug"))
+    assert poll.lost_server_note(raised, poll.GONE) is None  # the task stopped its own server

@@ -18,9 +18,11 @@ from optimizer.engine.vllm import VllmServer, group_pids
 from optimizer.testing.stand_in_server import write_stand_in
 
 SERVER = textwrap.dedent("""
-    import signal, subprocess, sys, time
+    import os, signal, subprocess, sys, time
     subprocess.Popen([sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                       "open(sys.argv[1], 'w').close(); time.sleep(600)", sys.argv[1]])
+    while not os.path.exists(sys.argv[1]):  # the grandchild ignores SIGTERM from here on
+        time.sleep(0.02)
     code = int(sys.argv[2])
     time.sleep(600 if code < 0 else 0.5)
     sys.exit(code)
@@ -69,8 +71,8 @@ def test_the_servers_own_exit_code_comes_back_and_nothing_of_its_group_stays(tmp
     proc, write_end = _guard(tmp_path, exit_code=3)
     try:
         _ready(tmp_path / "ready")
-        assert proc.wait(20) == 3
-        assert group_pids(proc.pid) == []  # the grandchild the server left behind is stopped too
+        assert proc.wait(20) == 3  # at once: the owner reads the server's status when it ends
+        assert _gone(proc.pid, 15) is not None  # the grandchild the server left is stopped by the watcher
     finally:
         os.close(write_end)
 
@@ -91,10 +93,12 @@ def test_an_owner_gone_before_the_start_starts_nothing(tmp_path):
     read_end, write_end = os.pipe()
     os.close(write_end)
     proc = subprocess.Popen([sys.executable, lifeline.__file__, str(read_end), "1.0", "--", sys.executable, "-c",
-                             SERVER, str(tmp_path / "ready"), "-1"], start_new_session=True, pass_fds=(read_end,))
+                             SERVER, str(tmp_path / "ready"), "-1"], start_new_session=True, pass_fds=(read_end,),
+                            stderr=subprocess.PIPE, text=True)
     os.close(read_end)
-    assert proc.wait(20) == 1
-    time.sleep(0.5)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 1
+    assert "the owner was gone before the server started; not starting it" in err
     assert not (tmp_path / "ready").exists()
 
 
