@@ -4,7 +4,8 @@ real Ray, this machine).
 
 Each try is one one-trial study under `python -m optimizer run` (optimizer/testing/owner_kill.py):
 
-    boot     the Ray worker and the driver SIGKILLed together while vLLM starts (8 s into it)
+    boot     the Ray worker and the driver SIGKILLed together while vLLM starts (8 s and 25 s
+             into it: importing and resolving its config, then the engine loading and compiling)
     replay   the same while the trial replays
     driver   the driver SIGKILLed alone while the trial replays: Ray ends the job's worker, then
              the server's guard stops the group (both times are given)
@@ -15,6 +16,7 @@ cleanup on as the shipped cluster files do, the trial pinned there through `ray.
 trial (before it has heard of the server's process group): how many left a process behind.
 
     .venv/bin/python bench/orphan_cleanup.py [--tries 3] [--stops 10] [--where local second-node]
+                                             [--cases boot replay driver] [--boot-at 8 25]
 """
 
 from __future__ import annotations
@@ -50,24 +52,25 @@ def _summary(values: list[float | None]) -> str:
             + (f" ({left} NOT gone)" if left else ""))
 
 
-def kills(where: str, tries: int, model: Path, work: Path) -> None:
+def kills(where: str, tries: int, model: Path, work: Path, boot_at: tuple[float, ...], cases: tuple[str, ...]) -> None:
     head, ray, env = None, None, None
     if where == "second-node":
         head = rayhead.start(str(work / "ray"))
         rayhead.add_node(head, {"second_node": 1}, env=SHIPPED_RAY_ENV)
         ray, env = {"address": f"127.0.0.1:{head.gcs_port}", "resources": {"second_node": 1}}, head.env
     try:
-        for case in CASES:
+        for case, boot_s in [(c, b) for c in cases for b in (boot_at if c == "boot" else (0,))]:
             after_worker, worker_dead, free = [], [], 0
             for i in range(tries):
-                got = one_try(work / f"{where}-{case}-{i}", model, case, ray=ray, env=env)
+                got = one_try(work / f"{where}-{case}{boot_s}-{i}", model, case, ray=ray, env=env, boot_s=boot_s)
                 worker_dead.append(got.worker_dead_s)
                 after_worker.append(None if got.gone_s is None or got.worker_dead_s is None
                                     else max(0.0, got.gone_s - got.worker_dead_s))
                 free += got.port_free
                 print(f"  {where} {case} try {i}: worker gone {got.worker_dead_s}, group gone {got.gone_s}, "
                       f"left {got.left}, port free {got.port_free}", flush=True)
-            line = f"{where:11s} {case:6s}: worker death -> server gone {_summary(after_worker)}; port free {free}/{tries}"
+            what = f"boot {boot_s:g} s" if case == "boot" else case
+            line = f"{where:11s} {what:9s}: worker death -> server gone {_summary(after_worker)}; port free {free}/{tries}"
             if case == "driver":
                 line += f"; driver kill -> worker gone {_summary(worker_dead)}"
             print(line, flush=True)
@@ -105,11 +108,14 @@ def main() -> None:
     ap.add_argument("--tries", type=int, default=3)
     ap.add_argument("--stops", type=int, default=10)
     ap.add_argument("--where", nargs="+", default=["local", "second-node"], choices=["local", "second-node"])
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--boot-at", nargs="+", type=float, default=[8.0, 25.0],
+                    help="seconds into vLLM's start-up at which the boot case kills (default 8 and 25)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="orphan-cleanup-"))
     model = write_tiny_model(work / "tiny")
     for where in args.where:
-        kills(where, args.tries, model, work)
+        kills(where, args.tries, model, work, tuple(args.boot_at), tuple(args.cases))
     if args.stops:
         first_second_stops(args.stops, model, work)
 
