@@ -24,21 +24,18 @@ from __future__ import annotations
 import argparse
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from optimizer.engine.tiny_model import write_tiny_model  # noqa: E402
 from optimizer.testing import ray_head as rayhead  # noqa: E402
-from optimizer.testing.owner_kill import CASES, one_try, study_config  # noqa: E402
+from optimizer.testing.owner_kill import CASES, one_try, stop_in_first_second  # noqa: E402
 
 SHIPPED_RAY_ENV = {"RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true"}  # as ray_cluster*.yaml
 
@@ -81,21 +78,8 @@ def kills(where: str, tries: int, model: Path, work: Path, boot_at: tuple[float,
 
 def first_second_stops(n: int, model: Path, work: Path) -> None:
     left_behind = 0
-    for i in range(n):
-        root = work / f"stop-{i}"
-        root.mkdir(parents=True)
-        (root / "study.yaml").write_text(yaml.safe_dump(study_config(root, model)))
-        out = root / "driver.out"
-        with open(out, "w") as f:
-            driver = subprocess.Popen([sys.executable, "-m", "optimizer", "run", "--config", "study.yaml"],
-                                      cwd=root, stdout=f, stderr=subprocess.STDOUT)
-        while "starting" not in out.read_text() and driver.poll() is None:
-            time.sleep(0.02)
-        time.sleep(i / max(1, n - 1))  # 0 .. 1 s after `starting`
-        driver.send_signal(signal.SIGTERM)
-        rc = driver.wait(timeout=120)
-        time.sleep(4)
-        left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(model) in " ".join(p.info["cmdline"] or [])]
+    for i in range(n):  # 0 .. 1 s after `starting`
+        rc, left, _ = stop_in_first_second(work / f"stop-{i}", model, signal.SIGTERM, i / max(1, n - 1))
         left_behind += bool(left)
         for pid in left:
             psutil.Process(pid).kill()

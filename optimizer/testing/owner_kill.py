@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import yaml
 
 from optimizer.engine.vllm import group_pids, port_is_free
@@ -85,3 +86,37 @@ def one_try(root: Path, model: Path, case: str, ray: dict | None = None, env: di
             driver.kill()
             driver.wait(10)
         out.close()
+
+
+def processes_naming(marker: str) -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+
+
+def stop_in_first_second(root: Path, model: Path, sig: int, delay: float, watch_s: float = 4.0,
+                         timeout: float = 120.0) -> tuple[int | None, list[int], str]:
+    """Start the one-trial study, send `sig` to the driver `delay` s after it printed `starting`
+    (before it has heard of the server's process group), and watch `watch_s` s after it exited
+    for any process naming the model. (driver's exit code or None if it never said `starting`,
+    those processes, the driver's output)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "study.yaml").write_text(yaml.safe_dump(study_config(root, model)))
+    out = root / "driver.out"
+    with open(out, "w") as f:
+        driver = subprocess.Popen([sys.executable, "-m", "optimizer", "run", "--config", "study.yaml"],
+                                  cwd=root, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while "starting" not in out.read_text() and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.02)
+        if "starting" not in out.read_text():
+            return None, [], out.read_text()
+        time.sleep(delay)
+        driver.send_signal(sig)
+        rc = driver.wait(timeout=90)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    end = time.monotonic() + watch_s  # a server launched in the race would show up here
+    while time.monotonic() < end and not processes_naming(str(model)):
+        time.sleep(0.2)
+    return rc, processes_naming(str(model)), out.read_text()

@@ -20,6 +20,7 @@ import ray
 from optimizer.driver.ray_runtime import GONE, REAPED, ray_runtime, reap_server
 from optimizer.engine import lifeline
 from optimizer.engine.vllm import VllmServer, group_pids
+from optimizer.testing import server_tree
 from optimizer.testing.stand_in_server import write_stand_in
 from optimizer.trial.channel import TrialBoard
 
@@ -48,9 +49,8 @@ def test_a_guarded_server_stops_with_its_worker_and_the_driver_finds_it_gone(tmp
             ray.get(_guarded_server_then_die.remote(board, str(exe), str(tmp_path / "server.log")))
         died = time.monotonic()
         _, pgid = ray.get(board.server_of.remote(4))
-        while group_pids(pgid) and time.monotonic() - died < lifeline.GRACE_S + 10:
-            time.sleep(0.05)
-        assert group_pids(pgid) == [], "the guard did not stop the server of its dead worker"
+        assert server_tree.gone_after(pgid, died, lifeline.GRACE_S + 10) is not None, \
+            "the guard did not stop the server of its dead worker"
         assert reap_server(board, 4) == GONE
     assert "the owner (pid" in (tmp_path / "server.log").read_text()
 

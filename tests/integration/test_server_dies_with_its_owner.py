@@ -18,18 +18,13 @@ The times from the kill to the group's last process gone are printed (-s).
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-import time
 
-import psutil
 import pytest
-import yaml
 
 from optimizer.engine import lifeline
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.testing import ray_head as rayhead
-from optimizer.testing.owner_kill import one_try, study_config
+from optimizer.testing.owner_kill import one_try, stop_in_first_second
 
 pytestmark = pytest.mark.integration
 # docs/cluster.md#what-is-cleaned-up-when: the group is gone within the guard's grace and a second
@@ -61,37 +56,11 @@ def test_worker_and_driver_killed_together_leave_nothing(tmp_path, model, case):
     assert got.port_free
 
 
-def _no_server_of(model, seconds: float) -> list[int]:
-    """Processes naming the model that appear within `seconds` (none should, ever)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(model) in " ".join(p.info["cmdline"] or [])]
-        if left:
-            return left
-        time.sleep(0.2)
-    return []
-
-
 @pytest.mark.parametrize("sig, delay", [(signal.SIGTERM, 0.0), (signal.SIGINT, 0.5), (signal.SIGTERM, 0.9)])
 def test_a_stop_in_the_first_second_of_a_trial_leaves_no_server(tmp_path, model, sig, delay):
-    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study_config(tmp_path, model)))
-    out = tmp_path / "driver.out"
-    with open(out, "w") as f:
-        driver = subprocess.Popen([sys.executable, "-m", "optimizer", "run", "--config", "study.yaml"],
-                                  cwd=tmp_path, stdout=f, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while "starting" not in out.read_text() and time.monotonic() < deadline and driver.poll() is None:
-            time.sleep(0.02)
-        assert "starting" in out.read_text(), out.read_text()[-2000:]
-        time.sleep(delay)
-        driver.send_signal(sig)
-        assert driver.wait(timeout=90) == 130, out.read_text()[-2000:]
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    left = _no_server_of(model, 4.0)  # a server launched in the race would show up here
-    assert left == [], f"after the driver exited: {left}\n{out.read_text()[-2000:]}"
+    rc, left, out = stop_in_first_second(tmp_path, model, sig, delay)
+    assert rc == 130, out[-2000:]
+    assert left == [], f"after the driver exited: {left}\n{out[-2000:]}"
 
 
 @pytest.fixture(scope="module")

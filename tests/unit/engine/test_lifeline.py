@@ -15,6 +15,7 @@ import pytest
 
 from optimizer.engine import lifeline
 from optimizer.engine.vllm import VllmServer, group_pids
+from optimizer.testing import server_tree
 from optimizer.testing.stand_in_server import write_stand_in
 
 SERVER = textwrap.dedent("""
@@ -38,12 +39,7 @@ def _ready(path, seconds=20.0) -> None:
 
 def _gone(pgid: int, seconds: float) -> float | None:
     """Seconds until the group is empty, or None if it is not within `seconds`."""
-    t = time.monotonic()
-    while time.monotonic() - t < seconds:
-        if not group_pids(pgid):
-            return time.monotonic() - t
-        time.sleep(0.05)
-    return None
+    return server_tree.gone_after(pgid, time.monotonic(), seconds)
 
 
 def _guard(tmp_path, exit_code: int = -1):
