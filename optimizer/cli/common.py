@@ -61,6 +61,8 @@ def load(ns: argparse.Namespace, extra: dict | None = None):
         out["objective"] = {}  # an explicit --objective replaces the preset's, SLOs and all
     if getattr(ns, "no_precheck", False):
         out["precheck"] = False
+    if getattr(ns, "no_minimal", False):
+        out["confirm.minimal"] = False
     if getattr(ns, "model", None) is not None:
         out["model.tiny"] = False  # a model named on the command line is never generated over
     if getattr(ns, "workload", None) is not None:

@@ -122,7 +122,10 @@ class ConfirmSpec(_Strict):
     """Noise control: re-measure the best configurations after the budget (driver/confirm.py)."""
 
     top: int = Field(2, ge=0, le=10, description="configurations to re-measure (0: off)")
-    repeats: int = Field(2, ge=0, le=9, description="extra full measurements of each")
+    repeats: int = Field(2, ge=0, le=9, description="extra full measurements of each (and of the baseline)")
+    minimal: bool = Field(True, description="then put back each knob the winner changed, one at a time, and "
+                          "recommend the smallest change that carries the gain (driver/minimal.py)")
+    minimal_boots: int = Field(8, ge=1, le=40, description="the most extra boots the minimal-change step may spend")
 
 
 class RegressionSpec(_Strict):

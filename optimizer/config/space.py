@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from optimizer.config.model_info import ModelInfo
+from optimizer.config.round_values import DEFAULT_BLOCK, round_draw
 from optimizer.config.schema import KnobRange, StudyConfig
 from optimizer.engine.device import GIB, Device
 from optimizer.errors import ConfigError
@@ -95,6 +96,7 @@ class Dimension:
 class SearchSpace:
     dims: tuple[Dimension, ...]
     notes: tuple[str, ...] = ()  # adjustments made while resolving, shown to the user
+    block: int = DEFAULT_BLOCK["cpu"]  # the KV block size max-model-len is rounded to when block-size is not tuned
 
     def names(self) -> list[str]:
         return [d.knob.name for d in self.dims]
@@ -244,7 +246,7 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
             if where != "baseline" and name not in by_name:
                 raise ConfigError(f"{where}.{name}: not in the search space; add it to `space` or drop it")
         _check_rules(where, params, by_name if where != "baseline" else {}, model)
-    return SearchSpace(tuple(by_name.values()), tuple(notes))
+    return SearchSpace(tuple(by_name.values()), tuple(notes), DEFAULT_BLOCK[device.kind])
 
 
 def _check_device(where: str, device: Device) -> None:
@@ -326,8 +328,10 @@ def active(name: str, params: dict) -> bool:
 
 def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
     """Ask an Optuna trial for each dimension (only those in `only`, when given), in knob order;
-    a knob whose condition the draws so far fail is not asked (REQUIRES)."""
+    a knob whose condition the draws so far fail is not asked (REQUIRES). Drawn values come back
+    rounded as an operator writes them (config/round_values.py); Optuna keeps the drawn ones."""
     params = {}
+    given = getattr(trial, "_fixed_params", None) or {}  # enqueued values run as written (Optuna 5 keeps them there)
     for d in space.dims:
         name = d.knob.name
         if (only is not None and name not in only) or not active(name, params):
@@ -339,6 +343,8 @@ def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
         else:
             # step 0.01: a fraction with more digits is not a different configuration
             params[name] = trial.suggest_float(name, d.low, d.high, step=None if d.log else 0.01, log=d.log)
+        if name not in given:
+            params[name] = round_draw(name, params[name], d.low, d.high, int(params.get("block-size", space.block)))
     return params
 
 

@@ -2,8 +2,8 @@
 
 One measurement per configuration is what the search affords, and on a busy machine the
 same configuration moves 10-15% from run to run (measured). After the budget, the `top`
-feasible configurations are booted and measured `repeats` more times each (full runs:
-no early stop). Each gets a mean and a 95% confidence interval (Student's t over its
+feasible configurations, and the baseline, are booted and measured `repeats` more times each
+(full runs: no early stop): the gain over the baseline then carries both sides' noise. Each gets a mean and a 95% confidence interval (Student's t over its
 measurements, the search's own one included); the winner is the best mean, and when its
 interval overlaps the runner-up's the report says "no clear winner". A configuration with a
 failed re-measurement is disqualified (listed, never the winner). New trials after a
@@ -22,20 +22,25 @@ from typing import Callable
 import optuna
 
 from optimizer.driver.measure_once import CONFIRM_KEY, measure_once
-from optimizer.driver.plan import Plan, baseline_params
+from optimizer.driver.plan import Plan
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.measure.noise import interval, verdict
-from optimizer.report.confirmed import ATTR, candidates, settled
+from optimizer.report.confirmed import ATTR, baseline_trial, candidates, settled
+from optimizer.report.summary import knobs_of
 
 
 def remeasure(study: optuna.Study, top: int, repeats: int, measure: Callable[[optuna.trial.FrozenTrial, int], float | None],
               on_value: Callable[[int, int, float | None], None] = lambda n, k, v: None) -> dict:
-    """Measure each candidate until it has 1 + `repeats` values (resuming from the study's record).
-    `measure(trial, k)` boots and measures the trial's configuration (None: that run failed)."""
+    """Measure each candidate, and the baseline, until it has 1 + `repeats` values (resuming from the
+    study's record). `measure(trial, k)` boots and measures the trial's configuration (None: that run failed)."""
     record = dict(study.user_attrs.get(ATTR) or {})
     runs = dict(record.get("runs") or {})
-    for t in candidates(study, top):
+    current = candidates(study, top)
+    base = baseline_trial(study)
+    if base is not None and (base.state != optuna.trial.TrialState.COMPLETE or not base.value):
+        base = None  # a baseline that did not complete has nothing to re-measure
+    for t in current + ([base] if base is not None and base.number not in {c.number for c in current} else []):
         entry = runs.get(str(t.number)) or {"values": [t.value], "failed": 0}
         while len(entry["values"]) + entry["failed"] < 1 + repeats:
             value = measure(t, len(entry["values"]) + entry["failed"])
@@ -48,12 +53,13 @@ def remeasure(study: optuna.Study, top: int, repeats: int, measure: Callable[[op
             study.set_user_attr(ATTR, {**record, "runs": runs})  # after every run: an interruption loses one
         runs[str(t.number)] = entry
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    current = [str(t.number) for t in candidates(study, top)]
+    names = [str(t.number) for t in current]
     # A configuration that failed a re-measurement is out: one good run does not make it reliable.
-    intervals = [interval(int(n), runs[n]["values"]) for n in current if not runs[n]["failed"]]
+    intervals = [interval(int(n), runs[n]["values"]) for n in names if not runs[n]["failed"]]
     winner, clear = verdict(intervals, maximize)
-    record = {"runs": runs, "repeats": repeats, "top": top, "candidates": current,
-              "disqualified": [int(n) for n in current if runs[n]["failed"]],
+    record = {"runs": runs, "repeats": repeats, "top": top, "candidates": names,
+              "baseline": base.number if base is not None else None,
+              "disqualified": [int(n) for n in names if runs[n]["failed"]],
               "intervals": {str(i.trial): {"mean": i.mean, "low": _finite(i.low), "high": _finite(i.high),
                                            "n": len(i.values)} for i in intervals},
               "winner": winner.trial if winner else None, "clear": clear}
@@ -78,7 +84,7 @@ def confirm_top(study: optuna.Study, plan: Plan, board, progress: Progress, runs
     progress.confirming(c.top, c.repeats)
 
     def measure(t: optuna.trial.FrozenTrial, k: int) -> float | None:
-        params = {**(baseline_params(plan) if t.user_attrs.get("baseline") else {}), **t.params}
+        params = knobs_of(t)  # as it ran: the baseline's fixed knobs and the rounded values included
         # Its own board key: the trial's verdicts and server are not its.
         return measure_once(plan, params, CONFIRM_KEY + t.number * 100 + k, f"trial-{t.number}/confirm-{k}",
                             board, progress, runstate)

@@ -22,6 +22,7 @@ from optimizer.driver.ray_runtime import ray_runtime, run_trial
 from optimizer.driver.resources import ray_resources
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.store.trial_files import store_trial
+from optimizer.measure.slo import holds as slo_holds
 from optimizer.trial.channel import TrialBoard
 from optimizer.trial.spec import TrialSpec, lost_trial_result
 
@@ -41,13 +42,16 @@ def measuring(plan: Plan, progress: Progress):
 
 
 def measure_once(plan: Plan, params: dict, key: int, log_dir: str, board, progress: Progress,
-                 runstate: RunState) -> float | None:
+                 runstate: RunState, within_slos: bool = False) -> float | None:
     """One full measurement of `params` outside the Optuna loop (no early stop), its files stored in
-    artifacts/<study>/<log_dir>/; the objective's value, or None if the run failed."""
+    artifacts/<study>/<log_dir>/; the objective's value, or None if the run failed (or, with
+    `within_slos`, missed a replay objective's SLOs)."""
     spec = make_spec(key, plan, params, log_dir, early_stop=False)
     result = run_task(spec, plan, board, progress, runstate)
     store_trial(plan.artifacts / log_dir, params, result, socket.gethostname())
     if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
+        return None
+    if within_slos and plan.objective.mode == "replay" and not slo_holds(plan.objective.slos, result.metrics):
         return None
     try:
         return plan.objective.score(result.metrics)

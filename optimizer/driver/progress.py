@@ -13,6 +13,7 @@ from optimizer.driver.store.database import masked
 from optimizer.engine.device import GIB
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import holds as slo_holds
+from optimizer.report.recommendation import effect_text, shown
 from optimizer.report.summary import best_feasible, finished_count, fmt_params
 
 
@@ -132,6 +133,24 @@ class Progress:
         else:
             self.console.print(f"  [yellow]no clear winner[/]: trial {record['winner']} has the best mean, but its "
                                "interval overlaps another's; any of the overlapping ones is as good as measured")
+
+    def minimizing(self, number: int, back: dict, cap: int) -> None:
+        if back:
+            self.console.print(f"[bold]Minimal change[/]: trial {number} changed {len(back)} knob(s) from the baseline; "
+                               f"putting each back, one at a time (at most {cap} extra boots)")
+
+    def reverted(self, row) -> None:
+        r = row.as_dict()
+        what = (f"{r['knob']} {shown(r['winner'])} -> {shown(r['reverted_to'])}" if r["baseline"] is not None
+                or r["reverted_to"] is not None or r["winner"] is not None else f"{r['knob']} put back together")
+        self.console.print(f"  {what}: {effect_text(r)} of the winner: [bold]{r['verdict']}[/]"
+                           + (f" ({r['note']})" if r["note"] else ""))
+
+    def minimized(self, record: dict, objective) -> None:
+        reverted = [r["knob"] for r in record["rows"] if r["verdict"] == "reverted"]
+        self.console.print(f"  recommended: {fmt_params(record['final']['knobs'])}"
+                           + (f" (back at the baseline's: {', '.join(reverted)})" if reverted else "")
+                           + f"; {record['boots']} extra boot(s), {record['wall_s'] / 60:.1f} min")
 
     def checkpoint(self, number: int, step: int, value: float | None, objective, stop: str) -> None:
         shown = f"{value:.1f} {objective.unit}" if value is not None else "-"

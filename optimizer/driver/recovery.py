@@ -10,6 +10,7 @@ import time
 import optuna
 
 from optimizer import shutdown
+from optimizer.config import flags
 from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.trial_files import is_disk_failure, writable
@@ -28,7 +29,9 @@ def queue_again(study: optuna.Study, trial, always: bool = False, reason: str = 
         return False
     roles = {k: trial.user_attrs[k] for k in ("baseline", "enqueued", "warm_start") if k in trial.user_attrs}
     extra = {"retry_reason": reason} if reason else {}
-    study.enqueue_trial(dict(trial.params), user_attrs={**roles, "retry_of": trial.number, **extra})
+    ran = flags.from_cli_args(list(trial.user_attrs.get("vllm_args") or []))  # the rounded values it ran with
+    params = {name: ran.get(name, value) for name, value in trial.params.items()}
+    study.enqueue_trial(params, user_attrs={**roles, "retry_of": trial.number, **extra})
     return True
 
 

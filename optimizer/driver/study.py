@@ -1,8 +1,8 @@
 """The study loop: the only writer to the study. `run()` takes a plan that `driver/plan.py`'s
 `prepare()` already checked, opens (or resumes) the study, queues the baseline first, and keeps
 trials running (launch.py) and polled (poll.py), telling Optuna each outcome (tell.py), until the
-budget of finished (COMPLETE or PRUNED) trials is reached; then the top ones are re-measured
-(confirm.py).
+budget of finished (COMPLETE or PRUNED) trials is reached; then the top ones and the baseline are
+re-measured (confirm.py), and the winner's changes that had no effect are put back (minimal.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from optimizer import shutdown
 from optimizer.driver import tell as outcome
 from optimizer.driver.confirm import confirm_top, confirmation_pending
 from optimizer.driver.launch import Running, launch
+from optimizer.driver.minimal import minimal_pending, minimize
 from optimizer.driver.plan import Plan, open_study
 from optimizer.driver.poll import phase_of, poll, stop_all
 from optimizer.driver.progress import Progress
@@ -49,13 +50,16 @@ def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
     recovered = recover(study, runstate.previous)
     ensure_baseline(study, plan)
     progress.opened(plan, study, recovered)
-    if finished_count(study) >= plan.cfg.n_trials and not confirmation_pending(study, plan):
+    if (finished_count(study) >= plan.cfg.n_trials and not confirmation_pending(study, plan)
+            and not minimal_pending(study, plan)):
         return study, plan
     with ray_runtime(plan.cfg.ray.address, on_start=runstate.record_ray):
         board = TrialBoard.remote()
         _run_trials(study, plan, board, progress, runstate, count_slots(plan, progress).count)
         if confirmation_pending(study, plan):
             confirm_top(study, plan, board, progress, runstate)
+        if minimal_pending(study, plan):
+            minimize(study, plan, board, progress, runstate)
     return study, plan
 
 

@@ -1,5 +1,11 @@
-"""Run-to-run noise: the 95% interval of repeated measurements of one configuration, and the
-verdict it gives on a ranking (a clear winner, or intervals that overlap).
+"""Run-to-run noise: the 95% interval of repeated measurements of one configuration, the
+verdict it gives on a ranking (a clear winner, or intervals that overlap), and the ratio of two
+configurations with its interval.
+
+Ratios are taken on a log scale: a latency that doubles is as far from the reference as one that
+halves, and one stalled run (these machines stall 1-3 s at random) does not swamp the mean. The
+noise of one run is pooled over every configuration measured more than once (the same spread
+for all, as the confirmation's repeated runs show within ~2x of each other).
 """
 
 from __future__ import annotations
@@ -40,6 +46,59 @@ def verdict(intervals: list[Interval], maximize: bool) -> tuple[Interval | None,
     ranked = sorted(intervals, key=lambda i: -i.mean if maximize else i.mean)
     winner = ranked[0]
     return winner, all(not winner.overlaps(other) for other in ranked[1:])
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The standard deviation of log(value) for one run, and its degrees of freedom."""
+
+    sd: float
+    df: int
+
+    @property
+    def t(self) -> float:
+        return T95.get(self.df, 1.96)
+
+
+def pooled(groups) -> Noise | None:
+    """The noise of one run, pooled over `groups` (repeated runs of one configuration each; groups
+    with fewer than two positive values say nothing about it). None when no group says anything."""
+    squares, df = 0.0, 0
+    for values in groups:
+        logs = [math.log(v) for v in values if v is not None and v > 0]
+        if len(logs) >= 2:
+            mean = statistics.fmean(logs)
+            squares += sum((x - mean) ** 2 for x in logs)
+            df += len(logs) - 1
+    return Noise(math.sqrt(squares / df), df) if df else None
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """values / reference (geometric means) with its 95% interval."""
+
+    ratio: float
+    low: float
+    high: float
+
+    def includes_one(self) -> bool:
+        return self.low <= 1.0 <= self.high
+
+    def worse(self, maximize: bool) -> bool:
+        """The whole interval is on the worse side of 1 (values measurably worse than the reference)."""
+        return self.high < 1.0 if maximize else self.low > 1.0
+
+    def as_dict(self) -> dict:
+        return {"ratio": self.ratio, "low": self.low, "high": self.high}
+
+
+def ratio(values, reference, noise: Noise) -> Ratio:
+    """How many times `reference` the `values` are, with the 95% interval the pooled `noise` gives
+    (Welch is not needed: both sides share the one pooled spread). Positive values only."""
+    a, b = [math.log(v) for v in values], [math.log(v) for v in reference]
+    d = statistics.fmean(a) - statistics.fmean(b)
+    half = noise.t * noise.sd * math.sqrt(1 / len(a) + 1 / len(b))
+    return Ratio(math.exp(d), math.exp(d - half), math.exp(d + half))
 
 
 # Two-sided 95% Student's t quantiles by degrees of freedom (n - 1).

@@ -40,3 +40,11 @@ def current_winner(study: optuna.Study) -> int | None:
     if record.get("winner") is None or not settled(study, record.get("top", 0), record.get("repeats", 0)):
         return None
     return record["winner"]
+
+
+def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The study's baseline trial once it finished without an infrastructure failure (COMPLETE or PRUNED)."""
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("baseline") and t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL:
+            return t
+    return None

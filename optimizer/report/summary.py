@@ -1,7 +1,7 @@
-"""The end of a run: a table of trials, the best configuration as a deployable `vllm serve`
-command and `vllm serve --config` YAML, and its gain over the baseline.
+"""The end of a run: a table of trials, the recommended configuration (report/recommendation.py)
+as a deployable `vllm serve` command and `vllm serve --config` YAML, and its gain over the baseline.
 
-With SLO constraints the best is the best trial that met them (Optuna's own rule); a
+With SLO constraints only trials that met them are candidates (Optuna's own rule); a
 multi-objective (Pareto) study has no single best: its front is listed, each member
 with its command, and written to `pareto_front.yaml`. The run's savings are counted:
 boots the KV precheck avoided, replay time early stopping saved.
@@ -18,6 +18,7 @@ import yaml
 from optimizer.config.flags import from_cli_args, split_flags
 from optimizer.config.space import KNOBS
 from optimizer.report import confirmed
+from optimizer.report.recommendation import Recommendation, recommend
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -33,6 +34,7 @@ class Summary:
     infeasible_only: bool = False  # trials completed, none met the SLO constraints
     savings: dict = field(default_factory=dict)
     confirmation: dict = field(default_factory=dict)  # re-measurements of the top configurations (driver/confirm.py)
+    recommendation: Recommendation | None = None  # what `command` and best.yaml deploy (report/recommendation.py)
 
 
 def knobs_of(t: optuna.trial.FrozenTrial) -> dict:
@@ -58,13 +60,6 @@ def gain(direction: optuna.study.StudyDirection, best: float, base: float) -> fl
     if direction == optuna.study.StudyDirection.MAXIMIZE:
         return best / base if base else float("inf")
     return base / best if best else float("inf")
-
-
-def _baseline(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get("baseline") and t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL:
-            return t
-    return None
 
 
 def savings(study: optuna.Study) -> dict:
@@ -93,7 +88,7 @@ def ranked_feasible(study: optuna.Study, maximize: bool | None = None) -> list[o
 
 def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary:
     complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
-    base = _baseline(study)
+    base = confirmed.baseline_trial(study)
     saved = savings(study)
     if not complete:
         return Summary(None, base, None, None, None, savings=saved)
@@ -105,18 +100,16 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
                       [{"trial": t.number, "values": list(t.values),
                         "config": serve_yaml(list(t.user_attrs.get("vllm_args", [])))} for t in front])
         return Summary(None, base, None, None, path, front, savings=saved)
-    try:
-        best = study.best_trial  # with constraints: the best feasible one
-    except ValueError:
+    rec = recommend(study)
+    if rec is None:
         return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
     winner = confirmed.current_winner(study)
     record = study.user_attrs.get("confirmation") or {} if winner is not None else {}
-    if winner is not None:
-        best = study.trials[winner]  # the best mean over re-measurements beats one lucky run
-    args = list(best.user_attrs.get("vllm_args", []))
-    g = gain(study.direction, best.value, base.value) if base and base.state == COMPLETE and base.value else None
+    args = list(rec.args)
     path = _write(artifacts / "best.yaml", serve_yaml(args))
-    return Summary(best, base, g, serve_command(model, args), path, savings=saved, confirmation=record)
+    g = rec.gain["ratio"] if rec.gain else None
+    return Summary(rec.trial, base, g, serve_command(model, args), path, savings=saved, confirmation=record,
+                   recommendation=rec)
 
 
 def _write(path: Path, data) -> Path | None:

@@ -1,0 +1,92 @@
+"""The minimal-change step on real servers: after the confirmation, each knob the confirmed winner
+changed from the baseline is put back, one at a time, and measured (measure/reversion.py decides);
+what had no measurable effect goes back to the baseline's value, and the recommendation is the
+smallest measured change that carries the gain (report/recommendation.py).
+
+What a knob goes back to: the baseline's value; vLLM's own default (the flag dropped) for a knob
+the baseline does not set; for `max-model-len`, when the baseline's value is below the
+workload's longest request, the smallest round value that fits (config/round_values.py).
+
+Every run is a full measurement through the same Ray path as the confirmation's (measure_once),
+so on a cluster it lands on any free slot. The record lives on the study (`minimal`), written
+after every run: an interrupted step resumes where it stopped, without booting again what it
+already measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import optuna
+
+from optimizer.config.round_values import fitting_model_len
+from optimizer.driver.launch import make_spec
+from optimizer.driver.measure_once import CONFIRM_KEY, measure_once
+from optimizer.driver.plan import Plan, baseline_params
+from optimizer.driver.progress import Progress
+from optimizer.driver.store.driver_lock import RunState
+from optimizer.measure.reversion import minimal_change
+from optimizer.report import confirmed
+from optimizer.report.recommendation import ATTR, minimal_record
+from optimizer.report.summary import knobs_of
+
+MINIMAL_KEY = CONFIRM_KEY // 2  # board keys of these runs: above any trial number, below confirmation's
+
+
+def minimal_pending(study: optuna.Study, plan: Plan) -> bool:
+    """The step is asked for, a confirmed winner stands, and no finished record describes it."""
+    return (plan.cfg.confirm.minimal and len(study.directions) == 1 and confirmed.current_winner(study) is not None
+            and minimal_record(study) is None)
+
+
+def reversions(winner: dict, baseline: dict, plan: Plan) -> dict:
+    """knob -> the value it goes back to, for each knob the winner changed (module docstring)."""
+    longest = plan.workload.longest_request()
+    out = {}
+    for knob in list(winner) + [k for k in baseline if k not in winner]:
+        back = baseline.get(knob)
+        if knob == "max-model-len" and back is not None and int(back) < longest:
+            back = fitting_model_len(longest, plan.space.block, plan.model.max_positions)
+        if back != winner.get(knob):
+            out[knob] = back
+    return out
+
+
+def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState) -> dict:
+    """Run the step for the confirmed winner; returns (and stores) its record."""
+    number = confirmed.current_winner(study)
+    winner = knobs_of(study.trials[number])
+    conf = study.user_attrs[confirmed.ATTR]
+    base = confirmed.baseline_trial(study)
+    baseline = knobs_of(base) if base is not None else baseline_params(plan)
+    back = reversions(winner, baseline, plan)
+    old = study.user_attrs.get(ATTR) or {}
+    record = {"winner": number, "runs": dict(old.get("runs") or {}) if old.get("winner") == number else {}}
+    started = time.monotonic() - (old.get("wall_s") or 0.0 if record["runs"] else 0.0)
+    progress.minimizing(number, back, plan.cfg.confirm.minimal_boots)
+
+    def measure(config: dict, k: int) -> float | None:
+        key = json.dumps(sorted(config.items()))
+        runs = record["runs"].setdefault(key, [])
+        if k < len(runs):
+            return runs[k]  # measured before an interruption: not booted again
+        slot = list(record["runs"]).index(key)
+        value = measure_once(plan, config, MINIMAL_KEY + slot * 10 + k, f"minimal/config-{slot}/run-{k}",
+                             board, progress, runstate, within_slos=True)
+        runs.append(value)
+        study.set_user_attr(ATTR, {**record, "wall_s": time.monotonic() - started})
+        return value
+
+    values = conf["runs"][str(number)]["values"]
+    outcome = minimal_change(winner, baseline, back, values, [e["values"] for e in conf["runs"].values()], measure,
+                             maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
+                             max_runs=2, cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted)
+    args = list(make_spec(number, plan, outcome.final, "-").vllm_args)
+    record.update(done=True, candidates=conf.get("candidates"), boots=outcome.boots,
+                  wall_s=round(time.monotonic() - started, 1), rows=[r.as_dict() for r in outcome.rows],
+                  combined=outcome.combined.as_dict() if outcome.combined else None,
+                  final={"knobs": outcome.final, "args": args, "values": outcome.final_values})
+    study.set_user_attr(ATTR, record)
+    progress.minimized(record, plan.objective)
+    return record

@@ -1,0 +1,153 @@
+"""The one configuration a study recommends, and the one place every surface asks for it.
+
+In order of trust: the minimal change (driver/minimal.py: the confirmed winner with every knob
+that had no measurable effect put back), else the confirmed winner (the best re-measured mean),
+else Optuna's best single run. The console, the written report, the study's note, `best.yaml`,
+`/status`, the capacity plan, sensitivity and the daemon's warm starts all name this one.
+optuna-dashboard's "Best Trial" badge cannot: it follows Optuna's best single value, and the
+study's note says so when the two differ.
+
+Its gain over the baseline is measured on both sides: the baseline is re-measured with the
+winner (driver/confirm.py), and the 95% interval pools the noise of every repeated run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import optuna
+
+from optimizer.measure.noise import pooled, ratio
+from optimizer.report import confirmed
+
+ATTR = "minimal"  # the study attribute the minimal-change step writes
+MINIMAL, CONFIRMED, SINGLE = "minimal change", "confirmed winner", "best single run"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    trial: optuna.trial.FrozenTrial  # the trial it comes from (its metrics are the ones shown)
+    args: tuple[str, ...]  # the vLLM flags to deploy
+    values: tuple[float, ...]  # the objective's measured values of exactly these flags
+    source: str  # MINIMAL, CONFIRMED or SINGLE
+    rows: tuple[dict, ...] = ()  # what mattered: one row per knob the winner changed (measure/reversion.Row)
+    combined: dict | None = None
+    gain: dict | None = None  # {"ratio", "low", "high"} (>1 is better; low/high None without noise), "runs"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def value(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def changed_from_trial(self) -> bool:
+        """The minimal change put knobs back: the flags are not the trial's own."""
+        return tuple(self.trial.user_attrs.get("vllm_args") or ()) != self.args
+
+
+def minimal_record(study: optuna.Study) -> dict | None:
+    """The minimal-change record, if it describes the current confirmed winner."""
+    record = study.user_attrs.get(ATTR) or {}
+    winner = confirmed.current_winner(study)
+    if not record.get("done") or winner is None or record.get("winner") != winner:
+        return None
+    return record
+
+
+def recommend(study: optuna.Study) -> Recommendation | None:
+    """The study's recommendation (module docstring); None for a multi-objective study or when no
+    trial completed within the SLOs."""
+    if len(study.directions) > 1:
+        return None
+    try:
+        best = study.best_trial  # with constraints: the best feasible one
+    except ValueError:
+        return None
+    conf = study.user_attrs.get(confirmed.ATTR) or {}
+    winner = confirmed.current_winner(study)
+    record = minimal_record(study)
+    if record is not None:
+        trial = study.trials[winner]
+        rec = Recommendation(trial, tuple(record["final"]["args"]), tuple(record["final"]["values"]), MINIMAL,
+                             tuple(record.get("rows") or ()), record.get("combined"))
+    elif winner is not None:
+        trial = study.trials[winner]
+        rec = Recommendation(trial, tuple(trial.user_attrs.get("vllm_args") or ()),
+                             tuple(conf["runs"][str(winner)]["values"]), CONFIRMED)
+    else:
+        rec = Recommendation(best, tuple(best.user_attrs.get("vllm_args") or ()), (best.value,), SINGLE)
+    return _with_gain(study, rec, conf, record)
+
+
+def baseline_values(study: optuna.Study, conf: dict) -> list[float]:
+    """The baseline's measured values: its trial's, and its re-measurements when confirmation made them."""
+    base = confirmed.baseline_trial(study)
+    if base is None or base.state != optuna.trial.TrialState.COMPLETE or base.value is None:
+        return []
+    entry = (conf.get("runs") or {}).get(str(base.number))
+    return list(entry["values"]) if entry and entry.get("values") else [base.value]
+
+
+def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict, record: dict | None) -> Recommendation:
+    base = baseline_values(study, conf)
+    if not base or min(base) <= 0 or min(rec.values) <= 0:
+        return rec
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    groups = [e["values"] for e in (conf.get("runs") or {}).values()]
+    groups += [[v for v in values if v is not None] for values in ((record or {}).get("runs") or {}).values()]
+    noise = pooled(groups)
+    point = statistics.fmean(rec.values) / statistics.fmean(base)
+    g = {"ratio": point if maximize else 1 / point, "low": None, "high": None,
+         "runs": [len(rec.values), len(base)]}
+    if noise is not None:
+        r = ratio(rec.values, base, noise)  # recommended / baseline, geometric
+        g.update(ratio=r.ratio, low=r.low, high=r.high) if maximize else \
+            g.update(ratio=1 / r.ratio, low=1 / r.high, high=1 / r.low)
+    return Recommendation(rec.trial, rec.args, rec.values, rec.source, rec.rows, rec.combined, g, rec.notes)
+
+
+def measurable(gain: dict | None) -> bool:
+    """The gain's interval excludes 1 (no interval: not known to be measurable)."""
+    return bool(gain) and gain.get("low") is not None and gain["low"] > 1
+
+
+def shown(value) -> str:
+    """A knob's value as a table shows it (None: vLLM's default)."""
+    return "(vLLM default)" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def effect_text(row: dict) -> str:
+    """"1.03x [0.80, 1.32] over 1 run" (reverted / winner), or why there is no figure."""
+    e = row.get("effect")
+    runs = len(row.get("values") or [])
+    if row.get("failed"):
+        return "the run failed" + (f" after {runs} good run(s)" if runs else "")
+    if not e:
+        return "not measured"
+    return f"{e['ratio']:.2f}x [{e['low']:.2f}, {e['high']:.2f}] over {runs} run{'s' if runs != 1 else ''}"
+
+
+def attribution(rec: Recommendation) -> list[tuple[str, str, str, str, str]]:
+    """What mattered, one row per knob the winner changed: knob, baseline, winner, the effect of putting
+    it back (reverted / winner, 95% CI), verdict (and why, when it needs saying)."""
+    out = []
+    for row in rec.rows:
+        verdict = row["verdict"] + (f" ({row['note']})" if row.get("note") and row["verdict"] != "reverted" else "")
+        back = row["reverted_to"]
+        baseline = shown(row["baseline"]) + ("" if back == row["baseline"] else f" (fits: {shown(back)})")
+        out.append((row["knob"], baseline, shown(row["winner"]), effect_text(row), verdict))
+    if rec.combined:
+        c = rec.combined
+        out.append(("all reverted together", "", "", effect_text(c), c["verdict"] + (f" ({c['note']})" if c.get("note") else "")))
+    return out
+
+
+def gain_text(gain: dict | None, unit_free: bool = True) -> str:
+    """"4.29x (95% CI 3.10-5.94x)", "no measurable gain: 1.05x (95% CI 0.88-1.25x)", or the point alone."""
+    if not gain:
+        return "no gain to report"
+    if gain.get("low") is None:
+        return f"{gain['ratio']:.2f}x (one run each side: no interval)"
+    ci = f"{gain['ratio']:.2f}x (95% CI {gain['low']:.2f}-{gain['high']:.2f}x)"
+    return ci if gain["low"] > 1 else f"no measurable gain: {ci}"

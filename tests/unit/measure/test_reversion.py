@@ -1,0 +1,98 @@
+"""The reversion logic against a measurement with known per-knob effects plus seeded noise."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from optimizer.measure.reversion import KEPT, REVERTED, minimal_change, with_reverted
+
+WINNER = {"max-num-seqs": 36, "max-model-len": 44288, "gpu-memory-utilization": 0.23}
+BASELINE = {"max-num-seqs": 16, "max-model-len": 8192, "gpu-memory-utilization": 0.5}
+SD = 0.15  # log-scale noise of one run, about what the quickstart's re-measurements show
+
+
+def latency(effects: dict, rng: random.Random, interaction: float = 1.0):
+    """p95 TTFT of a configuration: 300 ms at the winner, times each reverted knob's effect."""
+    def measure(config: dict, k: int) -> float:
+        value = 300.0
+        reverted = [knob for knob in WINNER if config.get(knob) != WINNER[knob]]
+        for knob in reverted:
+            value *= effects.get(knob, 1.0)
+        if len(reverted) > 1:
+            value *= interaction
+        return value * math.exp(rng.gauss(0, SD))
+    return measure
+
+
+def confirmation(rng: random.Random) -> tuple[list[float], list[list[float]]]:
+    winner = [300.0 * math.exp(rng.gauss(0, SD)) for _ in range(3)]
+    runner_up = [320.0 * math.exp(rng.gauss(0, SD)) for _ in range(3)]
+    baseline = [2400.0 * math.exp(rng.gauss(0, SD)) for _ in range(3)]
+    return winner, [winner, runner_up, baseline]
+
+
+def run(seed: int, effects: dict, interaction: float = 1.0, **kw):
+    rng = random.Random(seed)
+    winner_values, groups = confirmation(rng)
+    return minimal_change(WINNER, BASELINE, dict(BASELINE), winner_values, groups,
+                          latency(effects, rng, interaction), maximize=False, **kw)
+
+
+def test_a_knob_with_no_effect_is_reverted_in_at_least_95_percent_of_seeded_runs():
+    verdicts = [{r.knob: r.verdict for r in run(seed, {"max-num-seqs": 8.0}).rows}["max-model-len"]
+                for seed in range(200)]
+    assert verdicts.count(REVERTED) >= 190, verdicts.count(REVERTED)
+
+
+def test_a_knob_with_a_large_effect_is_never_reverted():
+    for seed in range(200):
+        rows = {r.knob: r for r in run(seed, {"max-num-seqs": 8.0}).rows}
+        assert rows["max-num-seqs"].verdict == KEPT, seed
+        assert rows["max-num-seqs"].effect.low > 1
+        assert len(rows["max-num-seqs"].values) >= 2  # one bad run may be a stall: kept only on a repeat
+
+
+def test_the_final_configuration_puts_back_what_had_no_effect_and_keeps_what_did():
+    outcome = run(3, {"max-num-seqs": 8.0})
+    assert outcome.final == {**WINNER, "max-model-len": 8192, "gpu-memory-utilization": 0.5}
+    assert outcome.combined is not None and outcome.combined.verdict == REVERTED
+    assert outcome.final_values == outcome.combined.values
+
+
+def test_a_combined_reversion_that_hurts_is_not_taken():
+    # Each of two knobs alone costs nothing, together they cost 4x (e.g. less memory and a longer context).
+    for seed in range(50):
+        outcome = run(seed, {"max-num-seqs": 8.0}, interaction=4.0)
+        single = [r for r in outcome.rows if r.verdict == REVERTED]
+        assert outcome.combined is None or outcome.combined.verdict == KEPT, seed
+        if outcome.combined is not None:
+            assert len(single) == 1 and "hurt" in next(r.note for r in outcome.rows if r.verdict == KEPT
+                                                       and r.knob != "max-num-seqs")
+            assert outcome.final == with_reverted(WINNER, {single[0].knob: single[0].reverted_to})
+            assert outcome.final_values == single[0].values  # the recommendation is a measured configuration
+
+
+def test_a_failed_reversion_keeps_the_knob_and_the_cap_bounds_the_boots():
+    rng = random.Random(0)
+    winner_values, groups = confirmation(rng)
+
+    def measure(config, k):
+        return None if config["gpu-memory-utilization"] == 0.5 else 300.0
+
+    out = minimal_change(WINNER, BASELINE, {"gpu-memory-utilization": 0.5}, winner_values, groups, measure, False)
+    assert [(r.verdict, r.failed) for r in out.rows] == [(KEPT, True)] and out.final == WINNER
+    capped = minimal_change(WINNER, BASELINE, dict(BASELINE), winner_values, groups,
+                            latency({"max-num-seqs": 8.0}, rng), False, cap=2)
+    assert capped.boots == 2 and capped.rows[-1].verdict == "not measured"
+
+
+def test_maximize_reads_lower_as_worse():
+    rng = random.Random(1)
+    groups = [[1000.0 * math.exp(rng.gauss(0, SD)) for _ in range(3)] for _ in range(2)]
+
+    def throughput(config, k):
+        return (200.0 if config["max-num-seqs"] == 16 else 1000.0) * math.exp(rng.gauss(0, SD))
+
+    out = minimal_change(WINNER, BASELINE, {"max-num-seqs": 16}, groups[0], groups, throughput, maximize=True)
+    assert out.rows[0].verdict == KEPT and out.rows[0].effect.high < 1
