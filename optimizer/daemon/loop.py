@@ -24,6 +24,7 @@ from rich.console import Console
 
 from optimizer import shutdown
 from optimizer.config import space as space_mod
+from optimizer.config.flags import from_cli_args
 from optimizer.config.schema import StudyConfig
 from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
@@ -32,9 +33,9 @@ from optimizer.driver.store.database import normalize_url, sqlite_path, study_at
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
 from optimizer.errors import ConfigError, OptimizerError
-from optimizer.report import confirmed
 from optimizer.report.console import print_report
-from optimizer.report.summary import ranked_feasible
+from optimizer.report.recommendation import recommend
+from optimizer.report.summary import knobs_of, ranked_feasible
 from optimizer.workload import drift
 from optimizer.workload.materialize import read_workload
 
@@ -63,21 +64,26 @@ def with_source(cfg: StudyConfig, source: Path | None) -> StudyConfig:
 
 
 def warm_starts(study, k: int) -> list[dict]:
-    """The previous generation's best configurations, best first: the confirmed winner, then the
-    best feasible COMPLETE trials; distinct parameter sets only."""
+    """The previous generation's best configurations, best first: its recommendation
+    (report/recommendation.py: the minimal change, else the confirmed winner), then the best
+    feasible COMPLETE trials; the values they ran with, distinct parameter sets only."""
     if k <= 0 or len(study.directions) > 1:
         return []
     done = ranked_feasible(study)
-    winner = confirmed.current_winner(study)
-    if winner is not None:
-        done.sort(key=lambda t: t.number != winner)  # stable: the winner first, the rest as ranked
+    rec = recommend(study)
     out: list[dict] = []
+    if rec is not None:
+        ran = from_cli_args(list(rec.args)) if rec.changed_from_trial else knobs_of(rec.trial)
+        out.append({name: ran[name] for name in rec.trial.params if name in ran})  # the new space asks for these
+        done.sort(key=lambda t: t.number != rec.trial.number)
     for t in done:
-        if dict(t.params) not in out:
-            out.append(dict(t.params))
+        ran = knobs_of(t)
+        params = {name: ran.get(name, value) for name, value in t.params.items()}
+        if params not in out:
+            out.append(params)
         if len(out) == k:
             break
-    return out
+    return out[:k]
 
 
 def fitting(candidates: list[dict], plan: Plan) -> tuple[list[dict], list[str]]:

@@ -29,7 +29,7 @@ from optimizer.errors import ConfigError
 
 DEFAULT_PORT = 8321
 TOKEN_ENV = "OPTIMIZER_STATUS_TOKEN"
-STATES = ("starting", "tuning", "confirming", "watching", "waiting_disk", "stopping")
+STATES = ("starting", "tuning", "confirming", "minimizing", "watching", "waiting_disk", "stopping")
 TRIAL_STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 START_TIMEOUT_S = 5.0

@@ -12,7 +12,8 @@ from sqlalchemy.engine import make_url
 
 from optimizer.daemon.status_api import TRIAL_STATES, StatusState
 from optimizer.driver.progress import Progress
-from optimizer.report.summary import ranked_feasible, serve_command
+from optimizer.report.recommendation import attribution, recommend
+from optimizer.report.summary import serve_command
 
 
 def masked(url: str) -> str:
@@ -29,17 +30,21 @@ def trial_counts(study) -> dict[str, int]:
 
 
 def best_of(study, objective, model: str) -> dict | None:
-    """The best feasible trial so far as the status API shows it (None for Pareto or none yet)."""
+    """The study's recommendation as the status API shows it (report/recommendation.py: while trials
+    run, the best feasible single run; after the confirmation and the minimal-change step, what they
+    chose, with its gain and what mattered). None for Pareto or none yet."""
     if getattr(objective, "multi", False):
         return None
-    done = ranked_feasible(study, objective.direction == "maximize")
-    if not done:
+    rec = recommend(study)
+    if rec is None:
         return None
-    t = done[0]
-    value = t.value
-    return {"number": t.number, "value": value, "objective": objective.name, "metric": objective.metric,
-            "unit": objective.unit, "direction": objective.direction,
-            "command": serve_command(model, list(t.user_attrs.get("vllm_args", [])))}
+    return {"number": rec.trial.number, "value": rec.value, "runs": len(rec.values), "source": rec.source,
+            "objective": objective.name, "metric": objective.metric, "unit": objective.unit,
+            "direction": objective.direction, "command": serve_command(model, list(rec.args)),
+            "gain": rec.gain, "what_mattered": [dict(zip(MATTERED, row)) for row in attribution(rec)]}
+
+
+MATTERED = ("knob", "baseline", "winner", "effect", "verdict")
 
 
 class StatusProgress(Progress):
@@ -89,6 +94,10 @@ class StatusProgress(Progress):
     def confirming(self, top, repeats) -> None:
         super().confirming(top, repeats)
         self.state.set(state="confirming")
+
+    def minimizing(self, number, back, cap) -> None:
+        super().minimizing(number, back, cap)
+        self.state.set(state="minimizing")
 
     def confirm_value(self, number, k, value) -> None:
         super().confirm_value(number, k, value)

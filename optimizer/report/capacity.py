@@ -35,6 +35,7 @@ from optimizer.errors import ConfigError
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import confirmed
+from optimizer.report.recommendation import recommend
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 RATE_OBJECTIVES = ("goodput_rate", "output_throughput", "total_token_throughput", "request_throughput")
@@ -230,8 +231,8 @@ def _pick(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTrial:
     except ValueError:
         raise ConfigError(f"study '{name}': no trial met the SLOs, so none is safe to plan on; relax the SLOs, "
                           "or name a trial with --trial N") from None
-    winner = confirmed.current_winner(study)
-    return trials[winner] if winner is not None else best
+    rec = recommend(study)  # the one the study recommends (report/recommendation.py)
+    return rec.trial if rec is not None else best
 
 
 def _positive(metrics: dict, key: str) -> float | None:

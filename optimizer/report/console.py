@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.report.recommendation import attribution, gain_text
 from optimizer.report.summary import (
     COMPLETE,
     Summary,
@@ -68,14 +69,24 @@ def _print_front(s: Summary, model: str, objective, console: Console) -> None:
 
 
 def _print_best(s: Summary, objective, console: Console) -> None:
-    console.print(f"[bold]Best: trial {s.best.number}[/], {objective.metric} = {s.best.value:.2f} {objective.unit}"
-                  + (f" (SLOs {describe_slos(objective.slos)} hold)" if objective.slos else ""))
+    rec = s.recommendation
+    runs = f"mean of {len(rec.values)} runs" if len(rec.values) > 1 else "one run"
+    origin = f"trial {s.best.number}" + (" with the knobs that had no effect put back" if rec.changed_from_trial else "")
+    console.print(f"[bold]Recommended ({rec.source}): {origin}[/], {objective.metric} = {rec.value:.2f} "
+                  f"{objective.unit} ({runs})" + (f"; SLOs {describe_slos(objective.slos)} hold" if objective.slos else ""))
     ci = (s.confirmation.get("intervals") or {}).get(str(s.best.number))
     if ci and ci.get("low") is not None:
         verdict = "a clear winner" if s.confirmation.get("clear") else \
             "[yellow]no clear winner[/]: its interval overlaps another configuration's"
-        console.print(f"  re-measured: mean {ci['mean']:.2f} {objective.unit} over {ci['n']} runs, 95% CI "
-                      f"[{ci['low']:.2f}, {ci['high']:.2f}]; {verdict}")
+        console.print(f"  trial {s.best.number} re-measured: mean {ci['mean']:.2f} {objective.unit} over {ci['n']} "
+                      f"runs, 95% CI [{ci['low']:.2f}, {ci['high']:.2f}]; {verdict}")
+    if rec.rows:
+        table = Table(title="What mattered (each knob put back to the baseline's value, alone)")
+        for col in ("knob", "baseline", "winner", "put back: x the winner, 95% CI", "verdict"):
+            table.add_column(col)
+        for row in attribution(rec):
+            table.add_row(*row)
+        console.print(table)
 
 
 def _print_gain(s: Summary, objective, console: Console) -> None:
@@ -92,8 +103,10 @@ def _print_gain(s: Summary, objective, console: Console) -> None:
                       "no ratio to report (it carried no load within the SLOs).")
     else:
         missed = "" if feasible(s.baseline) else " [red](the baseline misses the SLOs)[/]"
-        console.print(f"Gain over baseline (trial {s.baseline.number}, {s.baseline.value:.2f} {objective.unit}): "
-                      f"{s.gain:.2f}x{missed}")
+        g = s.recommendation.gain
+        runs = g["runs"][1] if g else 1
+        console.print(f"Gain over baseline (trial {s.baseline.number}, {s.baseline.value:.2f} {objective.unit}, "
+                      f"{runs} run{'s' if runs != 1 else ''}): {gain_text(g)}{missed}")
 
 
 def _print_deploy(s: Summary, model: str, console: Console) -> None:

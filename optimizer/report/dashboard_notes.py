@@ -21,6 +21,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna_dashboard import save_note
 
 from optimizer.errors import first_line
+from optimizer.report.recommendation import attribution, gain_text
 from optimizer.report.summary import knobs_of
 
 TRIAL_FILES = ("result.json", "requests.jsonl", "server.log")
@@ -100,14 +101,24 @@ def save_trial_note(study: optuna.Study, number: int, metric: str, unit: str) ->
 
 
 def save_study_note(study: optuna.Study, summary, report_html: Path | None) -> str | None:
-    """The study page's note: the best, its gain and the command to deploy, and where the full
-    written report is. None, or why it was not written."""
+    """The study page's note, recommendation first (and why the "Best Trial" badge may differ), its
+    gain, the command to deploy, what mattered, and where the full written report is. None, or why it was not written."""
     lines = [f"## Study {study.study_name}"]
-    if summary.best is not None:
-        lines.append(f"**Best**: trial {summary.best.number}, value {summary.best.value:.4g}"
-                     + (f", **{summary.gain:.2f}x** the baseline (trial {summary.baseline.number})"
-                        if summary.gain is not None else ""))
+    rec = summary.recommendation
+    if summary.best is not None and rec is not None:
+        origin = f"trial {summary.best.number}" + (" with the knobs that had no effect put back"
+                                                   if rec.changed_from_trial else "")
+        lines.append(f"**Recommended** ({rec.source}): {origin}, value {rec.value:.4g} over {len(rec.values)} run(s)"
+                     + (f", **{gain_text(rec.gain)}** the baseline (trial {summary.baseline.number})"
+                        if rec.gain is not None else ""))
+        badge = _badge_differs(study, summary)
+        if badge:
+            lines.append(badge)
         lines.append(f"**Deploy**: `{summary.command}`")
+        if rec.rows:
+            lines.append("**What mattered** (each knob put back alone: x the winner, 95% CI)\n\n"
+                         "| knob | baseline | winner | put back | verdict |\n|---|---|---|---|---|\n"
+                         + "\n".join("| " + " | ".join(row) + " |" for row in attribution(rec)))
     elif summary.front:
         lines.append(f"**Pareto front**: trials {', '.join(str(t.number) for t in summary.front)}")
     else:
@@ -119,6 +130,15 @@ def save_study_note(study: optuna.Study, summary, report_html: Path | None) -> s
     except Exception as exc:  # noqa: BLE001 - as for a trial's note
         return f"study note not written ({type(exc).__name__}: {first_line(exc)})"
     return None
+
+
+def _badge_differs(study: optuna.Study, summary) -> str:
+    """Why the dashboard's "Best Trial" badge (Optuna's best single value) names another configuration."""
+    single = study.best_trial
+    if single.number == summary.best.number and not summary.recommendation.changed_from_trial:
+        return ""
+    return (f"The dashboard's \"Best Trial\" badge shows trial {single.number}: it follows the best single run. "
+            "The recommendation above rests on repeated runs (the confirmation) and puts back what had no effect.")
 
 
 class _TrialRef:

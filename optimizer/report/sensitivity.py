@@ -19,10 +19,12 @@ import math
 
 import optuna
 
+from optimizer.config.flags import from_cli_args
 from optimizer.config.space import SearchSpace, active
 from optimizer.errors import ConfigError
 from optimizer.measure.noise import Interval, interval
-from optimizer.report import confirmed
+from optimizer.report.recommendation import recommend
+from optimizer.report.summary import knobs_of
 
 ATTR = "sensitivity"
 KEY = 2_000_000  # board keys of these runs: no trial or confirmation reaches them
@@ -31,9 +33,9 @@ KEY = 2_000_000  # board keys of these runs: no trial or confirmation reaches th
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     if len(study.directions) > 1:
         raise ConfigError("sensitivity: a Pareto study has no single best; it applies to single-objective studies")
-    winner = confirmed.current_winner(study)
-    if winner is not None:
-        return study.trials[winner]
+    rec = recommend(study)  # the one the study recommends (report/recommendation.py)
+    if rec is not None:
+        return rec.trial
     try:
         return study.best_trial
     except ValueError:
@@ -116,8 +118,9 @@ def _finite(x: float) -> float | None:
 
 def prepare_run(study: optuna.Study, plan, knobs=None, to=None) -> tuple[optuna.trial.FrozenTrial, dict, list]:
     """The best trial, its full parameters and the planned moves; raises ConfigError (before any boot)."""
-    best = best_trial(study)
-    base = {**(dict(plan.cfg.baseline or {}) if best.user_attrs.get("baseline") else {}), **best.params}
+    best, rec = best_trial(study), recommend(study)
+    # The recommendation's knobs as it was measured (the minimal change's, rounded values included).
+    base = from_cli_args(list(rec.args)) if rec is not None else knobs_of(best)
     planned = moves(base, plan.space, knobs, to)
     if not planned:
         raise ConfigError("sensitivity: no knob to move (each is fixed or has one value in the space); widen the space")
@@ -129,8 +132,8 @@ def run(study: optuna.Study, plan, progress, measure, prepared, repeats: int = 0
     log_dir)` runs one full measurement (driver/measure_once.measure_once) and returns its value or None. The
     rows are stored on the study after each move: an interruption loses one run at most."""
     best, base, planned = prepared
-    runs = ((study.user_attrs.get(confirmed.ATTR) or {}).get("runs") or {}).get(str(best.number)) or {}
-    values = list(runs.get("values") or [best.value])
+    rec = recommend(study)
+    values = list(rec.values) if rec is not None and rec.trial.number == best.number else [best.value]
     progress.console.print(f"[bold]Sensitivity[/] of trial {best.number} ({len(planned)} knob(s), "
                            f"{repeats} extra run(s) of the best for its noise band)")
     for k in range(repeats):

@@ -1,12 +1,13 @@
 """The written report of a study, for people who were not watching the console:
 
-    out_dir/report.md, report.html   1. headline: baseline vs best and the gain, with a 95% interval when
-                                        the top configurations were re-measured (driver/confirm.py)
+    out_dir/report.md, report.html   1. headline: the recommendation (report/recommendation.py) vs the
+                                        baseline and the gain, with a 95% interval when both were
+                                        re-measured (driver/confirm.py); what mattered (driver/minimal.py)
                                      2. deploy: the `vllm serve` command and `--config best.yaml`
                                         (a multi-objective study: its Pareto front, pareto_front.yaml)
                                      3. the top configurations   4. pictures   5. failures, with the
                                         cause and remedy report/diagnosis.py gives   6. savings, sensitivity
-    out_dir/best.yaml                report.serve_yaml of the best trial's flags
+    out_dir/best.yaml                report.serve_yaml of the recommendation's flags
     out_dir/<picture>.png, .html     each picture static (matplotlib) and interactive (plotly):
                                      `tradeoff`, `importance`, `ttft` (drawn by report/pictures.py)
     out_dir/plotly.min.js            the plotting library, referenced by the interactive pictures
@@ -28,6 +29,7 @@ import optuna
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
+from optimizer.report.recommendation import attribution, gain_text
 from optimizer.report.summary import fmt_params
 
 COMPLETE = rep.COMPLETE
@@ -56,6 +58,7 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
     doc = _Doc()
     doc.heading(f"vLLM tuning report: study {study.study_name}", 1)
     _headline(doc, study, s, model, objective)
+    _mattered(doc, s)
     _deploy(doc, s, model)
     _top(doc, study, s, objective)
     pictures = _pictures(doc, study, s, Path(artifacts), out_dir)
@@ -65,23 +68,6 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
     md.write_text(doc.markdown())
     page.write_text(doc.html(f"vLLM tuning report: {study.study_name}"))
     return ReportFiles(md, page, s.yaml_path if s.best else None, pictures, s.yaml_path if s.front else None, s)
-
-
-def gain_interval(direction, best_ci: tuple[float, float], base: tuple[float, float] | float) -> tuple[float, float]:
-    """(low, high) of the gain over the baseline (> 1 better, whatever the direction, as report.gain)
-    from the best's 95% interval and the baseline's, or the baseline's one measured value.
-    Conservative: each bound pairs the two intervals' opposite ends, so for independent
-    measurements it covers about 95% or more. A denominator that may reach 0 gives an infinite bound."""
-    base_low, base_high = (base, base) if isinstance(base, (int, float)) else base
-    best_low, best_high = max(best_ci[0], 0.0), best_ci[1]
-    base_low = max(base_low, 0.0)
-    if direction in (optuna.study.StudyDirection.MAXIMIZE, "maximize"):
-        return _ratio(best_low, base_high), _ratio(best_high, base_low)
-    return _ratio(base_low, best_high), _ratio(base_high, best_low)
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b > 0 else math.inf
 
 
 # -- sections ---------------------------------------------------------------------------------------
@@ -103,15 +89,22 @@ def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, object
         doc.para(f"No trial met the SLOs ({describe_slos(objective.slos)}): relax them, or widen the space."
                  if s.infeasible_only else "No trial completed: read the failures below.")
         return
-    doc.para(f"Best: trial {s.best.number}, {objective.metric} = {s.best.value:.2f} {objective.unit}"
-             + (f" (SLOs {describe_slos(objective.slos)} hold)." if objective.slos else "."))
+    rec = s.recommendation
+    runs = f"mean of {len(rec.values)} runs" if len(rec.values) > 1 else "one run"
+    origin = (f"trial {s.best.number} with the knobs that had no measurable effect put back"
+              if rec.changed_from_trial else f"trial {s.best.number}")
+    doc.para(f"Recommended ({rec.source}): {origin}, {objective.metric} = {rec.value:.2f} {objective.unit} "
+             f"({runs})" + (f"; SLOs {describe_slos(objective.slos)} hold." if objective.slos else "."))
     intervals = (study.user_attrs.get("confirmation") or {}).get("intervals") or {}
     best_ci = _interval(intervals, s.best.number)
     if best_ci:
         clear = (study.user_attrs.get("confirmation") or {}).get("clear")
-        doc.para(f"Re-measured: mean {best_ci['mean']:.2f} {objective.unit} over {best_ci['n']} runs, 95% CI "
-                 f"[{best_ci['low']:.2f}, {best_ci['high']:.2f}]; " + ("a clear winner." if clear else
+        doc.para(f"Trial {s.best.number} re-measured: mean {best_ci['mean']:.2f} {objective.unit} over {best_ci['n']} "
+                 f"runs, 95% CI [{best_ci['low']:.2f}, {best_ci['high']:.2f}]; " + ("a clear winner." if clear else
                  "no clear winner: its interval overlaps another configuration's."))
+    badge = _badge(study, s)
+    if badge:
+        doc.para(badge)
     base = s.baseline
     if base is None or base.state != COMPLETE:
         doc.para(_unmeasured(base))
@@ -121,11 +114,24 @@ def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, object
     if s.gain is None:
         doc.para("No gain to report: the baseline carried no load within the SLOs.")
         return
-    if base.number == s.best.number:
+    if base.number == s.best.number and not rec.changed_from_trial:
         doc.para("The baseline is the best configuration found: no other beat it (gain 1.00x); keep it.")
         return
-    ci = _gain_ci(study.direction, best_ci, _interval(intervals, base.number), base.value)
-    doc.para(f"Gain over the baseline: {s.gain:.2f}x in the search's one run of each{ci}")
+    g = rec.gain
+    doc.para(f"Gain over the baseline: {gain_text(g)}, from {g['runs'][0]} run(s) of the recommendation and "
+             f"{g['runs'][1]} of the baseline (geometric means; the interval pools the noise of every repeated run).")
+
+
+def _badge(study: optuna.Study, s: rep.Summary) -> str:
+    """Why optuna-dashboard's "Best Trial" badge may name another trial (it follows one run's value)."""
+    try:
+        single = study.best_trial
+    except ValueError:
+        return ""
+    if single.number == s.best.number and not s.recommendation.changed_from_trial:
+        return ""
+    return (f"optuna-dashboard's \"Best Trial\" badge names trial {single.number}: its one run scored best. "
+            "The recommendation rests on repeated measurements instead.")
 
 
 def _unmeasured(base: optuna.trial.FrozenTrial | None) -> str:
@@ -135,20 +141,16 @@ def _unmeasured(base: optuna.trial.FrozenTrial | None) -> str:
     return "Baseline not measured (it failed outside the configuration, or did not run): no gain to report."
 
 
-def _gain_ci(direction, best_ci: dict | None, base_ci: dict | None, base_value: float) -> str:
-    """The re-measured gain and its 95% interval, after the search's single-run gain (which one
-    lucky run can put outside the interval)."""
-    if best_ci is None:
-        return " (no re-measurement: no interval)."
-    if base_ci is None:
-        low, high = gain_interval(direction, (best_ci["low"], best_ci["high"]), base_value)
-        mean = rep.gain(direction, best_ci["mean"], base_value)
-        return (f"; re-measured: {mean:.2f}x, 95% CI {_x(low)} to {_x(high)} (the best's mean over n={best_ci['n']} "
-                "runs against one baseline run, so the baseline's own run-to-run noise is not in it).")
-    low, high = gain_interval(direction, (best_ci["low"], best_ci["high"]), (base_ci["low"], base_ci["high"]))
-    means = rep.gain(direction, best_ci["mean"], base_ci["mean"])
-    return (f"; re-measured: {means:.2f}x (ratio of the means), 95% CI {_x(low)} to {_x(high)} (from both "
-            f"re-measured intervals, n={best_ci['n']} and n={base_ci['n']}, opposite ends paired: conservative).")
+def _mattered(doc: _Doc, s: rep.Summary) -> None:
+    rec = s.recommendation
+    if rec is None or not rec.rows:
+        return
+    doc.heading("What mattered")
+    doc.para(f"Each knob trial {s.best.number} changed from the baseline, put back alone and measured: the effect is "
+             "the reverted configuration's value over the winner's (95% CI). Reverted knobs stay at the baseline's "
+             "value in the recommendation; kept ones carried the gain.")
+    doc.table(["knob", "baseline", "winner", "put back: x the winner (95% CI)", "verdict"],
+              [list(row) for row in attribution(rec)])
 
 
 def _deploy(doc: _Doc, s: rep.Summary, model: str) -> None:
@@ -178,13 +180,15 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
     maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
     done = [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,)) if rep.feasible(t)]
     done.sort(key=lambda t: -t.values[0] if maximize else t.values[0])
+    if s.best is not None:
+        done.sort(key=lambda t: t.number != s.best.number)  # the recommendation's trial first, the rest as ranked
     if not done:
         doc.para("No feasible trial completed.")
         return
     front = {t.number for t in s.front}
     rows = []
     for t in done[:TOP]:
-        role = "best" if s.best is not None and t.number == s.best.number else "front" if t.number in front else ""
+        role = "recommended" if s.best is not None and t.number == s.best.number else "front" if t.number in front else ""
         role = ", ".join(r for r in ("baseline" if t.user_attrs.get("baseline") else "", role) if r)
         m = t.user_attrs.get("metrics") or {}
         params = fmt_params(rep.knobs_of(t))

@@ -161,7 +161,7 @@ def test_the_job_succeeds(job_study):
     # The CLI a user polls with says so too.
     assert f"Job '{job_study['job']}' succeeded" in _ray_job(job_study["head"], "status", job_study["job"])
     # The entrypoint ran the study to its end and printed the report.
-    assert "Running entrypoint for job" in job_study["logs"] and "Best: trial 0" in job_study["logs"]
+    assert "Running entrypoint for job" in job_study["logs"] and "): trial 0, " in job_study["logs"]  # "Recommended (<source>): trial 0, ..."
 
 
 def test_the_trials_are_in_postgresql(job_study):

@@ -288,8 +288,8 @@ def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(fi
     assert "<html" in html.lower()
     best = study.trials[0]
     record = study.user_attrs["confirmation"]
-    assert f"Best: trial 0, ttft_p95 = {best.value:.2f} ms" in md
-    assert f"Re-measured: mean {record['intervals']['0']['mean']:.2f} ms over 2 runs" in md
+    assert f"Recommended (confirmed winner): trial 0, ttft_p95 = {record['intervals']['0']['mean']:.2f} ms" in md
+    assert f"Trial 0 re-measured: mean {record['intervals']['0']['mean']:.2f} ms over 2 runs" in md
     assert "The baseline is the best configuration found" in md  # the only completed trial
     assert "kv_too_small" in md and "early_stopped" in md  # the failure table
     assert "max-num-seqs" in md and "Sensitivity" in md

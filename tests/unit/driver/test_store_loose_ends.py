@@ -343,7 +343,7 @@ def test_on_a_read_only_mount_run_is_one_line_and_report_reads_a_rollback_journa
                                        "writable directory"]
     reported = _on_a_read_only_mount(src, mnt, workdir, "report", *flags)
     assert reported.returncode == 0, reported.stderr
-    assert "Best: trial 1" in reported.stdout
+    assert "): trial 1, " in reported.stdout  # "Recommended (<source>): trial 1, ..."
     assert _sha(src / "trials.db") == before and sorted(p.name for p in src.iterdir()) == ["trials.db"]
 
 

@@ -113,5 +113,5 @@ def test_the_study_note_gives_the_best_its_gain_and_the_command(study, tmp_path)
     summary = summarize_study(study, "/models/m", tmp_path)
     assert dashboard.save_study_note(study, summary, tmp_path / "report.html") is None
     note = get_note(study)
-    assert "**Best**: trial 1, value 300, **3.00x** the baseline (trial 0)" in note
+    assert ("**Recommended** (best single run): trial 1, value 300 over 1 run(s), **3.00x (one run each side: no interval)** the baseline (trial 0)") in note
     assert "`vllm serve /models/m --max-num-seqs 32`" in note and str(tmp_path / "report.html") in note

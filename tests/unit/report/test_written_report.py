@@ -2,7 +2,7 @@
 
 import importlib.util
 import json
-import math
+import re
 import sys
 import types
 from dataclasses import asdict, dataclass
@@ -17,7 +17,7 @@ from optimizer.measure.replay import RequestRecord
 from optimizer.measure.slo import parse_slos
 from optimizer.report.pictures import TOO_FEW, non_dominated, read_ttft_ms
 from optimizer.report.summary import serve_command, serve_yaml
-from optimizer.report.written import gain_interval, write_report
+from optimizer.report.written import write_report
 
 MODEL = "/models/tiny"
 BEST_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.3", "--max-model-len", "2048",
@@ -136,9 +136,9 @@ def test_writes_report_best_yaml_and_pictures(tmp_path, study_dir):
         assert "<html" in text and 'src="plotly.min.js"' in text  # offline: the library sits beside it
     assert (tmp_path / "out" / "plotly.min.js").stat().st_size > 1_000_000
     md = files.markdown.read_text()
-    assert "Best: trial 1, ttft_p95 = 120.00 ms" in md
+    assert "Recommended (best single run): trial 1, ttft_p95 = 120.00 ms (one run)" in md
     assert "Baseline: trial 0, ttft_p95 = 250.00 ms" in md
-    assert "Gain over the baseline: 2.08x in the search's one run of each (no re-measurement: no interval)." in md
+    assert "Gain over the baseline: 2.08x (one run each side: no interval)" in md
     assert serve_command(MODEL, BEST_ARGS) in md and f"vllm serve {MODEL} --config best.yaml" in md
     page = files.html.read_text()
     assert page.startswith("<!DOCTYPE html>") and '<img src="tradeoff.png"' in page and "2.08x" in page
@@ -164,7 +164,7 @@ def test_top_table_holds_feasible_complete_trials_best_first(tmp_path, study_dir
     top = md[md.index("## Top configurations"):md.index("## Pictures")]
     rows = [line for line in top.splitlines() if line.startswith("| ") and not line.startswith("| #")]
     assert [r.split(" | ")[0].strip("| ") for r in rows] == ["1", "6", "2", "0"]  # trial 4 missed the SLO
-    assert "| 1 | best | max-num-seqs=16 gpu-memory-utilization=0.3 max-model-len=2048" in rows[0]
+    assert "| 1 | recommended | max-num-seqs=16 gpu-memory-utilization=0.3 max-model-len=2048" in rows[0]
     assert "| 120.00 | 120.0 | 21.5 | 420.0 |" in rows[0]
 
 
@@ -187,42 +187,59 @@ def test_failure_table_carries_the_diagnosis_cause_and_remedy(tmp_path, study_di
     assert "| 2 | COMPLETE | weak | 180 ms vs 250 ms | no better than the baseline | drop it |" in md
 
 
-def test_gain_interval_with_both_re_measured(tmp_path, study_dir):
-    conf = {"intervals": {"1": {"mean": 118.0, "low": 110.0, "high": 126.0, "n": 4},
-                          "0": {"mean": 252.0, "low": 240.0, "high": 264.0, "n": 4}}, "clear": True}
-    md = _markdown(latency_study(tmp_path, conf), study_dir, tmp_path / "out")
-    low, high = 240 / 126, 264 / 110
-    assert (f"Gain over the baseline: 2.08x in the search's one run of each; re-measured: {252 / 118:.2f}x (ratio of "
-            f"the means), 95% CI {low:.2f}x to {high:.2f}x (from both re-measured intervals, n=4 and n=4") in md
-    assert "Re-measured: mean 118.00 ms over 4 runs, 95% CI [110.00, 126.00]; a clear winner." in md
+CONFIRMED = {"runs": {"1": {"values": [120.0, 118.0, 126.0], "failed": 0},
+                     "6": {"values": [150.0, 149.0, 156.0], "failed": 0},
+                     "0": {"values": [250.0, 244.0, 262.0], "failed": 0}},
+             "repeats": 2, "top": 2, "candidates": ["1", "6"], "baseline": 0, "disqualified": [],
+             "intervals": {"1": {"mean": 121.33, "low": 111.0, "high": 131.0, "n": 3},
+                           "6": {"mean": 151.67, "low": 143.0, "high": 160.0, "n": 3}},
+             "winner": 1, "clear": True}
+MINIMAL_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.3", "--load-format", "dummy"]
 
 
-def test_gain_interval_over_one_baseline_run(tmp_path, study_dir):
-    conf = {"intervals": {"1": {"mean": 118.0, "low": 110.0, "high": 126.0, "n": 4}}, "clear": False}
-    md = _markdown(latency_study(tmp_path, conf), study_dir, tmp_path / "out")
-    low, high = 250 / 126, 250 / 110  # latency: the best's high end bounds the gain's low end
-    assert (f"2.08x in the search's one run of each; re-measured: {250 / 118:.2f}x, 95% CI {low:.2f}x to {high:.2f}x "
-            "(the best's mean over n=4 runs against one baseline run") in md
-    assert "no clear winner" in md
+def _minimal(study, winner=1):
+    study.set_user_attr("minimal", {
+        "winner": winner, "done": True, "boots": 3, "wall_s": 150.0, "runs": {},
+        "rows": [{"knob": "max-num-seqs", "baseline": None, "winner": 16, "reverted_to": None, "values": [400.0, 390.0],
+                  "failed": False, "effect": {"ratio": 3.3, "low": 2.9, "high": 3.8}, "verdict": "kept", "note": ""},
+                 {"knob": "max-model-len", "baseline": None, "winner": 2048, "reverted_to": None, "values": [119.0],
+                  "failed": False, "effect": {"ratio": 0.98, "low": 0.85, "high": 1.13}, "verdict": "reverted",
+                  "note": ""}],
+        "combined": None, "final": {"knobs": {"max-num-seqs": 16}, "args": MINIMAL_ARGS, "values": [119.0]}})
+    return study
 
 
-@pytest.mark.parametrize("direction, best, base, expected", [
-    (MAX, (110.0, 130.0), (90.0, 110.0), (1.0, 130 / 90)),  # throughput: best / base
-    ("maximize", (110.0, 130.0), 100.0, (1.1, 1.3)),  # one baseline run
-    (MIN, (40.0, 60.0), (90.0, 110.0), (90 / 60, 110 / 40)),  # latency: base / best, the best's bounds swap
-    ("minimize", (40.0, 50.0), 100.0, (2.0, 2.5)),
-    (MIN, (-5.0, 60.0), 100.0, (100 / 60, math.inf)),  # an interval reaching 0 ms bounds nothing above
-    (MAX, (-3.0, 130.0), (0.0, 110.0), (0.0, math.inf)),
-])
-def test_gain_interval(direction, best, base, expected):
-    assert gain_interval(direction, best, base) == pytest.approx(expected)
+def test_the_confirmed_winner_is_recommended_with_the_gain_over_the_re_measured_baseline(tmp_path, study_dir):
+    md = _markdown(latency_study(tmp_path, CONFIRMED), study_dir, tmp_path / "out")
+    assert "Recommended (confirmed winner): trial 1, ttft_p95 = 121.33 ms (mean of 3 runs)" in md
+    assert "Trial 1 re-measured: mean 121.33 ms over 3 runs, 95% CI [111.00, 131.00]; a clear winner." in md
+    gain = md[md.index("Gain over the baseline: "):].splitlines()[0]
+    ratio, low, high = map(float, re.match(r"Gain over the baseline: ([\d.]+)x \(95% CI ([\d.]+)-([\d.]+)x\)",
+                                           gain).groups())
+    assert low < 250.0 / 121.0 < high and low < ratio < high and low > 1.5  # both sides measured 3 times
+    assert "from 3 run(s) of the recommendation and 3 of the baseline" in md
+    assert "## What mattered" not in md  # no minimal-change step ran
 
 
-def test_gain_interval_contains_the_gain_in_either_direction():
-    low, high = gain_interval(MIN, (45.0, 55.0), (95.0, 105.0))
-    assert low < 100 / 50 < high
-    low, high = gain_interval(MAX, (145.0, 155.0), (95.0, 105.0))
-    assert low < 150 / 100 < high
+def test_the_minimal_change_is_what_every_written_surface_names(tmp_path, study_dir):
+    study = _minimal(latency_study(tmp_path, CONFIRMED))
+    files = write_report(study, MODEL, study_dir, _objective(), tmp_path / "out")
+    md = files.markdown.read_text()
+    assert "Recommended (minimal change): trial 1 with the knobs that had no measurable effect put back" in md
+    assert yaml.safe_load(files.best_yaml.read_text()) == serve_yaml(MINIMAL_ARGS)
+    assert serve_command(MODEL, MINIMAL_ARGS) in md and serve_command(MODEL, BEST_ARGS) not in md
+    mattered = md[md.index("## What mattered"):md.index("## Deploy")]
+    assert "| max-num-seqs | (vLLM default) | 16 | 3.30x [2.90, 3.80] over 2 runs | kept |" in mattered
+    assert "| max-model-len | (vLLM default) | 2048 | 0.98x [0.85, 1.13] over 1 run | reverted |" in mattered
+    assert "badge names trial 1" in md  # Optuna's single best is trial 1 too, but its flags are not recommended
+    top = md[md.index("## Top configurations"):md.index("## Pictures")]
+    assert top.index("| 1 | recommended |") < top.index("| 6 |")
+
+
+def test_a_stale_minimal_record_is_not_recommended(tmp_path, study_dir):
+    study = _minimal(latency_study(tmp_path, CONFIRMED), winner=6)  # written for another winner
+    md = _markdown(study, study_dir, tmp_path / "out")
+    assert "Recommended (confirmed winner): trial 1" in md and "## What mattered" not in md
 
 
 def test_missing_request_records_are_said_not_fatal(tmp_path, study_dir):
