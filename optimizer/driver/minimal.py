@@ -15,6 +15,7 @@ already measured.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 
@@ -32,6 +33,11 @@ from optimizer.report.recommendation import ATTR, minimal_record
 from optimizer.report.summary import knobs_of
 
 MINIMAL_KEY = CONFIRM_KEY // 2  # board keys of these runs: above any trial number, below confirmation's
+
+
+def run_dir(slot: int) -> str:
+    """Where the runs of the step's `slot`-th configuration keep their files, under artifacts/<study>/."""
+    return f"minimal/config-{slot}"
 
 
 def minimal_pending(study: optuna.Study, plan: Plan) -> bool:
@@ -68,14 +74,14 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
 
     def measure(config: dict, k: int) -> float | None:
         key = json.dumps(sorted(config.items()))
-        runs = record["runs"].setdefault(key, [])
+        runs = record["runs"].get(key, [])
         if k < len(runs):
             return runs[k]  # measured before an interruption: not booted again
-        slot = list(record["runs"]).index(key)
-        value = measure_once(plan, config, MINIMAL_KEY + slot * 10 + k, f"minimal/config-{slot}/run-{k}",
+        slot = list(record["runs"]).index(key) if key in record["runs"] else len(record["runs"])
+        value = measure_once(plan, config, MINIMAL_KEY + slot * 10 + k, f"{run_dir(slot)}/run-{k}",
                              board, progress, runstate, within_slos=True)
-        runs.append(value)
-        study.set_user_attr(ATTR, {**record, "wall_s": time.monotonic() - started})
+        record["runs"][key] = [*runs, value]
+        study.set_user_attr(ATTR, copy.deepcopy({**record, "wall_s": time.monotonic() - started}))
         return value
 
     values = conf["runs"][str(number)]["values"]
@@ -83,10 +89,12 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
                              maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
                              max_runs=2, cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted)
     args = list(make_spec(number, plan, outcome.final, "-").vllm_args)
+    final_key = json.dumps(sorted(outcome.final.items()))
+    where = f"{run_dir(list(record['runs']).index(final_key))}/run-0" if final_key in record["runs"] else None
     record.update(done=True, candidates=conf.get("candidates"), boots=outcome.boots,
                   wall_s=round(time.monotonic() - started, 1), rows=[r.as_dict() for r in outcome.rows],
                   combined=outcome.combined.as_dict() if outcome.combined else None,
-                  final={"knobs": outcome.final, "args": args, "values": outcome.final_values})
+                  final={"knobs": outcome.final, "args": args, "values": outcome.final_values, "dir": where})
     study.set_user_attr(ATTR, record)
     progress.minimized(record, plan.objective)
     return record

@@ -14,7 +14,7 @@ winner (driver/confirm.py), and the 95% interval pools the noise of every repeat
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import optuna
 
@@ -34,7 +34,7 @@ class Recommendation:
     rows: tuple[dict, ...] = ()  # what mattered: one row per knob the winner changed (measure/reversion.Row)
     combined: dict | None = None
     gain: dict | None = None  # {"ratio", "low", "high"} (>1 is better; low/high None without noise), "runs"
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    run_dir: str | None = None  # where its first run's files are, under artifacts/<study>/ (None: its trial's)
 
     @property
     def value(self) -> float:
@@ -69,8 +69,9 @@ def recommend(study: optuna.Study) -> Recommendation | None:
     record = minimal_record(study)
     if record is not None:
         trial = study.trials[winner]
-        rec = Recommendation(trial, tuple(record["final"]["args"]), tuple(record["final"]["values"]), MINIMAL,
-                             tuple(record.get("rows") or ()), record.get("combined"))
+        final = record["final"]
+        rec = Recommendation(trial, tuple(final["args"]), tuple(final["values"]), MINIMAL,
+                             tuple(record.get("rows") or ()), record.get("combined"), run_dir=final.get("dir"))
     elif winner is not None:
         trial = study.trials[winner]
         rec = Recommendation(trial, tuple(trial.user_attrs.get("vllm_args") or ()),
@@ -104,7 +105,7 @@ def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict, record: dic
         r = ratio(rec.values, base, noise)  # recommended / baseline, geometric
         g.update(ratio=r.ratio, low=r.low, high=r.high) if maximize else \
             g.update(ratio=1 / r.ratio, low=1 / r.high, high=1 / r.low)
-    return Recommendation(rec.trial, rec.args, rec.values, rec.source, rec.rows, rec.combined, g, rec.notes)
+    return replace(rec, gain=g)
 
 
 def measurable(gain: dict | None) -> bool:

@@ -93,3 +93,18 @@ def test_new_trials_make_the_confirmation_stale():
     study.tell(t, 20.0)  # a raised budget found a better configuration
     assert not settled(study, 1, 1) and current_winner(study) is None
     assert not settled(study, 1, 2)  # other settings: not settled either
+
+
+def test_the_baseline_is_re_measured_beside_the_top_but_never_made_the_winner():
+    study = optuna.create_study(direction="minimize")
+    for i, (v, base) in enumerate(((900.0, True), (300.0, False), (320.0, False))):
+        t = study.ask()
+        t.set_user_attr("vllm_args", ["--max-num-seqs", str(16 * (i + 1))])
+        if base:
+            t.set_user_attr("baseline", True)
+        study.tell(t, v)
+    measured = []
+    record = remeasure(study, top=2, repeats=1, measure=lambda t, k: (measured.append(t.number), t.value)[1])
+    assert sorted(measured) == [0, 1, 2] and record["baseline"] == 0
+    assert record["candidates"] == ["1", "2"] and "0" not in record["intervals"] and record["winner"] == 1
+    assert record["runs"]["0"]["values"] == [900.0, 900.0]

@@ -15,7 +15,7 @@ import yaml
 from objectives import LatencyObjective, ParetoObjective, ThroughputObjective
 from optimizer.measure.replay import RequestRecord
 from optimizer.measure.slo import parse_slos
-from optimizer.report.pictures import TOO_FEW, non_dominated, read_ttft_ms
+from optimizer.report.pictures import TOO_FEW, log_axis, non_dominated, read_ttft_ms
 from optimizer.report.summary import serve_command, serve_yaml
 from optimizer.report.written import write_report
 
@@ -129,7 +129,7 @@ def _markdown(study, study_dir, out: Path) -> str:
 def test_writes_report_best_yaml_and_pictures(tmp_path, study_dir):
     study = latency_study(tmp_path)
     files = write_report(study, MODEL, study_dir, _objective(), tmp_path / "out")
-    assert set(files.pictures) == {"tradeoff", "importance", "ttft"}
+    assert set(files.pictures) == {"tradeoff", "ttft"}  # 5 completed trials: too few for a fitted importance
     for png, page in files.pictures.values():
         assert png.read_bytes().startswith(PNG) and png.stat().st_size > 1000
         text = page.read_text()
@@ -246,7 +246,7 @@ def test_missing_request_records_are_said_not_fatal(tmp_path, study_dir):
     (study_dir / "trial-1" / "requests.jsonl").unlink()
     files = write_report(latency_study(tmp_path), MODEL, study_dir, _objective(), tmp_path / "out")
     md = files.markdown.read_text()
-    assert "request records not found for best (" in md and "trial-1/requests.jsonl: missing)" in md
+    assert "request records not found for recommended (" in md and "trial-1/requests.jsonl: missing)" in md
     assert "ttft" in files.pictures  # the baseline's alone
     (study_dir / "trial-0" / "requests.jsonl").unlink()
     (tmp_path / "again").mkdir()
@@ -267,6 +267,21 @@ def test_too_few_trials_for_importance(tmp_path):
     files = write_report(study, MODEL, tmp_path / "art", LatencyObjective(), tmp_path / "out")
     assert "importance" not in files.pictures and not (tmp_path / "out" / "importance.png").exists()
     assert TOO_FEW in files.markdown.read_text()
+
+
+def test_importance_is_drawn_from_twelve_completed_trials_and_says_what_it_rests_on(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/t.db", direction="minimize")
+    for i, seqs in enumerate((8, 16, 24, 32, 40, 48, 56, 64, 4, 12, 20, 28)):
+        mem = 0.2 + 0.025 * ((i * 7) % 12)
+        study.add_trial(_complete(2000.0 / seqs, _args(seqs, mem), _metrics(2000.0 / seqs, 300.0), baseline=i == 0))
+    files = write_report(study, MODEL, tmp_path / "art", LatencyObjective(), tmp_path / "out")
+    assert files.pictures["importance"][0].read_bytes().startswith(PNG)
+    assert "PED-ANOVA fitted on 12 completed trials" in files.markdown.read_text()
+
+
+@pytest.mark.parametrize("values, log", [([40.0, 300.0, 2400.0], True), ([80.0, 120.0, 400.0], False), ([], False)])
+def test_the_ttft_axis_is_logarithmic_when_the_runs_span_more_than_20x(values, log):
+    assert log_axis(values) is log
 
 
 def test_pareto_study_lists_its_front_and_writes_pareto_front_yaml(tmp_path):

@@ -1,0 +1,106 @@
+"""driver/minimal.py: what each changed knob goes back to, the step's record, and its resumption."""
+
+import math
+import random
+from types import SimpleNamespace
+
+import optuna
+
+from optimizer.config.flags import from_cli_args
+from optimizer.driver import minimal
+from optimizer.report.recommendation import MINIMAL, recommend
+
+WINNER_ARGS = ["--max-num-seqs", "36", "--gpu-memory-utilization", "0.23", "--max-model-len", "44288",
+               "--kv-cache-dtype", "auto", "--load-format", "dummy"]
+BASE_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.5", "--max-model-len", "8192",
+             "--kv-cache-dtype", "auto", "--load-format", "dummy"]
+
+
+def plan(longest=2000, minimal_boots=8):
+    return SimpleNamespace(cfg=SimpleNamespace(confirm=SimpleNamespace(minimal=True, minimal_boots=minimal_boots,
+                                                                       repeats=2)),
+                           workload=SimpleNamespace(longest_request=lambda: longest),
+                           space=SimpleNamespace(block=128), model=SimpleNamespace(max_positions=65536),
+                           objective=SimpleNamespace(unit="ms", direction="minimize"))
+
+
+def test_each_changed_knob_goes_back_to_the_baseline_or_to_the_smallest_round_value_that_fits():
+    winner = {"max-num-seqs": 36, "gpu-memory-utilization": 0.23, "max-model-len": 44288, "kv-cache-dtype": "auto"}
+    base = {"max-num-seqs": 16, "gpu-memory-utilization": 0.5, "max-model-len": 8192, "kv-cache-dtype": "auto"}
+    assert minimal.reversions(winner, base, plan()) == {"max-num-seqs": 16, "gpu-memory-utilization": 0.5,
+                                                        "max-model-len": 8192}
+    # The workload's longest request (9000 tokens) does not fit the baseline's 8192: the next power of two does.
+    assert minimal.reversions(winner, base, plan(longest=9000))["max-model-len"] == 16384
+    # A knob the baseline leaves to vLLM goes back to vLLM's default (None: the flag dropped); one only the
+    # baseline sets is put back to its value.
+    assert minimal.reversions({"max-num-seqs": 36}, {"block-size": 32}, plan()) == {"max-num-seqs": None,
+                                                                                    "block-size": 32}
+
+
+def finished_study():
+    """Baseline 2400 ms, trial 1 (the winner) 300 ms, trial 2 320 ms; confirmation done."""
+    study = optuna.create_study(direction="minimize")
+    for args, value, base in ((BASE_ARGS, 2400.0, True), (WINNER_ARGS, 300.0, False),
+                              (WINNER_ARGS[:1] + ["30"] + WINNER_ARGS[2:], 320.0, False)):
+        fixed = from_cli_args(args)
+        study.enqueue_trial(fixed)
+        t = study.ask()
+        t.suggest_int("max-num-seqs", 1, 256)
+        t.suggest_float("gpu-memory-utilization", 0.05, 0.9)
+        t.suggest_int("max-model-len", 1024, 65536)
+        t.suggest_categorical("kv-cache-dtype", ["auto", "fp8"])
+        t.set_user_attr("vllm_args", args)
+        if base:
+            t.set_user_attr("baseline", True)
+        study.tell(t, value)
+    study.set_user_attr("confirmation", {
+        "runs": {"1": {"values": [300.0, 290.0, 315.0], "failed": 0}, "2": {"values": [320.0, 330.0, 310.0], "failed": 0},
+                 "0": {"values": [2400.0, 2300.0, 2550.0], "failed": 0}},
+        "repeats": 2, "top": 2, "candidates": ["1", "2"], "baseline": 0, "disqualified": [],
+        "intervals": {}, "winner": 1, "clear": True})
+    return study
+
+
+def run_step(study, monkeypatch, booted, stop_after=None):
+    rng = random.Random(0)
+
+    def measure_once(plan_, config, key, log_dir, board, progress, runstate, within_slos=False):
+        booted.append(log_dir)
+        if stop_after is not None and len(booted) > stop_after:
+            raise KeyboardInterrupt
+        slow = config.get("max-num-seqs") == 16  # only max-num-seqs matters here
+        return (2400.0 if slow else 300.0) * math.exp(rng.gauss(0, 0.05))
+
+    monkeypatch.setattr(minimal, "measure_once", measure_once)
+    monkeypatch.setattr(minimal, "make_spec", lambda n, p, params, d: SimpleNamespace(
+        vllm_args=tuple(f"--{k}={v}" for k, v in params.items()) + ("--load-format", "dummy")))
+    progress = SimpleNamespace(minimizing=lambda *a: None, reverted=lambda r: None, minimized=lambda *a: None)
+    return minimal.minimize(study, plan(), None, progress, None)
+
+
+def test_the_step_keeps_what_mattered_reverts_the_rest_and_becomes_the_recommendation(monkeypatch):
+    study, booted = finished_study(), []
+    assert minimal.minimal_pending(study, plan())
+    record = run_step(study, monkeypatch, booted)
+    verdicts = {r["knob"]: r["verdict"] for r in record["rows"]}
+    assert verdicts == {"max-num-seqs": "kept", "gpu-memory-utilization": "reverted", "max-model-len": "reverted"}
+    assert record["final"]["knobs"] == {"max-num-seqs": 36, "gpu-memory-utilization": 0.5, "max-model-len": 8192,
+                                        "kv-cache-dtype": "auto"}
+    assert record["combined"]["verdict"] == "reverted" and record["boots"] == len(booted) == 5
+    assert not minimal.minimal_pending(study, plan())
+    rec = recommend(study)
+    assert rec.source == MINIMAL and rec.trial.number == 1 and rec.changed_from_trial
+    assert rec.values == tuple(record["combined"]["values"]) and rec.run_dir == record["final"]["dir"]
+    assert rec.gain["low"] > 5  # 2400 ms against ~300 ms, both measured more than once
+
+
+def test_an_interrupted_step_resumes_without_booting_again_what_it_measured(monkeypatch):
+    study, booted = finished_study(), []
+    try:
+        run_step(study, monkeypatch, booted, stop_after=3)
+    except KeyboardInterrupt:
+        pass
+    assert len(study.user_attrs["minimal"]["runs"]) == 2 and minimal.minimal_pending(study, plan())
+    again = []
+    record = run_step(study, monkeypatch, again)
+    assert len(again) == record["boots"] - 3  # the three stored runs were read back, not booted
