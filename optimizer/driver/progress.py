@@ -147,6 +147,8 @@ class Progress:
                            + (f" ({r['note']})" if r["note"] else ""))
 
     def minimized(self, record: dict, objective) -> None:
+        if not record["rows"]:
+            return  # the winner is the baseline's configuration: nothing to put back
         reverted = [r["knob"] for r in record["rows"] if r["verdict"] == "reverted"]
         self.console.print(f"  recommended: {fmt_params(record['final']['knobs'])}"
                            + (f" (back at the baseline's: {', '.join(reverted)})" if reverted else "")

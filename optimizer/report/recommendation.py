@@ -67,7 +67,7 @@ def recommend(study: optuna.Study) -> Recommendation | None:
     conf = study.user_attrs.get(confirmed.ATTR) or {}
     winner = confirmed.current_winner(study)
     record = minimal_record(study)
-    if record is not None:
+    if record is not None and record.get("rows"):  # no rows: the winner changed nothing from the baseline
         trial = study.trials[winner]
         final = record["final"]
         rec = Recommendation(trial, tuple(final["args"]), tuple(final["values"]), MINIMAL,
