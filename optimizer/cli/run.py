@@ -17,7 +17,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-precheck", action="store_true",
                    help="boot every configuration, even one the KV-cache estimate says cannot fit")
     p.add_argument("--no-minimal", action="store_true",
-                   help="recommend the confirmed winner as it is: skip putting back the knobs it changed")
+                   help="do not run the minimal-change step: the confirmed winner is recommended as it is "
+                        "(a step this study already finished stays its recommendation)")
     add_flags(p, "--n-trials", "--storage", "--study-name", "--ray-address", "--artifacts-dir", "--workload")
     p.add_argument("--skip-bad-rows", action="store_true", default=None,
                    help="replay a trace's good rows when some are malformed (they are listed)")

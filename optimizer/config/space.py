@@ -344,7 +344,7 @@ def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
             # step 0.01: a fraction with more digits is not a different configuration
             params[name] = trial.suggest_float(name, d.low, d.high, step=None if d.log else 0.01, log=d.log)
         if name not in given:
-            params[name] = round_draw(name, params[name], d.low, d.high, int(params.get("block-size", space.block)))
+            params[name] = round_draw(name, params[name], d.low, d.high, space.block)
     return params
 
 

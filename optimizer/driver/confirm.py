@@ -72,10 +72,19 @@ def _finite(x: float) -> float | None:
 
 
 def confirmation_pending(study: optuna.Study, plan: Plan) -> bool:
+    """The top (or the baseline: a study confirmed before the baseline was re-measured) still needs runs."""
     c = plan.cfg.confirm
     if not (c.top and c.repeats) or not candidates(study, c.top):
         return False
-    return not settled(study, c.top, c.repeats)
+    return not settled(study, c.top, c.repeats) or _baseline_short(study, c.repeats)
+
+
+def _baseline_short(study: optuna.Study, repeats: int) -> bool:
+    base = baseline_trial(study)
+    if base is None or base.state != optuna.trial.TrialState.COMPLETE or not base.value:
+        return False
+    entry = ((study.user_attrs.get(ATTR) or {}).get("runs") or {}).get(str(base.number)) or {}
+    return len(entry.get("values") or []) + int(entry.get("failed") or 0) < 1 + repeats
 
 
 def confirm_top(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from pathlib import Path
 
 import optuna
 
@@ -33,6 +34,14 @@ from optimizer.report.recommendation import ATTR, minimal_record
 from optimizer.report.summary import knobs_of
 
 MINIMAL_KEY = CONFIRM_KEY // 2  # board keys of these runs: above any trial number, below confirmation's
+
+
+def _metrics_of(run: Path) -> dict | None:
+    """The metrics of one of the step's runs (its result.json), for the capacity plan."""
+    try:
+        return json.loads((run / "result.json").read_text()).get("metrics") or None
+    except (OSError, ValueError):
+        return None
 
 
 def run_dir(slot: int) -> str:
@@ -72,7 +81,11 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     started = time.monotonic() - (old.get("wall_s") or 0.0 if record["runs"] else 0.0)
     progress.minimizing(number, back, plan.cfg.confirm.minimal_boots)
 
+    base_runs = (conf["runs"].get(str(base.number)) or {}).get("values") or [] if base is not None else []
+
     def measure(config: dict, k: int) -> float | None:
+        if config == baseline and k < len(base_runs):
+            return base_runs[k]  # every knob put back is the baseline: its own runs answer, no boot
         key = json.dumps(sorted(config.items()))
         runs = record["runs"].get(key, [])
         if k < len(runs):
@@ -91,10 +104,13 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     args = list(make_spec(number, plan, outcome.final, "-").vllm_args)
     final_key = json.dumps(sorted(outcome.final.items()))
     where = f"{run_dir(list(record['runs']).index(final_key))}/run-0" if final_key in record["runs"] else None
-    record.update(done=True, candidates=conf.get("candidates"), boots=outcome.boots,
+    metrics = _metrics_of(plan.artifacts / where) if where else None
+    boots = sum(len(runs) for runs in record["runs"].values())  # those its own runs answered are not boots
+    record.update(done=True, candidates=conf.get("candidates"), repeats=conf.get("repeats"), boots=boots,
                   wall_s=round(time.monotonic() - started, 1), rows=[r.as_dict() for r in outcome.rows],
                   combined=outcome.combined.as_dict() if outcome.combined else None,
-                  final={"knobs": outcome.final, "args": args, "values": outcome.final_values, "dir": where})
+                  final={"knobs": outcome.final, "args": args, "values": outcome.final_values, "dir": where,
+                         "metrics": metrics})
     study.set_user_attr(ATTR, record)
     progress.minimized(record, plan.objective)
     return record

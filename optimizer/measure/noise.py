@@ -35,7 +35,7 @@ def interval(trial: int, values: list[float], one_run: bool = False) -> Interval
     if len(values) < 2:
         return Interval(trial, tuple(values), mean, -math.inf, math.inf)
     spread = math.sqrt(1 + 1 / len(values)) if one_run else 1 / math.sqrt(len(values))
-    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) * spread
+    half = t95(len(values) - 1) * statistics.stdev(values) * spread
     return Interval(trial, tuple(values), mean, mean - half, mean + half)
 
 
@@ -57,7 +57,7 @@ class Noise:
 
     @property
     def t(self) -> float:
-        return T95.get(self.df, 1.96)
+        return t95(self.df)
 
 
 def pooled(groups) -> Noise | None:
@@ -101,5 +101,12 @@ def ratio(values, reference, noise: Noise) -> Ratio:
     return Ratio(math.exp(d), math.exp(d - half), math.exp(d + half))
 
 
-# Two-sided 95% Student's t quantiles by degrees of freedom (n - 1).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+def t95(df: int) -> float:
+    """The two-sided 95% Student's t quantile for `df` degrees of freedom; between tabled values the
+    next lower df's (a wider interval, never a narrower one)."""
+    return T95[max(k for k in T95 if k <= max(1, df))]
+
+
+# Two-sided 95% Student's t quantiles by degrees of freedom (n - 1); 1000 stands for the normal's 1.96.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980, 1000: 1.960}

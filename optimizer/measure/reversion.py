@@ -124,9 +124,12 @@ def minimal_change(winner: dict, baseline: dict, revert_to: dict, winner_values:
     if combined.verdict == REVERTED:
         return Outcome(rows, with_reverted(winner, together), list(combined.values), combined, runs.boots)
     cheapest = min(reverted, key=lambda r: _loss(r, maximize))
+    why = {KEPT: "hurt", UNMEASURED: "could not be measured (the cap on extra boots)"}.get(combined.verdict, "hurt")
+    if combined.failed:
+        why = "failed the run"
     for r in reverted:
         if r is not cheapest:
-            r.verdict, r.note = KEPT, f"reverted alone it stayed within noise, but reverted with {cheapest.knob} it hurt"
+            r.verdict, r.note = KEPT, f"reverted alone it stayed within noise, but reverted with {cheapest.knob} it {why}"
     return Outcome(rows, with_reverted(winner, {cheapest.knob: cheapest.reverted_to}), list(cheapest.values),
                    combined, runs.boots)
 

@@ -177,11 +177,14 @@ def _n(x: float) -> str:
 
 def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
                            slos: tuple[Slo, ...] = ()) -> Measurement:
-    """What a replica of the study's best configuration carries (report/summary.py's best: the confirmed
-    winner, else Optuna's best feasible trial), or of trial `trial_number`; with `slos` (--slo),
+    """What a replica of the study's recommended configuration carries (report/recommendation.py: the
+    minimal change's own run when it changed the winner's flags, else the winner's trial), or of trial
+    `trial_number`; with `slos` (--slo),
     only if the measured run met them. Raises ConfigError naming the problem and the fix."""
     trial = _pick(study, trial_number)
-    metrics = trial.user_attrs.get("metrics") or {}
+    rec = recommend(study) if trial_number is None else None
+    own = bool(rec is not None and rec.changed_from_trial and rec.metrics)  # the minimal change's own run
+    metrics = rec.metrics if own else trial.user_attrs.get("metrics") or {}
     total, requests = _positive(metrics, "total_token_throughput"), _positive(metrics, "request_throughput")
     if total is None or requests is None:
         raise ConfigError(f"trial {trial.number} recorded no total_token_throughput and request_throughput: "
@@ -204,8 +207,9 @@ def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
         _check_slos(trial.number, slos, metrics)
         text = "; ".join(t for t in (text if bounded else "", describe_slos(slos)) if t)
         bounded = True
-    value, runs, other_runs = _remeasured(study, trial, value, objective[0].partition(":")[2])
-    tp, gpus = _parallel(trial)
+    value, runs, other_runs = (value, 1, 0) if own else _remeasured(study, trial, value,
+                                                                     objective[0].partition(":")[2])
+    tp, gpus = _parallel(list(rec.args) if own else list(trial.user_attrs.get("vllm_args") or []), trial.params)
     return Measurement(trial.number, metric, value, unit, total / requests, bounded, text, tp, gpus, runs,
                        other_runs, str(study.user_attrs.get("device") or ""))
 
@@ -267,16 +271,16 @@ def _remeasured(study: optuna.Study, trial: optuna.trial.FrozenTrial, value: flo
     return value * ci["mean"] / trial.value, runs, 0
 
 
-def _parallel(trial: optuna.trial.FrozenTrial) -> tuple[int, int]:
-    """(tensor-parallel size, GPUs per replica) from the trial's vLLM flags, then its parameters."""
+def _parallel(args: list[str], params: dict) -> tuple[int, int]:
+    """(tensor-parallel size, GPUs per replica) from the vLLM flags, then the trial's parameters."""
     flags = {}
-    for key, raw in split_flags(list(trial.user_attrs.get("vllm_args") or [])):
+    for key, raw in split_flags(args):
         key = key.lstrip("-").replace("_", "-")
         flags[next((long for long, short in _PARALLEL.items() if key == short), key)] = raw
     sizes = {}
     for name in _PARALLEL:
         try:
-            sizes[name] = max(1, int(flags.get(name, trial.params.get(name, 1))))
+            sizes[name] = max(1, int(flags.get(name, params.get(name, 1))))
         except (TypeError, ValueError):
             sizes[name] = 1
     return sizes["tensor-parallel-size"], math.prod(sizes.values())

@@ -35,6 +35,7 @@ class Recommendation:
     combined: dict | None = None
     gain: dict | None = None  # {"ratio", "low", "high"} (>1 is better; low/high None without noise), "runs"
     run_dir: str | None = None  # where its first run's files are, under artifacts/<study>/ (None: its trial's)
+    metrics: dict | None = None  # that run's metrics when they are not its trial's (the capacity plan reads them)
 
     @property
     def value(self) -> float:
@@ -47,10 +48,13 @@ class Recommendation:
 
 
 def minimal_record(study: optuna.Study) -> dict | None:
-    """The minimal-change record, if it describes the current confirmed winner."""
+    """The minimal-change record, if it was made for the current confirmation (same winner, same
+    candidates, same repeats: a confirmation done again makes it stale)."""
     record = study.user_attrs.get(ATTR) or {}
+    conf = study.user_attrs.get(confirmed.ATTR) or {}
     winner = confirmed.current_winner(study)
-    if not record.get("done") or winner is None or record.get("winner") != winner:
+    if (not record.get("done") or winner is None or record.get("winner") != winner
+            or record.get("candidates") != conf.get("candidates") or record.get("repeats") != conf.get("repeats")):
         return None
     return record
 
@@ -71,7 +75,8 @@ def recommend(study: optuna.Study) -> Recommendation | None:
         trial = study.trials[winner]
         final = record["final"]
         rec = Recommendation(trial, tuple(final["args"]), tuple(final["values"]), MINIMAL,
-                             tuple(record.get("rows") or ()), record.get("combined"), run_dir=final.get("dir"))
+                             tuple(record.get("rows") or ()), record.get("combined"), run_dir=final.get("dir"),
+                             metrics=final.get("metrics") if final.get("dir") else None)
     elif winner is not None:
         trial = study.trials[winner]
         rec = Recommendation(trial, tuple(trial.user_attrs.get("vllm_args") or ()),
@@ -108,11 +113,6 @@ def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict, record: dic
     return replace(rec, gain=g)
 
 
-def measurable(gain: dict | None) -> bool:
-    """The gain's interval excludes 1 (no interval: not known to be measurable)."""
-    return bool(gain) and gain.get("low") is not None and gain["low"] > 1
-
-
 def shown(value) -> str:
     """A knob's value as a table shows it (None: vLLM's default)."""
     return "(vLLM default)" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -144,7 +144,7 @@ def attribution(rec: Recommendation) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def gain_text(gain: dict | None, unit_free: bool = True) -> str:
+def gain_text(gain: dict | None) -> str:
     """"4.29x (95% CI 3.10-5.94x)", "no measurable gain: 1.05x (95% CI 0.88-1.25x)", or the point alone."""
     if not gain:
         return "no gain to report"

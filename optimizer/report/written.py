@@ -26,6 +26,7 @@ from pathlib import Path
 
 import optuna
 
+from optimizer.config.flags import from_cli_args
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
@@ -95,10 +96,10 @@ def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, object
               if rec.changed_from_trial else f"trial {s.best.number}")
     doc.para(f"Recommended ({rec.source}): {origin}, {objective.metric} = {rec.value:.2f} {objective.unit} "
              f"({runs})" + (f"; SLOs {describe_slos(objective.slos)} hold." if objective.slos else "."))
-    intervals = (study.user_attrs.get("confirmation") or {}).get("intervals") or {}
+    intervals = s.confirmation.get("intervals") or {}  # empty when the confirmation is stale
     best_ci = _interval(intervals, s.best.number)
     if best_ci:
-        clear = (study.user_attrs.get("confirmation") or {}).get("clear")
+        clear = s.confirmation.get("clear")
         doc.para(f"Trial {s.best.number} re-measured: mean {best_ci['mean']:.2f} {objective.unit} over {best_ci['n']} "
                  f"runs, 95% CI [{best_ci['low']:.2f}, {best_ci['high']:.2f}]; " + ("a clear winner." if clear else
                  "no clear winner: its interval overlaps another configuration's."))
@@ -186,9 +187,15 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
         doc.para("No feasible trial completed.")
         return
     front = {t.number for t in s.front}
-    rows = []
+    rows, rec = [], s.recommendation
+    if rec is not None and rec.changed_from_trial:  # the minimal change is not a trial: its own row, first
+        m = rec.metrics or {}
+        rows.append(["-", f"recommended (trial {s.best.number}, knobs put back)", fmt_params(from_cli_args(list(rec.args))),
+                     _num(rec.value), *(_num(m.get(k)) for k in KEY_METRICS)])
     for t in done[:TOP]:
-        role = "recommended" if s.best is not None and t.number == s.best.number else "front" if t.number in front else ""
+        mine = s.best is not None and t.number == s.best.number
+        role = ("winner" if rec is not None and rec.changed_from_trial else "recommended") if mine else \
+            "front" if t.number in front else ""
         role = ", ".join(r for r in ("baseline" if t.user_attrs.get("baseline") else "", role) if r)
         m = t.user_attrs.get("metrics") or {}
         params = fmt_params(rep.knobs_of(t))

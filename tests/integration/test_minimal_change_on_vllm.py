@@ -97,7 +97,9 @@ def test_best_yaml_the_console_the_report_and_the_note_name_the_minimal_configur
     assert best["max-num-seqs"] == 16 and best["max-model-len"] == 2048
     assert "Recommended (minimal change): trial 1 with the knobs that had no effect put back" in run.stdout
     assert "What mattered" in run.stdout and "Minimal change" in run.stdout
-    md = (study_root(minimal_study) / "report" / "report.md").read_text()
+    report = study_root(minimal_study) / "report" / "report.md"
+    assert report.is_file(), run.stdout[-3000:]
+    md = report.read_text()
     mattered = md[md.index("## What mattered"):md.index("## Deploy")]
     assert "| max-num-seqs | 1 | 16 |" in mattered and "| kept |" in mattered and "| reverted |" in mattered
     deploy = md[md.index("## Deploy"):md.index("## Top configurations")]

@@ -199,7 +199,7 @@ MINIMAL_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.3", "--lo
 
 def _minimal(study, winner=1):
     study.set_user_attr("minimal", {
-        "winner": winner, "done": True, "boots": 3, "wall_s": 150.0, "runs": {},
+        "winner": winner, "done": True, "candidates": ["1", "6"], "repeats": 2, "boots": 3, "wall_s": 150.0, "runs": {},
         "rows": [{"knob": "max-num-seqs", "baseline": None, "winner": 16, "reverted_to": None, "values": [400.0, 390.0],
                   "failed": False, "effect": {"ratio": 3.3, "low": 2.9, "high": 3.8}, "verdict": "kept", "note": ""},
                  {"knob": "max-model-len", "baseline": None, "winner": 2048, "reverted_to": None, "values": [119.0],
@@ -233,7 +233,8 @@ def test_the_minimal_change_is_what_every_written_surface_names(tmp_path, study_
     assert "| max-model-len | (vLLM default) | 2048 | 0.98x [0.85, 1.13] over 1 run | reverted |" in mattered
     assert "badge names trial 1" in md  # Optuna's single best is trial 1 too, but its flags are not recommended
     top = md[md.index("## Top configurations"):md.index("## Pictures")]
-    assert top.index("| 1 | recommended |") < top.index("| 6 |")
+    assert top.index("| - | recommended (trial 1, knobs put back) | max-num-seqs=16 gpu-memory-utilization=0.3 |") \
+        < top.index("| 1 | winner |") < top.index("| 6 |")
 
 
 def test_a_stale_minimal_record_is_not_recommended(tmp_path, study_dir):
