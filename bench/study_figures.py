@@ -1,4 +1,5 @@
-"""Figures of a finished study: per-trial phase times (median), baseline vs best, failures.
+"""Figures of a finished study: per-trial phase times (median), baseline vs Optuna's best single run,
+the recommendation (what the report deploys) with what mattered, failures.
 
 Measures nothing itself: it reads what the trials measured and recorded in the study.
     python bench/study_figures.py [--storage sqlite:///trials.db] [--study-name quickstart]
@@ -43,10 +44,27 @@ def main() -> None:
             m = t.user_attrs.get("metrics", {})
             print(f"  trial {t.number}: out {m.get('output_throughput')} tok/s, p50/p95 TTFT "
                   f"{m.get('ttft_ms_p50')}/{m.get('ttft_ms_p95')} ms, p95 TPOT {m.get('tpot_ms_p95')} ms")
+    _recommendation(study)
     for t in trials:
         if t.state.name != "COMPLETE":
             print(f"  trial {t.number} {t.state.name} {t.user_attrs.get('failure_kind')}: "
                   f"{str(t.user_attrs.get('evidence'))[:160]}")
+
+
+def _recommendation(study) -> None:
+    """What the study recommends (the report's answer), the minimal-change rows and what the step cost."""
+    from optimizer.report.recommendation import attribution, gain_text, recommend
+
+    rec = recommend(study)
+    if rec is None:
+        return
+    print(f"recommended ({rec.source}, from trial {rec.trial.number}): {' '.join(rec.args)}; mean {rec.value:.1f} "
+          f"over {len(rec.values)} run(s); gain {gain_text(rec.gain)}")
+    for row in attribution(rec):
+        print("  " + " | ".join(row))
+    record = study.user_attrs.get("minimal") or {}
+    if record.get("done"):
+        print(f"  minimal-change step: {record.get('boots')} extra boot(s), {record.get('wall_s')} s")
 
 
 if __name__ == "__main__":
