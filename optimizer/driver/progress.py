@@ -72,7 +72,9 @@ class Progress:
         es, cf = cfg.early_stop, cfg.confirm
         c.print(f"  KV precheck {'on' if cfg.precheck else 'off (--no-precheck)'}; early stop "
                 + (f"after each of {es.stages} stages" if es.enabled else "off")
-                + (f"; then the {cf.top} best re-measured {cf.repeats}x" if cf.top and cf.repeats else ""))
+                + (f"; then the {cf.top} best and the baseline re-measured {cf.repeats}x" if cf.top and cf.repeats else "")
+                + (f", and each changed knob put back (at most {cf.minimal_boots} boots)"
+                   if cf.top and cf.repeats and cf.minimal else ""))
         if recovered:
             c.print(f"  recovered {recovered} trial(s) a previous run left RUNNING: marked FAIL and queued again")
 
