@@ -78,10 +78,10 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     back = reversions(winner, baseline, plan)
     old = study.user_attrs.get(ATTR) or {}
     record = {"winner": number, "runs": dict(old.get("runs") or {}) if old.get("winner") == number else {}}
-    started = time.monotonic() - (old.get("wall_s") or 0.0 if record["runs"] else 0.0)
+    started = time.monotonic() - ((old.get("wall_s") or 0.0) if record["runs"] else 0.0)  # resumed: time so far
     progress.minimizing(number, back, plan.cfg.confirm.minimal_boots)
 
-    base_runs = (conf["runs"].get(str(base.number)) or {}).get("values") or [] if base is not None else []
+    base_runs = ((conf["runs"].get(str(base.number)) or {}).get("values") or []) if base is not None else []
 
     def measure(config: dict, k: int) -> float | None:
         if config == baseline and k < len(base_runs):

@@ -107,3 +107,16 @@ def test_an_interrupted_step_resumes_without_booting_again_what_it_measured(monk
     again = []
     record = run_step(study, monkeypatch, again)
     assert len(again) == record["boots"] - 3  # the three stored runs were read back, not booted
+
+
+def test_putting_every_knob_back_is_the_baseline_and_its_own_runs_answer_without_a_boot(monkeypatch):
+    study, booted = finished_study(), []
+    monkeypatch.setattr(minimal, "measure_once", lambda *a, **k: (booted.append(a[3]), 300.0)[1])
+    monkeypatch.setattr(minimal, "make_spec", lambda n, p, params, d: SimpleNamespace(vllm_args=("--x",)))
+    progress = SimpleNamespace(minimizing=lambda *a: None, reverted=lambda r: None, minimized=lambda *a: None)
+    record = minimal.minimize(study, plan(), None, progress, None)
+    # Each knob alone measured like the winner, so all three were reverted; together they are the
+    # baseline, whose confirmation runs (2300-2550 ms) answer: that hurts, so only one reversion stands.
+    assert len(booted) == record["boots"] == 3
+    assert record["combined"]["values"] == [2400.0, 2300.0] and record["combined"]["verdict"] == "kept"
+    assert sum(r["verdict"] == "reverted" for r in record["rows"]) == 1
