@@ -24,11 +24,16 @@ SPACE = "space: {max-num-seqs: {low: 4, high: 8}}\n"  # keeps the node's memory 
 TROUBLESHOOTING = Path(__file__).resolve().parents[3] / "docs" / "troubleshooting.md"
 
 
-def _study_db(workdir: Path, **attrs) -> None:
-    """A stamped study, in a database opened the way the driver opens it (WAL mode)."""
-    study = optuna.create_study(study_name="tune", storage=open_storage(f"sqlite:///{workdir / 'trials.db'}"))
+def _study_db(workdir: Path, name: str = "tune", **attrs) -> None:
+    """A stamped study, in a database opened the way the driver opens it (WAL mode). Its connections
+    are closed before the test looks at the files: SQLite folds the WAL into trials.db when the last
+    one closes, which would otherwise happen whenever the garbage collector gets to them (measured:
+    during the command under test, so its bytes "changed")."""
+    storage = open_storage(f"sqlite:///{workdir / 'trials.db'}")
+    study = optuna.create_study(study_name=name, storage=storage)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
+    storage.engine.dispose()
 
 
 def _foreign_db(workdir: Path) -> None:
@@ -116,7 +121,7 @@ CASES = [
     ("report-without-a-study", "a report before any run", SPACE, ["report"], None,
      "no study database at <dir>/trials.db: run `python -m optimizer run` first, or pass --storage"),
     ("report-of-another-study", "a report of a study the storage does not hold", SPACE, ["report"],
-     lambda d: optuna.create_study(study_name="other", storage=open_storage(f"sqlite:///{d / 'trials.db'}")),
+     lambda d: _study_db(d, name="other"),
      "no study 'tune' in sqlite:///<dir>/trials.db (it holds: other); pass --study-name, or run "
      "`python -m optimizer run` first"),
     ("report-other-objective", "a report with another objective than the study ran", SPACE, ["report"],
