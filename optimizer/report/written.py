@@ -20,7 +20,6 @@ file (three copies). The folder is the unit: report.html links its pictures by n
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -345,10 +344,6 @@ def _num(v) -> str:
     if not finite(v):
         return "-" if v is None else str(v)
     return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-
-
-def _x(v: float) -> str:
-    return f"{v:.2f}x" if math.isfinite(v) else "unbounded"
 
 
 def _values(t: optuna.trial.FrozenTrial) -> str:
