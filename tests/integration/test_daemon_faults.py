@@ -6,10 +6,11 @@
 2. kill the vLLM server mid-replay: the trial is PRUNED (crash / oom_runtime) with evidence;
 3. kill the Ray worker running a trial: its server's guard stops the server, the daemon finds
    nothing left to reap (and says so), FAIL (infra), queued again;
-4. fill the artifacts disk (a real 8 MB tmpfs; mounting it needs root, and without root only
-   this disk is left out, with a warning), then drop a trace of changed traffic into the
-   watched directory: a new generation starts, its first trial fails on the disk (infra, not
-   pruned) and the daemon waits; space freed, it goes on;
+4. fill the artifacts disk (a real 64 MB tmpfs, room for five trials' files and their copies
+   in the artifact store; mounting it needs root, and without root only this disk is left out,
+   with a warning), then drop a trace of changed traffic into the watched directory: a new
+   generation starts, its first trial fails on the disk (infra, not pruned) and the daemon waits;
+   space freed, it goes on;
 5. SIGTERM the daemon mid-replay: exit 0 within 30 s, the trial FAIL (interrupted), queued again.
 
 After each fault: every trial completed before it is still there with its value, and no vLLM
@@ -154,11 +155,11 @@ def _trial(storage: str, n: int, study: str = STUDY) -> optuna.trial.FrozenTrial
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """(the artifacts directory, whether it is a real 8 MB tmpfs). Mounting needs root; without it
+    """(the artifacts directory, whether it is a real 64 MB tmpfs). Mounting needs root; without it
     the other four faults still run, and only the full disk of fault 4 is left out (with a warning)."""
     disk = tmp_path / "artifacts"
     disk.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True, text=True)
     mounted = done.returncode == 0
     if not mounted:
         warnings.warn(f"the full-disk fault is not exercised: cannot mount a small tmpfs (needs root): "
