@@ -14,7 +14,9 @@ from typing import Annotated, Literal, Union
 import yaml
 from pydantic import (
     BeforeValidator,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -141,17 +143,65 @@ class RegressionSpec(_Strict):
     top_k: int = Field(5, ge=1, le=20, description="logprobs kept per position (the margin at a flip)")
 
 
+class LiveWatch(_Strict):
+    """Traffic read from live vLLM servers: their own /metrics pages, or a Prometheus server that
+    scrapes them (traffic/). The daemon only reads; it never sends a request to a watched server."""
+
+    vllm_metrics: list[str] | None = Field(None, min_length=1, description="vLLM /metrics URLs, read every poll_s")
+    prometheus: str | None = Field(None, description="a Prometheus server's base URL, e.g. http://prometheus:9090")
+    selector: str = Field("", description="prometheus: the label selector of the vLLM series, "
+                          "e.g. '{job=\"vllm\", model_name=\"llama\"}'")
+    window_s: float = Field(600, ge=10, description="the traffic is the last this many seconds")
+    sub_windows: int = Field(10, ge=4, le=200, description="prometheus: the window is cut in this many "
+                             "steps for burstiness (vllm_metrics: one step per poll)")
+    min_requests: int = Field(50, ge=1, description="a window with fewer finished requests is too little "
+                              "traffic to tune on: reported and skipped")
+    requests: int = Field(200, ge=1, description="requests in the synthesized workload (at the observed rate)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "LiveWatch":
+        if (self.vllm_metrics is None) == (self.prometheus is None):
+            raise ValueError("give vllm_metrics (a list of /metrics URLs) or prometheus (a URL)"
+                             + (", not both" if self.vllm_metrics else ""))
+        for url in (self.vllm_metrics or []) + ([self.prometheus] if self.prometheus else []):
+            if not re.match(r"^https?://[^/\s]+", url):
+                raise ValueError(f"{url!r} is not an http(s) URL; write it as http://host:port/...")
+        if self.selector and self.prometheus is None:
+            raise ValueError("selector applies to prometheus only; remove it")
+        return self
+
+
+class PublishSpec(_Strict):
+    """Where a generation's recommendation goes when it clears the gate (daemon/publish.py)."""
+
+    path: str | None = Field(None, description="a `vllm serve --config` YAML, replaced atomically on publish")
+    min_gain: float = Field(0.05, ge=0, description="publish only a gain of at least this much over the "
+                            "current configuration (0.05: 5%), beyond noise")
+    webhook: str | None = Field(None, description="POST the published recommendation (JSON) here")
+    webhook_attempts: int = Field(5, ge=1, le=20, description="tries before giving up (backoff doubles from 1 s)")
+
+    @field_validator("webhook")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL; write it as http://host:port/path")
+        return value
+
+
 class DaemonSpec(_Strict):
     """`python -m optimizer daemon`: what to watch after the budget, and where to report (daemon/loop.py)."""
 
-    watch: str | None = Field(None, description="a trace file, or a directory new trace files land in; "
-                              "the workload must be scenario 'trace'")
-    poll_s: float = Field(30, gt=0, description="how often the watched path is checked")
+    watch: Annotated[Union[Annotated[str, Tag("path")], Annotated[LiveWatch, Tag("live")]],
+                     Discriminator(lambda v: "path" if isinstance(v, str) else "live")] | None = Field(None, description="a trace file, or a directory new trace files "
+                                          "land in (the workload must be scenario 'trace'); or live servers: "
+                                          "{vllm_metrics: [URL, ...]} or {prometheus: URL, selector: ...}")
+    poll_s: float = Field(30, gt=0, description="how often the watched source is read")
     settle_s: float = Field(5, ge=0, description="a file younger than this is still being written: not read yet")
-    threshold: float = Field(0.25, gt=0, description="relative change of a length quantile or the rate "
-                             "that counts as new traffic")
+    threshold: float = Field(0.25, gt=0, description="relative change of a length quantile, the rate or the "
+                             "concurrency that counts as new traffic (workload/drift.py for the others)")
     retune_every_h: float | None = Field(None, gt=0, description="re-tune on a schedule even without a change")
     warm_start: int = Field(3, ge=0, le=20, description="best configurations of the previous study queued first")
+    publish: PublishSpec = Field(default_factory=PublishSpec)
     status_host: str = "127.0.0.1"
     status_port: int = Field(8321, ge=0, le=65535)
 
@@ -200,12 +250,17 @@ def _first_error(exc: ValidationError, source: str, flags: dict[str, str] | None
     loc = list(err["loc"])
     if len(loc) > 1 and loc[0] == "workload":
         loc.pop(1)  # the scenario tag pydantic adds to a discriminated union's path
+    if loc[:2] == ["daemon", "watch"] and len(loc) > 2 and loc[2] in ("path", "live"):
+        loc.pop(2)  # the watch's kind tag (a path or live servers)
     where = ".".join(str(p) for p in loc) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown key; remove it or check its spelling"
     elif err["type"] == "union_tag_invalid":
         msg = f"unknown scenario {err['ctx']['tag']!r}; use one of {err['ctx']['expected_tags']}"
+    elif err["type"] == "model_type" and loc == ["daemon", "watch"]:
+        msg = ("give a trace file or directory, or live servers: {vllm_metrics: [URL, ...]} or "
+               "{prometheus: URL, selector: ...}")
     elif err["type"] == "missing":
         msg = "required key is missing; add it"
     if flags and where in flags:

@@ -179,7 +179,16 @@ class TraceSpec(_Common):
     arrival: ArrivalSpec = Field(default_factory=lambda: ArrivalSpec(process="trace"))
 
 
-WorkloadSpec = Annotated[Union[ChatSpec, BatchSpec, RagSpec, BurstSpec, AgentSpec, TraceSpec],
+class ObservedSpec(_Common):
+    """Replay traffic the daemon observed on live vLLM servers (a traffic window file it wrote) as a
+    seeded workload of the same shape: lengths, rate, burstiness, prefix-cache hit rate."""
+
+    scenario: Literal["observed"] = "observed"
+    path: str = Field(description="a traffic window file (JSON) the daemon wrote")
+    requests: int = Field(200, ge=1, description="requests drawn; they arrive at the observed rate")
+
+
+WorkloadSpec = Annotated[Union[ChatSpec, BatchSpec, RagSpec, BurstSpec, AgentSpec, TraceSpec, ObservedSpec],
                          Field(discriminator="scenario")]
 
 

@@ -1,11 +1,16 @@
 """`python -m optimizer daemon`: tune, then keep watching the traffic and tune again when it changes.
 
     generation 1   the config's study, resumed if it exists (its budget, then its report)
-    watching       every `daemon.poll_s`, the newest trace in `daemon.watch` (workload/drift.py); when its
-                   shape (prompt/output length quantiles, request rate) moves beyond
-                   `daemon.threshold`, or `daemon.retune_every_h` has passed since the last start,
+    watching       every `daemon.poll_s`, the newest trace in `daemon.watch`, or the live servers'
+                   traffic over the last `window_s` (daemon/observing.py); when its shape (length
+                   quantiles, rate, burstiness, prefix-cache hit rate, requests in flight:
+                   workload/drift.py) moves beyond `daemon.threshold`, or `daemon.retune_every_h`
+                   has passed since the last start,
     generation N   a new study `<study>-g<N>` on the new traffic, warm-started with the previous
                    generation's best configurations (`enqueue_trial`); old studies are kept
+
+With live servers, generation 1 waits ("observing") for a complete window with enough traffic.
+After each generation its recommendation is published if it clears the gate (daemon/publish.py).
 
 Each generation records on its study why it started (`trigger`), the trace it replays and its
 shape, and what it was warm-started from. A restart resumes the latest generation. The status
@@ -25,7 +30,10 @@ from rich.console import Console
 from optimizer import shutdown
 from optimizer.config import space as space_mod
 from optimizer.config.flags import from_cli_args
-from optimizer.config.schema import StudyConfig
+from optimizer.config.schema import LiveWatch, StudyConfig
+from optimizer.config.workload_spec import ObservedSpec
+from optimizer.daemon.observing import Observer
+from optimizer.daemon.publisher import Publisher
 from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
 from optimizer.driver.plan import Plan, load_workload, prepare
@@ -36,6 +44,7 @@ from optimizer.errors import ConfigError, OptimizerError
 from optimizer.report.console import print_report
 from optimizer.report.recommendation import recommend
 from optimizer.report.summary import knobs_of, ranked_feasible
+from optimizer.traffic import window as window_mod
 from optimizer.workload import drift
 from optimizer.workload.materialize import read_workload
 
@@ -58,9 +67,27 @@ def latest_generation(storage_url: str, base: str) -> tuple[int, dict]:
 
 
 def with_source(cfg: StudyConfig, source: Path | None) -> StudyConfig:
+    """The config replaying `source`: a trace file, or (live servers) a traffic window file."""
     if source is None:
         return cfg
+    live = cfg.daemon.watch
+    if isinstance(live, LiveWatch):
+        spec = ObservedSpec(path=str(source), requests=live.requests, seed=cfg.workload.seed,
+                            warmup_requests=cfg.workload.warmup_requests)
+        return cfg.model_copy(update={"workload": spec})
     return cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"path": str(source)})})
+
+
+FLAGS_SEEN = {"gpu_memory_utilization": "gpu-memory-utilization", "cache_dtype": "kv-cache-dtype",
+              "block_size": "block-size", "enable_prefix_caching": "enable-prefix-caching"}
+
+
+def production_of(window) -> dict:
+    """What the watched servers showed in the window: their latencies and the flags their
+    `vllm:cache_config_info` exposes (vLLM's names)."""
+    flags = {flag: window.cache_config[key] for key, flag in FLAGS_SEEN.items() if key in window.cache_config}
+    return {"latencies": window.production(), "flags": flags, "requests": round(window.requests, 1),
+            "rate": round(window.rate, 4), "start": window.start, "end": window.end, "source": window.source}
 
 
 def warm_starts(study, k: int) -> list[dict]:
@@ -106,18 +133,22 @@ class Daemon:
         self.cfg = cfg
         self.d = cfg.daemon
         self.console = console
-        if self.d.watch and cfg.workload.scenario != "trace":
+        self.live = self.d.watch if isinstance(self.d.watch, LiveWatch) else None
+        if self.d.watch and self.live is None and cfg.workload.scenario != "trace":
             raise ConfigError(f"daemon.watch: watching '{self.d.watch}' needs workload scenario 'trace' "
                               f"(this workload is '{cfg.workload.scenario}'); set workload.scenario: trace")
         self.state = StatusState(stale_after_s=max(300.0, 3 * self.d.poll_s))
         self.state.set(state="starting")
         self.server = StatusServer(self.state, host, port, token)  # refuses a public bind without a token
         self.url = normalize_url(cfg.storage)
+        self.publisher = Publisher(self.d.publish, self.state, console)
+        self.observer = (Observer(self.live, self.d.poll_s, Path(cfg.artifacts_dir) / "traffic", self.state, console)
+                         if self.live else None)
         self._seen: str | None = None  # the fingerprint of the last trace read
 
     # --- one generation ------------------------------------------------------------------------
     def _source(self) -> Path | None:
-        if not self.d.watch:
+        if not self.d.watch or self.live:
             return None
         src = drift.current_source(self.d.watch, self.d.settle_s)
         if src is None:
@@ -145,7 +176,8 @@ class Daemon:
         return replace(plan, workload=workload, space=space)
 
     def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan):
-        shape = drift.shape_of(plan.workload)
+        window = window_mod.read(source) if self.live and source is not None else None
+        shape = drift.shape_of_window(window) if window is not None else drift.shape_of(plan.workload)
 
         def on_open(study) -> None:
             if "generation" in study.user_attrs:
@@ -154,24 +186,37 @@ class Daemon:
                      "traffic_shape": shape.to_dict(), "previous_study": previous, "warm_start": warm}
             if source is not None:
                 attrs.update(traffic_source=str(source), traffic_fingerprint=drift.fingerprint(source))
+            if window is not None:
+                attrs.update(production=production_of(window))
             for key, value in attrs.items():
                 study.set_user_attr(key, value)
         return on_open
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
+        if self.observer is not None:
+            self.observer.check()  # an unreachable or wrong URL is refused at start (exit 2)
         newest = self._source()
         plan = prepare(with_source(self.cfg, newest))  # bad input is refused before the storage is read
         n, attrs = latest_generation(self.url, self.cfg.study_name) if self._storage_exists() else (1, {})
+        if self._storage_exists():
+            self.publisher.restore(study_attrs(self.url), self.cfg.study_name)
         source = Path(attrs["traffic_source"]) if attrs.get("traffic_source") else newest
         if source is not None and not source.exists():
             raise ConfigError(f"daemon: the trace {source} of study '{generation_name(self.cfg.study_name, n)}' "
                               "is gone; put it back, or pass --study-name NEW to start over")
+        self.server.start()  # a port in use is refused here (exit 2), before the run-state is taken
+        self.console.print(f"status API on {self.server.url} (/healthz, /status, /recommendation, /metrics)")
+        if self.observer is not None and source is None:
+            try:
+                source = self.observer.first()
+            except KeyboardInterrupt:
+                self.server.stop()
+                self.console.print("stopped while observing the traffic; nothing was tuned")
+                return 0
         if n > 1 or source != newest:  # a later generation, or another trace: its own plan
             plan, _ = self._plan(n, source, [])
         plan = self._as_stamped(plan, attrs)
-        self.server.start()  # a port in use is refused here (exit 2), before the run-state is taken
-        self.console.print(f"status API on {self.server.url} (/healthz, /status, /metrics)")
         trigger, previous, warm = "start", None, []
         try:
             with RunState(plan.storage_url, self.cfg.artifacts_dir) as runstate:
@@ -180,6 +225,7 @@ class Daemon:
                 while True:
                     study, plan = run(plan, progress, runstate, self._stamp(n, trigger, source, previous, warm, plan))
                     self._report(study, plan)
+                    self.publisher.publish(study, plan.cfg, plan.model.source, n)
                     self._seen = study.user_attrs.get("traffic_fingerprint")
                     while True:  # until the next generation's plan is valid
                         trigger, new_source = self._watch(study, plan, source)
@@ -222,6 +268,8 @@ class Daemon:
         shape = (drift.Shape.from_dict(study.user_attrs["traffic_shape"]) if "traffic_shape" in study.user_attrs
                  else drift.shape_of(plan.workload))
         started = study.user_attrs.get("generation_started", time.time())
+        if self.observer is not None:
+            return self._watch_live(shape, started, source)
         watch = {"source": str(source) if source else None, "last_check": None, "last_change": None}
         self.state.set(state="watching", running=None, watch=watch)
         self.console.print(f"watching {self.d.watch or '(nothing: schedule only)'} every {self.d.poll_s:g}s; "
@@ -251,6 +299,26 @@ class Daemon:
                 watch["last_change"] = None
                 self.console.print(f"  {newest.name}: same traffic (within {self.d.threshold:.0%})")
             self.state.set(watch=watch)
+
+    def _watch_live(self, shape: drift.Shape, started: float, source: Path | None) -> tuple[str, Path | None]:
+        obs = self.observer
+        self.state.set(state="watching", running=None, watch=obs.watch)
+        self.console.print(f"watching {obs.source.describe()} every {self.d.poll_s:g}s; traffic now: {shape.describe()}")
+        obs.restart()  # the window compared is the traffic from now on
+        while True:
+            shutdown.sleep(self.d.poll_s)
+            scheduled = self.d.retune_every_h and time.time() - started >= self.d.retune_every_h * 3600
+            w = obs.current()
+            if scheduled:
+                return f"scheduled re-tune (every {self.d.retune_every_h:g} h)", obs.save(w) if w else source
+            if w is None:
+                continue
+            moved = drift.changes(shape, drift.shape_of_window(w), self.d.threshold)
+            if moved:
+                obs.watch["last_change"] = time.time()
+                return f"traffic changed on {obs.source.describe()}: {'; '.join(moved)}", obs.save(w)
+            obs.watch["last_change"] = None
+            self.console.print(f"  same traffic (within {self.d.threshold:.0%}): {w.describe()}")
 
     def _newest(self) -> Path | None:
         if not self.d.watch:

@@ -1,4 +1,5 @@
-"""The daemon's status API: `/healthz`, `/status` (JSON) and `/metrics` (Prometheus text).
+"""The daemon's status API: `/healthz`, `/status` (JSON), `/recommendation` (the published
+recommendation, JSON) and `/metrics` (Prometheus text, daemon/metrics_page.py).
 
 The driver is synchronous, so the aiohttp server runs in a daemon thread with its own
 event loop. The driver writes what it is doing into a `StatusState` (and beats its
@@ -17,7 +18,6 @@ import errno
 import hmac
 import ipaddress
 import json
-import math
 import os
 import socket
 import threading
@@ -25,13 +25,18 @@ import time
 
 from aiohttp import web
 
+from optimizer.daemon.metrics_page import (
+    CONTENT_TYPE,
+    STATES,
+    TRIAL_STATES,
+    prometheus_text,
+)
 from optimizer.errors import ConfigError
+
+__all__ = ["STATES", "TRIAL_STATES", "StatusServer", "StatusState", "is_loopback"]
 
 DEFAULT_PORT = 8321
 TOKEN_ENV = "OPTIMIZER_STATUS_TOKEN"
-STATES = ("starting", "tuning", "confirming", "minimizing", "watching", "waiting_disk", "stopping")
-TRIAL_STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
-METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 2.0
 _COMPUTED = ("pid", "started", "uptime_s", "heartbeat_age_s")
@@ -96,74 +101,6 @@ def is_loopback(host: str) -> bool:
     return addr.is_loopback or bool(mapped and mapped.is_loopback)
 
 
-# --- /metrics ---------------------------------------------------------------------------
-
-def _escape(value) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value) -> str | None:
-    """The sample value as the exposition format spells it; None when not a number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
-
-
-def _family(name: str, help_text: str, samples: list[tuple[dict, object]]) -> list[str]:
-    lines = []
-    for labels, value in samples:
-        text = _number(value)
-        if text is None:
-            continue
-        label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-        lines.append(f"{name}{{{label_text}}} {text}" if label_text else f"{name} {text}")
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *lines] if lines else []
-
-
-def prometheus_text(snapshot: dict) -> str:
-    """The /metrics body (Prometheus text format 0.0.4, every metric a gauge). Metrics whose
-    source field is missing are left out, except up, uptime, heartbeat age and state."""
-    study = {"study": snapshot.get("study") or ""}
-    nan = float("nan")
-    lines = [
-        *_family("vllm_optimizer_up", "1 while the status server answers.", [({}, 1)]),
-        *_family("vllm_optimizer_uptime_seconds", "Seconds since the daemon started.",
-                 [({}, snapshot.get("uptime_s", nan))]),
-        *_family("vllm_optimizer_heartbeat_age_seconds", "Seconds since the driver loop last reported.",
-                 [({}, snapshot.get("heartbeat_age_s", nan))]),
-        *_family("vllm_optimizer_state", "1 for the daemon's current state, 0 for the others.",
-                 [({"state": s}, int(snapshot.get("state") == s)) for s in STATES]),
-    ]
-    if snapshot.get("generation") is not None:
-        lines += _family("vllm_optimizer_generation", "Study generation (bumped when the workload changes).",
-                         [(study, snapshot["generation"])])
-    trials = snapshot.get("trials")
-    if isinstance(trials, dict):
-        lines += _family("vllm_optimizer_trials", "Trials of the study by state.",
-                         [({**study, "state": s}, trials.get(s) or 0) for s in TRIAL_STATES])
-    if snapshot.get("n_trials") is not None:
-        lines += _family("vllm_optimizer_trials_budget", "Trial budget of the study.",
-                         [(study, snapshot["n_trials"])])
-    running = snapshot.get("running")
-    if isinstance(running, dict):
-        lines += _family("vllm_optimizer_running_trial", "Number of the trial running now, labelled by phase.",
-                         [({**study, "phase": running.get("phase") or ""}, running.get("number"))])
-    best = snapshot.get("best")
-    if isinstance(best, dict):
-        labels = {**study, **{k: best.get(k) or "" for k in ("metric", "unit", "direction")}}
-        lines += _family("vllm_optimizer_best_value", "Objective value of the best trial so far.",
-                         [(labels, best.get("value"))])
-        lines += _family("vllm_optimizer_best_trial", "Number of the best trial so far.",
-                         [(study, best.get("number"))])
-    return "\n".join(lines) + "\n"
-
-
 # --- the HTTP app -----------------------------------------------------------------------
 
 def _json(body: dict, status: int = 200, headers: dict | None = None) -> web.Response:
@@ -184,7 +121,7 @@ def _make_app(state: StatusState, token: str | None) -> web.Application:
         try:
             return await handler(request)
         except web.HTTPNotFound:
-            return _json({"error": f"no endpoint {request.path}; try /healthz, /status or /metrics"}, 404)
+            return _json({"error": f"no endpoint {request.path}; try /healthz, /status, /recommendation or /metrics"}, 404)
         except web.HTTPMethodNotAllowed as exc:
             return _json({"error": f"{request.method} not allowed on {request.path}; use GET"}, 405,
                          {"Allow": ", ".join(sorted(exc.allowed_methods))})
@@ -202,12 +139,19 @@ def _make_app(state: StatusState, token: str | None) -> web.Application:
 
     async def metrics(request):
         return web.Response(body=prometheus_text(state.snapshot()).encode(),
-                            headers={"Content-Type": METRICS_CONTENT_TYPE})
+                            headers={"Content-Type": CONTENT_TYPE})
+
+    async def recommendation(request):
+        snap = state.snapshot()
+        if not snap.get("recommendation"):
+            return _json({"error": "nothing published yet", "last_decision": snap.get("publish")}, 404)
+        return _json(snap["recommendation"])
 
     app = web.Application(middlewares=[guard])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/status", status)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/recommendation", recommendation)
     return app
 
 

@@ -10,6 +10,8 @@ token ids, fixed output lengths and arrival offsets. One module per scenario:
     burst   a base rate with sharp spikes                   burst.py
     trace   a recorded trace (ShareGPT, BurstGPT, Azure,    trace.py, traces/
             Mooncake, generic JSONL)
+    observed  what live vLLM servers reported (a traffic     observed.py
+              window the daemon wrote), same shape
 """
 
 from optimizer.workload.agent import agent_workload
@@ -17,12 +19,14 @@ from optimizer.workload.base import Request, Workload
 from optimizer.workload.batch import batch_workload
 from optimizer.workload.burst import burst_workload
 from optimizer.workload.chat import chat_workload
+from optimizer.workload.observed import observed_workload
 from optimizer.workload.rag import rag_workload
 from optimizer.workload.tokens import Vocabulary
 from optimizer.workload.trace import trace_workload
 
 SCENARIOS = {"chat": chat_workload, "agent": agent_workload, "batch": batch_workload, "rag": rag_workload,
-             "burst": burst_workload, "trace": trace_workload}
+             "burst": burst_workload, "trace": trace_workload,
+             "observed": observed_workload}
 
 
 def build_workload(spec, vocab: Vocabulary) -> Workload:

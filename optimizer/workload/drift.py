@@ -2,14 +2,21 @@
 
 After a study's budget is spent the daemon keeps watching its workload source (a trace file,
 or a directory where new trace files appear). This module says what the traffic looks like
-(`Shape`: length quantiles and arrival rate), whether two shapes differ beyond a threshold
+(`Shape`: length quantiles, arrival rate, burstiness, and for traffic observed on live servers
+the prefix-cache hit rate and the requests in flight), whether two shapes differ beyond a threshold
 (`changes`), and which file in the watched path is the current trace (`current_source`,
 `fingerprint`). Building workloads and starting studies is the daemon's job, not this one's.
 
-Quantiles interpolate linearly between closest ranks (`statistics.quantiles` with
-method="inclusive", numpy's default). A quantity changed when its symmetric relative change,
-max(new/old, old/new) - 1, exceeds the threshold; the request count alone is never a change
-(a longer trace of the same traffic is the same traffic).
+Quantiles of a workload interpolate linearly between closest ranks (`statistics.quantiles` with
+method="inclusive", numpy's default); those of an observed window interpolate inside histogram
+buckets as PromQL's histogram_quantile does. A length quantile, the rate or the concurrency
+changed when its symmetric relative change, max(new/old, old/new) - 1, exceeds the threshold
+(a concurrency below 1 counts as 1: an idle server's fraction is noise). The prefix-cache hit
+rate changed when it moved by more than half the threshold in absolute terms (0.25: 12.5
+points). Burstiness is estimated from few sub-windows and is noisy: it changed when its relative
+change exceeds four times the threshold (0.25: it doubled or halved). A quantity one side does
+not know (None) is not compared. The request count alone is never a change (a longer trace of
+the same traffic is the same traffic).
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from optimizer.errors import ConfigError, first_line
+from optimizer.traffic.window import BURSTINESS_RANGE, MIN_SUB_WINDOWS, Window
 from optimizer.workload.base import Workload
 from optimizer.workload.stats import mean_rate
 
 TRACE_SUFFIXES = (".jsonl", ".json", ".csv")
+BURSTINESS_SLACK = 4.0  # burstiness from few sub-windows: a change of 4x the threshold
 _EPS = 1e-9  # a ratio computed from offsets is not exact: "at the threshold" must stay at it
 
 
@@ -40,6 +49,9 @@ class Shape:
     output_p50: float
     output_p90: float
     rate: float | None  # mean requests/s of an open-loop schedule (inf: all at once); None: closed loop
+    burstiness: float | None = None  # gamma shape of the gaps (1 Poisson, < 1 burstier); None: unknown
+    prefix_hit_rate: float | None = None  # prefix-cache hits / prompt tokens (observed traffic only)
+    concurrency: float | None = None  # requests running + waiting (observed), or a closed loop's
 
     def to_dict(self) -> dict:
         """Plain JSON values (an Optuna user attribute); an infinite rate is the string "inf"."""
@@ -51,14 +63,23 @@ class Shape:
     @classmethod
     def from_dict(cls, d: dict) -> "Shape":
         """The inverse of `to_dict`; raises KeyError when a field is missing."""
-        values = {f.name: d[f.name] for f in fields(cls)}
+        values = {f.name: d[f.name] for f in fields(cls) if f.name not in _OPTIONAL or f.name in d}
         count, rate = int(values.pop("requests")), values.pop("rate")
-        return cls(count, **{k: float(v) for k, v in values.items()}, rate=None if rate is None else float(rate))
+        return cls(count, **{k: None if v is None else float(v) for k, v in values.items()},
+                   rate=None if rate is None else float(rate))
 
     def describe(self) -> str:
         """One line, e.g. "240 requests, input p50 180 (p10 40, p90 900) tokens, output p50 128, 2.50 req/s"."""
+        more = "".join(f", {label} {fmt(v)}" for label, v, fmt in (
+            ("burstiness", self.burstiness, lambda x: f"{x:.2f}"),
+            ("prefix-cache hit rate", self.prefix_hit_rate, lambda x: f"{x:.0%}"),
+            ("in flight", self.concurrency, lambda x: f"{x:.1f}")) if v is not None)
         return (f"{self.requests} requests, input p50 {_num(self.input_p50)} (p10 {_num(self.input_p10)}, "
-                f"p90 {_num(self.input_p90)}) tokens, output p50 {_num(self.output_p50)}, {_arrival(self.rate)}")
+                f"p90 {_num(self.input_p90)}) tokens, output p50 {_num(self.output_p50)}, {_arrival(self.rate)}"
+                + more)
+
+
+_OPTIONAL = ("burstiness", "prefix_hit_rate", "concurrency")  # shapes stored before they existed lack them
 
 
 def _num(x: float) -> str:
@@ -91,7 +112,31 @@ def shape_of(workload: Workload) -> Shape:
     out = _quantiles([r.max_tokens for r in reqs])
     roots = [r.offset_s for r in reqs if r.after is None]
     rate = mean_rate(roots) if workload.concurrency is None and len(roots) >= 2 else None
-    return Shape(len(reqs), *inp, *out, rate)
+    return Shape(len(reqs), *inp, *out, rate, burstiness=_gap_shape(sorted(roots)) if rate else None,
+                 concurrency=workload.concurrency)
+
+
+def _gap_shape(offsets: list[float]) -> float | None:
+    """1 / CV^2 of the gaps between arrivals (a gamma shape; clamped to BURSTINESS_RANGE); None
+    with fewer than MIN_SUB_WINDOWS gaps or all at once."""
+    gaps = [b - a for a, b in zip(offsets, offsets[1:])]
+    if len(gaps) < MIN_SUB_WINDOWS or statistics.fmean(gaps) <= 0:
+        return None
+    cv2 = statistics.variance(gaps) / statistics.fmean(gaps) ** 2
+    low, high = BURSTINESS_RANGE
+    return high if cv2 <= 1 / high else min(max(1 / cv2, low), high)
+
+
+def shape_of_window(window: Window) -> Shape:
+    """The shape of traffic observed on live servers: length quantiles from the histograms,
+    the rate, burstiness and prefix-cache hit rate of the window, the mean requests in flight."""
+    def q(h, p):
+        value = h.quantile(p)
+        return 0.0 if value is None else value
+    return Shape(round(window.requests), q(window.prompt, 0.1), q(window.prompt, 0.5), q(window.prompt, 0.9),
+                 q(window.output, 0.1), q(window.output, 0.5), q(window.output, 0.9), window.rate,
+                 burstiness=window.burstiness, prefix_hit_rate=window.prefix_hit_rate,
+                 concurrency=window.concurrency)
 
 
 def _moved(old: float, new: float, threshold: float) -> bool:
@@ -109,8 +154,9 @@ def _factor(old: float, new: float) -> str:
 def changes(old: Shape, new: Shape, threshold: float = 0.25) -> list[str]:
     """What moved beyond `threshold` (a symmetric relative change) from `old` to `new`, one
     readable entry each, e.g. "input p50 180 -> 720 tokens (x4.00)"; empty: the same traffic.
-    Compares the input and output p10/p50/p90 and the rate; a switch between open and closed
-    loop is a change. The request count is not compared."""
+    Compares the input and output p10/p50/p90 and the rate (a switch between open and closed
+    loop is a change), then burstiness, prefix-cache hit rate and concurrency where both sides
+    know them. The request count is not compared."""
     out = []
     for side in ("input", "output"):
         for q in ("p10", "p50", "p90"):
@@ -122,6 +168,20 @@ def changes(old: Shape, new: Shape, threshold: float = 0.25) -> list[str]:
         out.append(f"arrival {_arrival(a)} -> {_arrival(b)}")
     elif a is not None and _moved(a, b, threshold):
         out.append(f"rate {_rate(a).removesuffix(' req/s')} -> {_rate(b)}{_factor(a, b)}")
+    return out + _live_changes(old, new, threshold)
+
+
+def _live_changes(old: Shape, new: Shape, threshold: float) -> list[str]:
+    out = []
+    a, b = old.burstiness, new.burstiness
+    if a is not None and b is not None and _moved(a, b, BURSTINESS_SLACK * threshold):
+        out.append(f"burstiness {a:.2f} -> {b:.2f}{_factor(a, b)}")
+    a, b = old.prefix_hit_rate, new.prefix_hit_rate
+    if a is not None and b is not None and abs(a - b) > threshold / 2 + _EPS:
+        out.append(f"prefix-cache hit rate {a:.0%} -> {b:.0%}")
+    a, b = old.concurrency, new.concurrency
+    if a is not None and b is not None and _moved(max(a, 1.0), max(b, 1.0), threshold):
+        out.append(f"in flight {a:.1f} -> {b:.1f}{_factor(max(a, 1.0), max(b, 1.0))}")
     return out
 
 

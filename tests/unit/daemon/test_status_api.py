@@ -10,14 +10,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from optimizer.daemon.status_api import (
-    METRICS_CONTENT_TYPE,
-    STATES,
-    StatusServer,
-    StatusState,
-    is_loopback,
-    prometheus_text,
-)
+from optimizer.daemon.metrics_page import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from optimizer.daemon.metrics_page import prometheus_text
+from optimizer.daemon.status_api import STATES, StatusServer, StatusState, is_loopback
 from optimizer.errors import ConfigError
 
 COMMAND = "vllm serve /models/llama --max-num-seqs 64 --gpu-memory-utilization 0.9"

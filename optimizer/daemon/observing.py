@@ -1,0 +1,85 @@
+"""The daemon's live traffic: a `vllm_metrics` or `prometheus` source (traffic/), read every poll,
+turned into traffic windows the `observed` workload replays.
+
+A window is complete once the reads span `window_s` (at once with Prometheus, which keeps the
+history); it is tuned on only with at least `min_requests` finished requests, else it is
+reported ("too little traffic") and skipped. A read that fails is reported in `/status` and
+tried again at the next poll; the daemon keeps running. Each window tuned on is written to
+`<artifacts_dir>/traffic/window-<end>.json`, the file the generation's workload names.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from optimizer import shutdown
+from optimizer.config.schema import LiveWatch
+from optimizer.traffic import window as window_mod
+from optimizer.traffic.prometheus import PrometheusSource
+from optimizer.traffic.scrape import MetricsSource
+from optimizer.traffic.window import Window
+
+
+def make_source(live: LiveWatch):
+    if live.prometheus:
+        return PrometheusSource(live.prometheus, live.selector, live.window_s, live.window_s / live.sub_windows)
+    return MetricsSource(live.vllm_metrics or [], live.window_s)
+
+
+class Observer:
+    def __init__(self, live: LiveWatch, poll_s: float, directory: Path, state, console):
+        self.live, self.poll_s, self.directory = live, poll_s, Path(directory)
+        self.state, self.console = state, console
+        self.source = make_source(live)
+        self.watch: dict = {"source": self.source.describe(), "last_check": None, "last_change": None}
+
+    def check(self) -> None:
+        """At start: every watched URL answers with vLLM series (ConfigError, exit 2, otherwise)."""
+        self.source.check()
+
+    def restart(self) -> None:
+        """Forget the reads so far: the next window is the traffic from now on."""
+        if isinstance(self.source, MetricsSource):
+            self.source.polls = []
+            self.source.poll()
+
+    def current(self) -> Window | None:
+        """Read the source once; the complete window with enough traffic, else None (and why, in /status)."""
+        errors = self.source.poll()
+        self.watch["last_check"] = time.time()
+        for line in errors:
+            self.console.print(f"[red]traffic source[/]: {line}")
+        self.state.set(last_error="; ".join(errors) if errors else None)
+        w = self.source.window()
+        if w is None or self.source.spanned() < self.live.window_s - self.poll_s / 2:
+            self._note(f"collecting a window: {self.source.spanned():.0f} of {self.live.window_s:.0f} s read")
+            return None
+        self.watch["window"] = {"start": w.start, "end": w.end, "requests": round(w.requests, 1),
+                                "rate": round(w.rate, 3), "prefix_hit_rate": w.prefix_hit_rate,
+                                "burstiness": w.burstiness, "concurrency": w.concurrency,
+                                "production": w.production()}
+        if w.requests < self.live.min_requests:
+            self._note(f"too little traffic: {w.requests:.0f} requests in the last {w.duration:.0f} s "
+                       f"(daemon.watch.min_requests {self.live.min_requests}); skipped, not tuned on")
+            return None
+        self._note(None)
+        return w
+
+    def _note(self, text: str | None) -> None:
+        if text and text != self.watch.get("note"):
+            self.console.print(f"  {text}")
+        self.watch["note"] = text
+        self.state.set(watch=self.watch)
+
+    def first(self) -> Path:
+        """Read until a complete window holds enough traffic; its file."""
+        self.state.set(state="observing", running=None, watch=self.watch)
+        self.console.print(f"observing {self.source.describe()} every {self.poll_s:g}s "
+                           f"for a {self.live.window_s:g} s window")
+        while (w := self.current()) is None:
+            shutdown.sleep(self.poll_s)
+        return self.save(w)
+
+    def save(self, window: Window) -> Path:
+        return window_mod.write(window, self.directory / f"window-{int(window.end)}.json")

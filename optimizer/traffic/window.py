@@ -1,0 +1,191 @@
+"""The traffic of a time window, as the watched servers counted it: what the daemon tunes on.
+
+A `Window` holds, for [start, end]: the requests finished, the prompt and output length
+histograms, the prefix-cache lookups and hits (tokens), the finished requests per sub-window,
+the mean number of requests running plus waiting, and the production latency histograms
+(TTFT, inter-token, end-to-end). From those:
+
+    rate             requests / (end - start)
+    prefix_hit_rate  hits / queries (None when the servers looked nothing up: caching off)
+    burstiness       the gamma shape vLLM's benchmark uses (1 = Poisson, < 1 burstier):
+                     1 / D, D = variance / mean of the per-sub-window counts (the index of
+                     dispersion; for a renewal process it tends to the squared coefficient of
+                     variation of the gaps, 1 / shape). None with fewer than 4 sub-windows.
+    production()     p50/p95 TTFT, ITL and E2E in ms, interpolated as histogram_quantile does
+
+`from_polls` builds one from successive /metrics reads of one or more servers (counter and
+histogram deltas per server, a restart read as a restart); the Prometheus source builds one
+from PromQL. A window is written to and read from a JSON file (`write`, `read`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer.errors import ConfigError
+from optimizer.traffic.exposition import Reading
+from optimizer.traffic.histogram import Histogram, counter_delta
+
+MIN_SUB_WINDOWS = 4
+BURSTINESS_RANGE = (0.05, 20.0)  # beyond these a gamma shape is "a burst" or "a metronome"
+QUANTILES = (("p50", 0.5), ("p95", 0.95))
+LATENCIES = ("ttft", "itl", "e2e")
+
+
+@dataclass(frozen=True)
+class Window:
+    source: dict  # {"kind": "vllm_metrics", "urls": [...]} or {"kind": "prometheus", "url", "selector"}
+    start: float
+    end: float
+    requests: float
+    prompt: Histogram
+    output: Histogram
+    prefix_queries: float = 0.0
+    prefix_hits: float = 0.0
+    sub_s: float = 0.0
+    counts: tuple[float, ...] = ()
+    concurrency: float | None = None
+    latencies: dict[str, Histogram] = field(default_factory=dict)
+    cache_config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return max(self.end - self.start, 0.0)
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.duration if self.duration > 0 else 0.0
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries > 0 else None
+
+    @property
+    def burstiness(self) -> float | None:
+        if len(self.counts) < MIN_SUB_WINDOWS:
+            return None
+        mean = statistics.fmean(self.counts)
+        if mean <= 0:
+            return None
+        dispersion = statistics.variance(self.counts) / mean
+        low, high = BURSTINESS_RANGE
+        return high if dispersion <= 1 / high else min(max(1 / dispersion, low), high)
+
+    def production(self) -> dict[str, float]:
+        """{"ttft_p50_ms", "ttft_p95_ms", "itl_p50_ms", ..., "e2e_p95_ms"}: what the watched servers
+        measured in this window (histogram interpolation, so within a bucket's width)."""
+        out = {}
+        for name in LATENCIES:
+            h = self.latencies.get(name)
+            for label, q in QUANTILES:
+                value = h.quantile(q) if h is not None else None
+                if value is not None and not math.isnan(value):
+                    out[f"{name}_{label}_ms"] = round(value * 1000, 1)
+        return out
+
+    def describe(self) -> str:
+        hit = self.prefix_hit_rate
+        burst = self.burstiness
+        return (f"{self.requests:.0f} requests in {self.duration:.0f} s ({self.rate:.2f} req/s"
+                + (f", burstiness {burst:.2f}" if burst is not None else "") + "), prompt p50 "
+                + f"{_tokens(self.prompt.quantile(0.5))}, output p50 {_tokens(self.output.quantile(0.5))}"
+                + (f", prefix-cache hit rate {hit:.0%}" if hit is not None else ""))
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "start": self.start, "end": self.end, "requests": self.requests,
+                "prompt": self.prompt.to_dict(), "output": self.output.to_dict(),
+                "prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits, "sub_s": self.sub_s,
+                "counts": list(self.counts), "concurrency": self.concurrency,
+                "latencies": {k: h.to_dict() for k, h in self.latencies.items()}, "cache_config": self.cache_config,
+                "derived": {"rate": self.rate, "burstiness": self.burstiness,
+                            "prefix_hit_rate": self.prefix_hit_rate, "production": self.production()}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Window":
+        return cls(d["source"], float(d["start"]), float(d["end"]), float(d["requests"]),
+                   Histogram.from_dict(d["prompt"]), Histogram.from_dict(d["output"]),
+                   float(d.get("prefix_queries", 0)), float(d.get("prefix_hits", 0)), float(d.get("sub_s", 0)),
+                   tuple(float(c) for c in d.get("counts", ())), d.get("concurrency"),
+                   {k: Histogram.from_dict(h) for k, h in (d.get("latencies") or {}).items()},
+                   dict(d.get("cache_config") or {}))
+
+
+def _tokens(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} tokens"
+
+
+def write(window: Window, path: Path) -> Path:
+    """Write the window as JSON (atomically: a reader never sees half a file); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(window.to_dict(), indent=1))
+    tmp.replace(path)
+    return path
+
+
+def read(path: str | Path) -> Window:
+    """The window a `write` wrote; ConfigError naming the file when it is missing or damaged."""
+    p = Path(path)
+    try:
+        return Window.from_dict(json.loads(p.read_text()))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"traffic window {p}: no such file; point workload.path at a window the daemon wrote") from exc
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"traffic window {p}: cannot read it ({type(exc).__name__}); "
+                          "let the daemon observe the traffic again") from exc
+
+
+Poll = tuple[float, dict[str, "Reading | None"]]  # (when, {url: its reading, None when the read failed})
+
+
+def _grow(total: dict, key: str, delta) -> None:
+    total[key] = delta if key not in total else (total[key] + delta if isinstance(delta, float) else total[key].plus(delta))
+
+
+def from_polls(polls: list[Poll], source: dict) -> Window | None:
+    """The window from the first poll to the last: per server, the sum of the deltas between its
+    successive successful reads (a restart counts from zero, never negative); per poll, the
+    requests finished since the previous one (the sub-windows). None with fewer than two polls
+    or without two reads of any server."""
+    if len(polls) < 2:
+        return None
+    last: dict[str, Reading] = {}
+    grown: dict = {}
+    counts: list[float] = []
+    in_flight: list[float] = []
+    cache: dict[str, str] = {}
+    for i, (_, reads) in enumerate(polls):
+        finished, seen = 0.0, []
+        for url, r in reads.items():
+            if r is None:
+                continue
+            seen.append(r.gauges.get("running", 0.0) + r.gauges.get("waiting", 0.0))
+            cache = cache or r.cache_config
+            prev = last.get(url)
+            if prev is not None:
+                for key, value in r.counters.items():
+                    delta = counter_delta(value, prev.counters.get(key))
+                    _grow(grown, key, delta)
+                    finished += delta if key == "requests" else 0.0
+                for key, h in r.histograms.items():
+                    _grow(grown, "h:" + key, h.since(prev.histograms.get(key)))
+            last[url] = r
+        if seen:
+            in_flight.append(sum(seen))
+        if i:
+            counts.append(finished)
+    if "h:prompt" not in grown:
+        return None
+    start, end = polls[0][0], polls[-1][0]
+    hist = {k[2:]: v for k, v in grown.items() if k.startswith("h:")}
+    output = hist.get("output") or Histogram.empty(hist["prompt"].bounds)
+    return Window(source, start, end, grown.get("requests", hist["prompt"].count), hist["prompt"], output,
+                  grown.get("prefix_queries", 0.0), grown.get("prefix_hits", 0.0),
+                  (end - start) / len(counts), tuple(counts),
+                  statistics.fmean(in_flight) if in_flight else None,
+                  {k: hist[k] for k in LATENCIES if k in hist}, cache)

@@ -1,0 +1,180 @@
+"""The `observed` scenario: traffic the daemon read from live vLLM servers (a traffic window file,
+traffic/window.py), replayed as a seeded synthetic workload of the same shape.
+
+    lengths     prompt and output lengths drawn from the window's histograms: a bucket with the
+                bucket's share of the observations, then a place inside it. vLLM's token buckets
+                are coarse (1, 2, 5, 10, 20, 50, ... up to max-model-len), so the place is not
+                uniform: it is the maximum-entropy choice that also matches the window's mean
+                length (`_sum / _count`), an exponential tilt exp(theta * u) over the position u
+                in [0, 1] inside each bucket, one theta for all buckets (theta = 0 is uniform).
+                The +Inf bucket spans up to twice the highest finite bound. A request longer
+                than the model takes is cut to fit, and the notes say how many were.
+    arrivals    gamma gaps at the window's rate with its burstiness (1 when unknown), vLLM's
+                benchmark schedule (workload/arrivals.py).
+    prefixes    every prompt starts with the first s * length tokens of one shared block (a
+                system prompt); the share s is fitted so that the prefix cache, simulated on the
+                drawn requests in whole KV blocks (the watched servers' block size, 16 when
+                unknown), hits the window's prefix-cache hit rate.
+
+The workload's description and notes record the source, the window and what was fitted.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+from optimizer.config.workload_spec import ObservedSpec
+from optimizer.traffic import window as window_mod
+from optimizer.traffic.histogram import Histogram
+from optimizer.workload.arrivals import rate_schedule
+from optimizer.workload.base import Request, Workload
+from optimizer.workload.tokens import Vocabulary
+
+INF_SPAN = 2.0  # the +Inf bucket reaches this many times the highest finite bound
+DEFAULT_BLOCK = 16
+_THETA = 60.0
+
+
+def _spans(h: Histogram) -> list[tuple[float, float, float]]:
+    """(first length, last length, share) per non-empty bucket: integers in (lower, upper]."""
+    finite = [b for b in h.bounds if not math.isinf(b)]
+    top = INF_SPAN * finite[-1] if finite else 1.0
+    out = []
+    for lower, upper, n in h.buckets():
+        if n <= 0:
+            continue
+        first = math.floor(lower) + 1
+        last = max(math.floor(top if math.isinf(upper) else upper), first)
+        out.append((first, last, n / h.count))
+    return out
+
+
+def _tilted_mean(theta: float) -> float:
+    """E[u] for a density proportional to exp(theta * u) on [0, 1]."""
+    if abs(theta) < 1e-6:
+        return 0.5
+    return 1 / (1 - math.exp(-theta)) - 1 / theta
+
+
+def fit_tilt(h: Histogram) -> float:
+    """The theta whose placement gives the histogram's mean (clamped to what the buckets allow)."""
+    spans, target = _spans(h), h.mean
+    if target is None or not spans:
+        return 0.0
+
+    def mean(theta: float) -> float:
+        return sum(share * (first + (last - first) * _tilted_mean(theta)) for first, last, share in spans)
+
+    lo, hi = -_THETA, _THETA
+    if target <= mean(lo):
+        return lo
+    if target >= mean(hi):
+        return hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def draw_lengths(h: Histogram, n: int, rng: random.Random, theta: float | None = None) -> list[int]:
+    """n lengths distributed as the histogram says (see the module docstring)."""
+    spans = _spans(h)
+    if not spans:
+        return [1] * n
+    theta = fit_tilt(h) if theta is None else theta
+    shares = [s for _, _, s in spans]
+    out = []
+    for _ in range(n):
+        first, last, _ = rng.choices(spans, weights=shares)[0]
+        r = rng.random()
+        u = r if abs(theta) < 1e-6 else math.log1p(r * math.expm1(theta)) / theta
+        out.append(max(1, round(first + (last - first) * u)))
+    return out
+
+
+def simulated_hit_rate(prompts: list[int], share: float, block: int) -> float:
+    """Prefix-cache hits / prompt tokens when each prompt starts with the first share * length
+    tokens of one shared block: a request hits the whole blocks of its prefix that an earlier
+    request already put in the cache (never its last token: vLLM computes at least one)."""
+    cached, hits = 0, 0
+    for length in prompts:
+        prefix_blocks = min(int(share * length), length - 1) // block
+        hits += min(prefix_blocks, cached) * block
+        cached = max(cached, prefix_blocks)
+    total = sum(prompts)
+    return hits / total if total else 0.0
+
+
+def fit_prefix_share(prompts: list[int], hit_rate: float | None, block: int) -> float:
+    """The share s in [0, 1] whose simulated hit rate is closest to `hit_rate` (0 when unknown)."""
+    if not hit_rate or hit_rate <= 0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    if simulated_hit_rate(prompts, hi, block) <= hit_rate:
+        return hi
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if simulated_hit_rate(prompts, mid, block) < hit_rate else (lo, mid)
+    return hi
+
+
+def _block(window: window_mod.Window) -> int:
+    try:
+        return max(int(window.cache_config.get("block_size", DEFAULT_BLOCK)), 1)
+    except ValueError:
+        return DEFAULT_BLOCK
+
+
+def _fit(prompts: list[int], outputs: list[int], limit: int | None) -> tuple[list[int], int]:
+    if not limit:
+        return prompts, 0
+    cut = 0
+    for i, (p, o) in enumerate(zip(prompts, outputs)):
+        if p + o > limit:
+            prompts[i], cut = max(1, limit - o), cut + 1
+    return prompts, cut
+
+
+def _where(source: dict) -> str:
+    if source.get("kind") == "prometheus":
+        return f"Prometheus {source.get('url')} {source.get('selector') or ''}".strip()
+    return ", ".join(source.get("urls") or []) or "?"
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+
+
+def observed_workload(spec: ObservedSpec, vocab: Vocabulary) -> Workload:
+    w = window_mod.read(spec.path)
+    rng = random.Random(spec.seed)
+    n = spec.requests
+    outputs = draw_lengths(w.output, n + spec.warmup_requests, rng)
+    outputs = [min(o, vocab.max_positions - 1) if vocab.max_positions else o for o in outputs]
+    prompts, cut = _fit(draw_lengths(w.prompt, n + spec.warmup_requests, rng), outputs, vocab.max_positions)
+    block = _block(w)
+    share = fit_prefix_share(prompts[:n], w.prefix_hit_rate, block)
+    shared = vocab.block(f"observed-{spec.seed}-prefix", max(prompts, default=1))
+    offs = rate_schedule(n, w.rate, w.burstiness or 1.0, rng) if w.rate > 0 else [0.0] * n
+
+    def prompt(length: int) -> tuple[int, ...]:
+        k = min(int(share * length), length - 1)
+        return shared[:k] + vocab.random_ids(rng, length - k)
+
+    reqs = tuple(Request(f"req-{i}", prompt(prompts[i]), outputs[i], offs[i]) for i in range(n))
+    warm = tuple(Request(f"warmup-{i}", vocab.random_ids(rng, prompts[n + i]), outputs[n + i], 0.0)
+                 for i in range(spec.warmup_requests))
+    simulated = simulated_hit_rate(prompts[:n], share, block)
+    hit = w.prefix_hit_rate
+    notes = [f"observed on {_where(w.source)} from {_when(w.start)} to {_when(w.end)} UTC: {w.describe()}",
+             f"prefix share {share:.2f} of each prompt (simulated hit rate {simulated:.0%} in {block}-token blocks"
+             + (f", observed {hit:.0%})" if hit is not None else ", none observed)")]
+    if cut:
+        notes.append(f"{cut} drawn prompts cut to fit the model's {vocab.max_positions} positions")
+    burst = w.burstiness
+    return Workload(name="observed", requests=reqs, warmup=warm, concurrency=None,
+                    description=f"observed traffic ({_where(w.source)}): {n} requests at {w.rate:.2f} req/s"
+                                + (f", burstiness {burst:.2f}" if burst is not None else ""),
+                    notes=tuple(notes))
