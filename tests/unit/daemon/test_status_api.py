@@ -238,3 +238,16 @@ def test_set_refuses_an_unknown_state_or_a_computed_field():
         state.set(state="sleeping")
     with pytest.raises(ValueError, match="computed"):
         state.set(pid=1)
+
+
+def test_recommendation_is_404_until_one_is_published_then_the_json():
+    state = realistic_state()
+    state.set(publish={"decision": {"published": False, "reason": "only single runs"}})
+    with StatusServer(state, port=0) as srv:
+        status, _, body = get(f"{srv.url}/recommendation")
+        assert status == 404 and json.loads(body) == {"error": "nothing published yet", "last_decision": {
+            "decision": {"published": False, "reason": "only single runs"}}}
+        rec = {"generation": 2, "flags": ["--max-num-seqs", "16"], "gain": {"ratio": 1.4, "low": 1.2, "high": 1.6}}
+        state.set(recommendation=rec)
+        status, headers, body = get(f"{srv.url}/recommendation")
+        assert status == 200 and json.loads(body) == rec and headers["Content-Type"].startswith("application/json")

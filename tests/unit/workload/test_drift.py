@@ -196,3 +196,54 @@ def test_fingerprint_changes_when_the_file_is_rewritten_or_appended(tmp_path):
     assert appended != first
     touch(f, 50, '{"a": 1}\n')  # same size and content, written again
     assert fingerprint(f) not in (first, appended)
+
+
+def _live(**kw) -> Shape:
+    base = dict(requests=300, input_p10=100.0, input_p50=200.0, input_p90=400.0, output_p10=20.0,
+                output_p50=60.0, output_p90=120.0, rate=2.0, burstiness=1.0, prefix_hit_rate=0.3, concurrency=6.0)
+    return Shape(**{**base, **kw})
+
+
+def test_live_traffic_drifts_on_prefix_hits_burstiness_and_concurrency():
+    old = _live()
+    assert changes(old, _live()) == []
+    assert changes(old, _live(prefix_hit_rate=0.42)) == []  # 12 points: within half the threshold
+    assert changes(old, _live(prefix_hit_rate=0.5)) == ["prefix-cache hit rate 30% -> 50%"]
+    assert changes(old, _live(burstiness=1.9)) == []  # a noisy estimate: only a doubling counts
+    assert changes(old, _live(burstiness=0.4)) == ["burstiness 1.00 -> 0.40 (x0.40)"]
+    assert changes(old, _live(concurrency=9.0)) == ["in flight 6.0 -> 9.0 (x1.50)"]
+    assert changes(_live(concurrency=0.2), _live(concurrency=0.9)) == []  # below 1: an idle server's noise
+    assert changes(old, _live(prefix_hit_rate=None, burstiness=None, concurrency=None)) == []  # unknown: not compared
+
+
+def test_a_shape_stored_before_the_live_fields_existed_still_loads():
+    d = _live().to_dict()
+    for key in ("burstiness", "prefix_hit_rate", "concurrency"):
+        d.pop(key)
+    old = Shape.from_dict(d)
+    assert old.burstiness is None and old.prefix_hit_rate is None and old.concurrency is None
+    assert Shape.from_dict(_live().to_dict()) == _live()
+
+
+def test_an_observed_window_s_shape_comes_from_its_histograms():
+    from optimizer.traffic.histogram import Histogram
+    from optimizer.traffic.window import Window
+    from optimizer.workload.drift import shape_of_window
+
+    bounds = (100.0, 200.0, 500.0, math.inf)
+    w = Window({"kind": "vllm_metrics", "urls": []}, 0.0, 100.0, 200.0, Histogram(bounds, (0, 100, 200, 200), 4e4),
+               Histogram(bounds, (200, 200, 200, 200), 1e4), prefix_queries=4e4, prefix_hits=1e4, sub_s=10.0,
+               counts=(20.0,) * 10, concurrency=3.0)
+    s = shape_of_window(w)
+    assert (s.requests, s.input_p50, s.input_p90, s.output_p50, s.rate) == (200, 200.0, 440.0, 50.0, 2.0)
+    assert (s.prefix_hit_rate, s.burstiness, s.concurrency) == (0.25, 20.0, 3.0)
+
+
+def test_a_workload_s_burstiness_is_its_gaps_gamma_shape():
+    rng = random.Random(0)
+    t, offs = 0.0, []
+    for _ in range(3000):
+        t += rng.gammavariate(0.25, 4.0)  # shape 0.25: bursty
+        offs.append(t)
+    s = shape_of(workload([10] * 3000, [10] * 3000, offs))
+    assert s.burstiness == pytest.approx(0.25, rel=0.15)

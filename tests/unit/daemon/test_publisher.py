@@ -1,0 +1,49 @@
+"""daemon/publisher.py: a decision is recorded on the study; a published one is written, served at
+/recommendation with its info metric, and served again by a restarted daemon."""
+
+import io
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+
+from optimizer.config.schema import PublishSpec, build_config
+from optimizer.daemon.metrics_page import prometheus_text
+from optimizer.daemon.publisher import Publisher
+from optimizer.daemon.status_api import StatusState
+from tests.unit.driver.test_minimal import finished_study
+
+CFG = build_config({"model": {"path": "/m"}})
+
+
+def test_a_published_recommendation_is_written_served_and_restored(tmp_path):
+    state, out = StatusState(), io.StringIO()
+    path = tmp_path / "vllm.yaml"
+    study = finished_study()
+    record = Publisher(PublishSpec(path=str(path)), state, Console(file=out)).publish(study, CFG, "/m", 2)
+    assert record["published"] and record["path"] == str(path)
+    assert yaml.safe_load(path.read_text()) == record["recommendation"]["config"]
+    assert study.user_attrs["publish"]["published"] and "published generation 2's recommendation" in out.getvalue()
+    snap = state.snapshot()
+    assert snap["recommendation"]["flags"] == record["recommendation"]["flags"]
+    assert snap["publish"]["decision"]["reason"] == record["reason"]
+    info = {s.name: s for f in text_string_to_metric_families(prometheus_text(snap)) for s in f.samples}
+    assert info["vllm_optimizer_recommendation_info"].labels["flags"] == " ".join(record["recommendation"]["flags"])
+    assert info["vllm_optimizer_recommendation_info"].labels["generation"] == "2"
+    assert info["vllm_optimizer_recommendation_gain_ratio"].value == record["recommendation"]["gain"]["ratio"]
+
+    again = StatusState()
+    Publisher(PublishSpec(), again, Console(file=io.StringIO())).restore(
+        [("s", {}), ("s-g2", dict(study.user_attrs)), ("other-g9", dict(study.user_attrs))], "s")
+    assert again.snapshot()["recommendation"] == snap["recommendation"]
+
+
+def test_a_recommendation_that_misses_the_gate_is_recorded_with_why_and_not_written(tmp_path):
+    state, path = StatusState(), tmp_path / "vllm.yaml"
+    study = finished_study()
+    strict = build_config({"model": {"path": "/m"}, "daemon": {"publish": {"min_gain": 50}}})
+    record = Publisher(strict.daemon.publish.model_copy(update={"path": str(path)}), state,
+                       Console(file=io.StringIO())).publish(study, strict, "/m", 1)
+    assert not record["published"] and "below daemon.publish.min_gain" in record["reason"]
+    assert not path.exists() and "recommendation" not in state.snapshot()
+    assert study.user_attrs["publish"]["reason"] == record["reason"]

@@ -1,0 +1,94 @@
+"""traffic/window.py: the traffic of a window from successive reads (deltas, restarts, missed
+reads, several servers), its rate, prefix-cache hit rate, burstiness and production latencies."""
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from optimizer.errors import ConfigError
+from optimizer.traffic import window as window_mod
+from optimizer.traffic.exposition import Reading, parse
+from optimizer.traffic.histogram import Histogram
+from optimizer.traffic.window import Window, from_polls
+
+HERE = Path(__file__).parent
+SOURCE = {"kind": "vllm_metrics", "urls": ["http://a/metrics"]}
+BOUNDS = (10.0, 100.0, 1000.0, math.inf)
+
+
+def reading(at, requests, prompt_counts, prompt_sum, running=0.0):
+    return Reading(at, {"requests": float(requests)},
+                   {"prompt": Histogram(BOUNDS, tuple(float(c) for c in prompt_counts), float(prompt_sum))},
+                   {"running": running, "waiting": 0.0})
+
+
+def test_two_real_reads_make_a_window():
+    a = parse((HERE / "vllm_metrics_0.txt").read_text(), 100.0)
+    b = parse((HERE / "vllm_metrics_1.txt").read_text(), 160.0)
+    w = from_polls([(100.0, {"u": a}), (160.0, {"u": b})], SOURCE)
+    assert w.requests == 40 and w.rate == pytest.approx(40 / 60)
+    assert w.prefix_hit_rate == pytest.approx(49152 / 63362)
+    assert w.prompt.count == 40 and w.output.total == 3282
+    prod = w.production()
+    assert set(prod) == {f"{m}_{q}_ms" for m in ("ttft", "itl", "e2e") for q in ("p50", "p95")}
+    assert 0 < prod["ttft_p50_ms"] <= prod["ttft_p95_ms"]
+    assert w.cache_config["block_size"] == "128"
+
+
+def test_a_restarted_server_counts_from_zero_not_negative():
+    polls = [(0.0, {"a": reading(0, 100, [10, 60, 100, 100], 9000)}),
+             (10.0, {"a": reading(10, 130, [13, 80, 130, 130], 11000)}),
+             (20.0, {"a": reading(20, 5, [1, 4, 5, 5], 300)}),  # restarted in between: 5 since
+             (30.0, {"a": reading(30, 25, [3, 20, 25, 25], 1500)})]
+    w = from_polls(polls, SOURCE)
+    assert w.requests == 30 + 5 + 20 and w.counts == (30.0, 5.0, 20.0)
+    assert w.prompt.counts == (3 + 1 + 2, 20 + 4 + 16, 30 + 5 + 20, 55) and w.prompt.total == 2000 + 300 + 1200
+    assert w.sub_s == 10.0 and w.duration == 30.0
+
+
+def test_a_missed_read_loses_nothing_and_servers_add_up():
+    a = [reading(0, 0, [0, 0, 0, 0], 0), None, reading(20, 40, [0, 40, 40, 40], 2000)]
+    b = [reading(0, 10, [0, 10, 10, 10], 500), reading(10, 15, [0, 15, 15, 15], 750),
+         reading(20, 20, [0, 20, 20, 20], 1000, running=3.0)]
+    polls = [(t, {"a": ra, "b": rb}) for t, ra, rb in zip((0.0, 10.0, 20.0), a, b)]
+    w = from_polls(polls, {"kind": "vllm_metrics", "urls": ["a", "b"]})
+    assert w.requests == 40 + 10 and w.counts == (5.0, 45.0)  # a's 40 land in the poll that read them
+    assert w.concurrency == pytest.approx(1.0)  # (0 + 0 + 3) / 3 polls
+
+
+def test_too_few_reads_make_no_window():
+    assert from_polls([(0.0, {"a": reading(0, 0, [0, 0, 0, 0], 0)})], SOURCE) is None
+
+
+def _window(counts):
+    return Window(SOURCE, 0.0, 10.0 * len(counts), float(sum(counts)), Histogram.empty(BOUNDS),
+                  Histogram.empty(BOUNDS), sub_s=10.0, counts=tuple(float(c) for c in counts))
+
+
+def test_burstiness_is_one_over_the_index_of_dispersion():
+    rng = random.Random(1)
+
+    def poisson(mean):  # counts of a Poisson process: exponential gaps within each sub-window
+        n, t = 0, rng.expovariate(1.0)
+        while t < mean:
+            n, t = n + 1, t + rng.expovariate(1.0)
+        return n
+    steady = _window([poisson(20) for _ in range(400)])
+    assert steady.burstiness == pytest.approx(1.0, abs=0.2)
+    bursty = _window([0, 0, 0, 60, 0, 0, 0, 60] * 10)
+    assert bursty.burstiness < 0.1
+    assert _window([20] * 10).burstiness == 20.0  # a metronome: the top of the range
+    assert _window([20, 20, 20]).burstiness is None  # too few sub-windows to say
+
+
+def test_a_window_round_trips_through_its_file_and_a_damaged_file_is_one_line(tmp_path):
+    w = _window([3, 4, 5, 6])
+    path = window_mod.write(w, tmp_path / "w.json")
+    assert window_mod.read(path) == w
+    path.write_text("{")
+    with pytest.raises(ConfigError, match=r"traffic window .*w\.json: cannot read it"):
+        window_mod.read(path)
+    with pytest.raises(ConfigError, match="no such file"):
+        window_mod.read(tmp_path / "gone.json")
