@@ -152,10 +152,11 @@ class LiveWatch(_Strict):
     selector: str = Field("", description="prometheus: the label selector of the vLLM series, "
                           "e.g. '{job=\"vllm\", model_name=\"llama\"}'")
     window_s: float = Field(600, ge=10, description="the traffic is the last this many seconds")
-    sub_windows: int = Field(10, ge=4, le=200, description="prometheus: the window is cut in this many "
+    sub_windows: int = Field(20, ge=4, le=200, description="prometheus: the window is cut in this many "
                              "steps for burstiness (vllm_metrics: one step per poll)")
-    min_requests: int = Field(50, ge=1, description="a window with fewer finished requests is too little "
-                              "traffic to tune on: reported and skipped")
+    min_requests: int = Field(300, ge=1, description="a window with fewer finished requests is too little "
+                              "traffic to tune on or compare: reported and skipped (the rate of n requests "
+                              "varies by about 1/sqrt(n): 300 keeps two windows' rates within 25% at 3 sigma)")
     requests: int = Field(200, ge=1, description="requests in the synthesized workload (at the observed rate)")
 
     @model_validator(mode="after")

@@ -301,10 +301,14 @@ class Daemon:
             self.state.set(watch=watch)
 
     def _watch_live(self, shape: drift.Shape, started: float, source: Path | None) -> tuple[str, Path | None]:
+        """Compare each complete window with the generation's; a change is tuned on only once a
+        whole window of the new traffic has been read (the window that shows a change first is
+        mostly the old traffic), and only if that window still differs."""
         obs = self.observer
         self.state.set(state="watching", running=None, watch=obs.watch)
         self.console.print(f"watching {obs.source.describe()} every {self.d.poll_s:g}s; traffic now: {shape.describe()}")
         obs.restart()  # the window compared is the traffic from now on
+        seen, said = None, False
         while True:
             shutdown.sleep(self.d.poll_s)
             scheduled = self.d.retune_every_h and time.time() - started >= self.d.retune_every_h * 3600
@@ -312,13 +316,25 @@ class Daemon:
             if scheduled:
                 return f"scheduled re-tune (every {self.d.retune_every_h:g} h)", obs.save(w) if w else source
             if w is None:
+                said = False
                 continue
             moved = drift.changes(shape, drift.shape_of_window(w), self.d.threshold)
-            if moved:
-                obs.watch["last_change"] = time.time()
+            if moved and seen is None:  # first sight: read a whole window of the new traffic
+                seen = time.time()
+                obs.watch["last_change"] = seen
+                self.console.print(f"  traffic changed ({'; '.join(moved)}); reading a whole window of it "
+                                   f"({self.live.window_s:g} s) before tuning")
+                obs.restart(wait_s=self.live.window_s)
+                continue
+            if moved and w.start >= seen - self.d.poll_s:
                 return f"traffic changed on {obs.source.describe()}: {'; '.join(moved)}", obs.save(w)
+            if not moved and seen is not None:
+                self.console.print("  the change did not last: same traffic over the whole window")
+                seen = None
+            if not said:
+                self.console.print(f"  same traffic (within {self.d.threshold:.0%}): {w.describe()}")
+                said = True
             obs.watch["last_change"] = None
-            self.console.print(f"  same traffic (within {self.d.threshold:.0%}): {w.describe()}")
 
     def _newest(self) -> Path | None:
         if not self.d.watch:

@@ -33,16 +33,21 @@ class Observer:
         self.state, self.console = state, console
         self.source = make_source(live)
         self.watch: dict = {"source": self.source.describe(), "last_check": None, "last_change": None}
+        self.not_before = 0.0  # Prometheus: no window ending before this is used
+        self._kind: str | None = None
 
     def check(self) -> None:
         """At start: every watched URL answers with vLLM series (ConfigError, exit 2, otherwise)."""
         self.source.check()
 
-    def restart(self) -> None:
-        """Forget the reads so far: the next window is the traffic from now on."""
+    def restart(self, wait_s: float = 0.0) -> None:
+        """Forget the reads so far: the next window is the traffic from now on. With Prometheus,
+        which always has a full window, `wait_s` holds the next window back that long."""
         if isinstance(self.source, MetricsSource):
             self.source.polls = []
             self.source.poll()
+        else:
+            self.not_before = time.time() + wait_s
 
     def current(self) -> Window | None:
         """Read the source once; the complete window with enough traffic, else None (and why, in /status)."""
@@ -52,23 +57,28 @@ class Observer:
             self.console.print(f"[red]traffic source[/]: {line}")
         self.state.set(last_error="; ".join(errors) if errors else None)
         w = self.source.window()
+        if w is not None and w.end < self.not_before:
+            self._note("waiting", f"reading a whole window of the new traffic: {self.not_before - w.end:.0f} s to go")
+            return None
         if w is None or self.source.spanned() < self.live.window_s - self.poll_s / 2:
-            self._note(f"collecting a window: {self.source.spanned():.0f} of {self.live.window_s:.0f} s read")
+            self._note("collecting", f"collecting a window: {self.source.spanned():.0f} of {self.live.window_s:.0f} s read")
             return None
         self.watch["window"] = {"start": w.start, "end": w.end, "requests": round(w.requests, 1),
                                 "rate": round(w.rate, 3), "prefix_hit_rate": w.prefix_hit_rate,
                                 "burstiness": w.burstiness, "concurrency": w.concurrency,
                                 "production": w.production()}
         if w.requests < self.live.min_requests:
-            self._note(f"too little traffic: {w.requests:.0f} requests in the last {w.duration:.0f} s "
+            self._note("too little", f"too little traffic: {w.requests:.0f} requests in the last {w.duration:.0f} s "
                        f"(daemon.watch.min_requests {self.live.min_requests}); skipped, not tuned on")
             return None
-        self._note(None)
+        self._note(None, None)
         return w
 
-    def _note(self, text: str | None) -> None:
-        if text and text != self.watch.get("note"):
+    def _note(self, kind: str | None, text: str | None) -> None:
+        """`watch.note` in /status always; the console only when the kind of note changes."""
+        if text and kind != self._kind:
             self.console.print(f"  {text}")
+        self._kind = kind
         self.watch["note"] = text
         self.state.set(watch=self.watch)
 

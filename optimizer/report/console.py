@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.report.production import CAVEAT, production_table
 from optimizer.report.recommendation import attribution, gain_text
 from optimizer.report.summary import (
     COMPLETE,
@@ -42,8 +43,23 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
     else:
         _print_best(s, objective, console)
         _print_gain(s, objective, console)
+        _print_production(study, console)
         _print_deploy(s, model, console)
     return s
+
+
+def _print_production(study: optuna.Study, console: Console) -> None:
+    found = production_table(study)
+    if found is None:
+        return
+    title, rows, flags = found
+    table = Table(title=title)
+    for col in ("", "production", "baseline trial"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(CAVEAT + (f" {flags}" if flags else ""))
 
 
 def _trials_table(study: optuna.Study, objective) -> Table:

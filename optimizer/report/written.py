@@ -29,6 +29,7 @@ from optimizer.config.flags import from_cli_args
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
+from optimizer.report.production import CAVEAT, production_table
 from optimizer.report.recommendation import attribution, gain_text
 from optimizer.report.summary import fmt_params
 
@@ -59,6 +60,7 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
     doc.heading(f"vLLM tuning report: study {study.study_name}", 1)
     _headline(doc, study, s, model, objective)
     _mattered(doc, s)
+    _production(doc, study)
     _deploy(doc, s, model)
     _top(doc, study, s, objective)
     pictures = _pictures(doc, study, s, Path(artifacts), out_dir)
@@ -151,6 +153,16 @@ def _mattered(doc: _Doc, s: rep.Summary) -> None:
              "value in the recommendation; kept ones carried the gain.")
     doc.table(["knob", "baseline", "winner", "put back: x the winner (95% CI)", "verdict"],
               [list(row) for row in attribution(rec)])
+
+
+def _production(doc: _Doc, study: optuna.Study) -> None:
+    found = production_table(study)
+    if found is None:
+        return
+    title, rows, flags = found
+    doc.heading("Production beside the baseline")
+    doc.para(f"{title}. {CAVEAT}" + (f" {flags}" if flags else ""))
+    doc.table(["", "production", "baseline trial"], rows)
 
 
 def _deploy(doc: _Doc, s: rep.Summary, model: str) -> None:

@@ -71,7 +71,7 @@ def parse(text: str, at: float) -> Reading:
     try:
         families = {f.name: f for f in text_string_to_metric_families(text)}
     except Exception as exc:  # noqa: BLE001 - the parser raises bare ValueError/KeyError/IndexError
-        raise NotVllmMetrics(f"not Prometheus text ({type(exc).__name__}: {str(exc)[:80]})") from exc
+        raise NotVllmMetrics("the page is not Prometheus text") from exc
     counters = {key: sum(s.value for s in families[name].samples if s.name.endswith("_total"))
                 for key, name in COUNTERS.items() if name in families}
     histograms = {}

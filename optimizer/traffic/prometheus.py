@@ -59,7 +59,7 @@ class PrometheusSource:
 
     def _api(self, path: str, **params) -> list:
         query = urllib.parse.urlencode(params)
-        body = http_get(f"{self.url}{path}?{query}", self.timeout_s, "a Prometheus server")
+        body = http_get(f"{self.url}{path}?{query}", self.timeout_s, "a Prometheus server", named=self.url)
         try:
             answer = json.loads(body)
         except ValueError as exc:

@@ -25,17 +25,18 @@ class SourceError(Exception):
     """A watched URL that did not answer, or answered with something else; one line, naming it."""
 
 
-def http_get(url: str, timeout: float, what: str) -> bytes:
-    """The body of a GET; SourceError naming the URL and what to check."""
+def http_get(url: str, timeout: float, what: str, named: str | None = None) -> bytes:
+    """The body of a GET; SourceError naming the URL (or `named`) and what to check."""
+    shown = named or url
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": "text/plain"}),
                                     timeout=timeout) as resp:
             return resp.read(MAX_BYTES)
     except urllib.error.HTTPError as exc:
-        raise SourceError(f"{url} answered HTTP {exc.code}; check that it is {what}") from exc
+        raise SourceError(f"{shown} answered HTTP {exc.code}; check that it is {what}") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         why = getattr(exc, "reason", None) or exc
-        raise SourceError(f"{url} is unreachable ({why}); check the address and that {what} is up") from exc
+        raise SourceError(f"{shown} is unreachable ({why}); check the address and that {what} is up") from exc
 
 
 def read(url: str, timeout: float = TIMEOUT_S) -> Reading:

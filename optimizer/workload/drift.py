@@ -9,14 +9,16 @@ the prefix-cache hit rate and the requests in flight), whether two shapes differ
 
 Quantiles of a workload interpolate linearly between closest ranks (`statistics.quantiles` with
 method="inclusive", numpy's default); those of an observed window interpolate inside histogram
-buckets as PromQL's histogram_quantile does. A length quantile, the rate or the concurrency
-changed when its symmetric relative change, max(new/old, old/new) - 1, exceeds the threshold
-(a concurrency below 1 counts as 1: an idle server's fraction is noise). The prefix-cache hit
-rate changed when it moved by more than half the threshold in absolute terms (0.25: 12.5
-points). Burstiness is estimated from few sub-windows and is noisy: it changed when its relative
-change exceeds four times the threshold (0.25: it doubled or halved). A quantity one side does
-not know (None) is not compared. The request count alone is never a change (a longer trace of
-the same traffic is the same traffic).
+buckets as PromQL's histogram_quantile does. A length quantile or the rate changed when its
+symmetric relative change, max(new/old, old/new) - 1, exceeds the threshold. The prefix-cache
+hit rate changed when it moved by more than half the threshold in absolute terms (0.25: 12.5
+points). The others are noisier, and the daemon compares every poll, so they get wider bands:
+the mean requests in flight changed beyond twice the threshold, a mean below 4 counting as 4
+(a mean of a few gauge reads of a small count wanders); burstiness changed when it grew or
+shrank more than 4x, and only between estimates that rest on 20 sub-windows or more (on steady
+Poisson traffic, two 20-sub-window estimates differ by 4x in 0.3% of comparisons, by 2x in
+12%). A quantity one side does not know (None) is not compared. The request count alone is
+never a change (a longer trace of the same traffic is the same traffic).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from optimizer.errors import ConfigError, first_line
-from optimizer.traffic.window import BURSTINESS_RANGE, MIN_SUB_WINDOWS, Window
+from optimizer.traffic.window import BURSTINESS_RANGE, Window
 from optimizer.workload.base import Workload
 from optimizer.workload.stats import mean_rate
 
 TRACE_SUFFIXES = (".jsonl", ".json", ".csv")
-BURSTINESS_SLACK = 4.0  # burstiness from few sub-windows: a change of 4x the threshold
+BURSTINESS_FACTOR = 4.0  # burstiness moved when it changed more than 4x...
+BURSTINESS_MIN_SUB_WINDOWS = 20  # ...between estimates resting on at least this many sub-windows
+CONCURRENCY_FLOOR = 4.0
 _EPS = 1e-9  # a ratio computed from offsets is not exact: "at the threshold" must stay at it
 
 
@@ -118,9 +122,9 @@ def shape_of(workload: Workload) -> Shape:
 
 def _gap_shape(offsets: list[float]) -> float | None:
     """1 / CV^2 of the gaps between arrivals (a gamma shape; clamped to BURSTINESS_RANGE); None
-    with fewer than MIN_SUB_WINDOWS gaps or all at once."""
+    with fewer than BURSTINESS_MIN_SUB_WINDOWS gaps or all at once."""
     gaps = [b - a for a, b in zip(offsets, offsets[1:])]
-    if len(gaps) < MIN_SUB_WINDOWS or statistics.fmean(gaps) <= 0:
+    if len(gaps) < BURSTINESS_MIN_SUB_WINDOWS or statistics.fmean(gaps) <= 0:
         return None
     cv2 = statistics.variance(gaps) / statistics.fmean(gaps) ** 2
     low, high = BURSTINESS_RANGE
@@ -129,13 +133,15 @@ def _gap_shape(offsets: list[float]) -> float | None:
 
 def shape_of_window(window: Window) -> Shape:
     """The shape of traffic observed on live servers: length quantiles from the histograms,
-    the rate, burstiness and prefix-cache hit rate of the window, the mean requests in flight."""
+    the rate and prefix-cache hit rate of the window, the mean requests in flight, and its
+    burstiness when it rests on BURSTINESS_MIN_SUB_WINDOWS sub-windows or more."""
     def q(h, p):
         value = h.quantile(p)
         return 0.0 if value is None else value
     return Shape(round(window.requests), q(window.prompt, 0.1), q(window.prompt, 0.5), q(window.prompt, 0.9),
                  q(window.output, 0.1), q(window.output, 0.5), q(window.output, 0.9), window.rate,
-                 burstiness=window.burstiness, prefix_hit_rate=window.prefix_hit_rate,
+                 burstiness=window.burstiness if len(window.counts) >= BURSTINESS_MIN_SUB_WINDOWS else None,
+                 prefix_hit_rate=window.prefix_hit_rate,
                  concurrency=window.concurrency)
 
 
@@ -174,14 +180,15 @@ def changes(old: Shape, new: Shape, threshold: float = 0.25) -> list[str]:
 def _live_changes(old: Shape, new: Shape, threshold: float) -> list[str]:
     out = []
     a, b = old.burstiness, new.burstiness
-    if a is not None and b is not None and _moved(a, b, BURSTINESS_SLACK * threshold):
+    if a is not None and b is not None and _moved(a, b, BURSTINESS_FACTOR - 1):
         out.append(f"burstiness {a:.2f} -> {b:.2f}{_factor(a, b)}")
     a, b = old.prefix_hit_rate, new.prefix_hit_rate
     if a is not None and b is not None and abs(a - b) > threshold / 2 + _EPS:
         out.append(f"prefix-cache hit rate {a:.0%} -> {b:.0%}")
     a, b = old.concurrency, new.concurrency
-    if a is not None and b is not None and _moved(max(a, 1.0), max(b, 1.0), threshold):
-        out.append(f"in flight {a:.1f} -> {b:.1f}{_factor(max(a, 1.0), max(b, 1.0))}")
+    floor = CONCURRENCY_FLOOR
+    if a is not None and b is not None and _moved(max(a, floor), max(b, floor), 2 * threshold):
+        out.append(f"in flight {a:.1f} -> {b:.1f}{_factor(max(a, floor), max(b, floor))}")
     return out
 
 

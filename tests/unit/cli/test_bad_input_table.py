@@ -8,9 +8,11 @@ keeps the table in step with these cases.
 
 from __future__ import annotations
 
+import http.server
 import os
 import socket
 import sqlite3
+import threading
 from pathlib import Path
 
 import optuna
@@ -118,6 +120,18 @@ CASES = [
      lambda d: (d / "traces").mkdir(),
      "daemon.watch: watching 'traces' needs workload scenario 'trace' (this workload is 'chat'); set "
      "workload.scenario: trace"),
+    ("metrics-unreachable", "a watched /metrics URL that does not answer",
+     SPACE + "daemon: {watch: {vllm_metrics: ['http://127.0.0.1:<port>/metrics']}}\n", ["daemon"], "closed",
+     "daemon.watch: http://127.0.0.1:<port>/metrics is unreachable ([Errno 111] Connection refused); check the "
+     "address and that a vLLM server's /metrics is up"),
+    ("metrics-not-vllm", "a watched URL that answers but is not vLLM's metrics",
+     SPACE + "daemon: {watch: {vllm_metrics: ['http://127.0.0.1:<port>/metrics']}}\n", ["daemon"], "http",
+     "daemon.watch: http://127.0.0.1:<port>/metrics answers but is not a vLLM server's metrics (the page is not "
+     "Prometheus text); point daemon.watch.vllm_metrics at http://<vllm host>:<port>/metrics"),
+    ("prometheus-unreachable", "an unreachable Prometheus",
+     SPACE + "daemon: {watch: {prometheus: 'http://127.0.0.1:<port>', selector: '{job=\"vllm\"}'}}\n", ["daemon"],
+     "closed", "daemon.watch: http://127.0.0.1:<port> is unreachable ([Errno 111] Connection refused); check the "
+     "address and that a Prometheus server is up"),
     ("report-without-a-study", "a report before any run", SPACE, ["report"], None,
      "no study database at <dir>/trials.db: run `python -m optimizer run` first, or pass --storage"),
     ("report-of-another-study", "a report of a study the storage does not hold", SPACE, ["report"],
@@ -146,6 +160,18 @@ CASES = [
 COMMANDS = ("daemon", "report", "plan", "regress")
 
 
+class _NotMetrics(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"<html><body>a dashboard</body></html>\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
 def _files(root: Path) -> dict[str, bytes]:
     """Every file under `root` and its bytes, leaving out what holds no data: the storage's lock
     file and SQLite's WAL index (`-shm`)."""
@@ -166,20 +192,25 @@ def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OPTIMIZER_STATUS_TOKEN", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    (tmp_path / "study.yaml").write_text(config)
-    holder, port = None, None
+    holder, port, held, page = None, None, None, None
     if setup == "lock":
         holder = RunState(f"sqlite:///{tmp_path / 'trials.db'}", tmp_path / "artifacts")
         holder.acquire()
     elif setup == "job":  # what `ray job submit --working-dir .` puts in the entrypoint's environment
         monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", '{"runtime_env": {"working_dir": "gcs://_ray_pkg_0123"}}')
-    elif setup == "port":
+    elif setup in ("port", "closed"):  # a port held: listening (in use), or bound only (refuses connections)
         held = socket.socket()
         held.bind(("127.0.0.1", 0))
-        held.listen()
+        if setup == "port":
+            held.listen()
         port = held.getsockname()[1]
+    elif setup == "http":  # a web server that is not vLLM
+        page = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotMetrics)
+        threading.Thread(target=page.serve_forever, daemon=True).start()
+        port = page.server_address[1]
     elif setup is not None:
         setup(tmp_path)
+    (tmp_path / "study.yaml").write_text(config.replace("<port>", str(port)))
     command = argv[0] if argv and argv[0] in COMMANDS else "run"
     flags = [a.replace("<dir>", str(tmp_path)).replace("<port>", str(port)) for a in argv if a not in COMMANDS]
     if "--model" not in flags and "path: /m" not in config:
@@ -190,8 +221,10 @@ def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch
     finally:
         if holder is not None:
             holder.release()
-        if port:
+        if held is not None:
             held.close()
+        if page is not None:
+            page.shutdown()
     err = capsys.readouterr().err.splitlines()
     assert code == 2, err
     assert len(err) == 1, err

@@ -35,5 +35,5 @@ def test_a_page_that_is_not_vllm_is_refused_by_name():
     other = "\n".join(line for line in page(1).splitlines() if "vllm:" not in line) + "\n"
     with pytest.raises(NotVllmMetrics, match="vllm:request_success"):
         parse(other, 0.0)
-    with pytest.raises(NotVllmMetrics, match="not Prometheus text"):
+    with pytest.raises(NotVllmMetrics, match="the page is not Prometheus text"):
         parse("<html>hello</html>\n{", 0.0)

