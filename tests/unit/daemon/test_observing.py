@@ -1,0 +1,103 @@
+"""The daemon's watch over live traffic (daemon/observing.py, Daemon._watch_live): what it tunes on
+and when. The source is a scripted stand-in that hands out windows (the HTTP sources themselves
+are tested in tests/unit/traffic and, against real servers, in tests/integration)."""
+
+import io
+import math
+import time
+
+from rich.console import Console
+
+from optimizer.config.schema import build_config
+from optimizer.daemon.loop import Daemon, with_source
+from optimizer.traffic import window as window_mod
+from optimizer.traffic.histogram import Histogram
+from optimizer.traffic.window import Window
+from optimizer.workload import drift
+
+BOUNDS = (100.0, 200.0, 500.0, 1000.0, 2000.0, math.inf)
+
+
+def window(prompt_bucket: int, requests: float = 40.0, span: float = 1.0) -> Window:
+    counts = [0.0] * len(BOUNDS)
+    for i in range(prompt_bucket, len(BOUNDS)):
+        counts[i] = requests
+    now = time.time()
+    h = Histogram(BOUNDS, tuple(counts), requests * BOUNDS[prompt_bucket] * 0.8)
+    return Window({"kind": "prometheus", "url": "http://p", "selector": ""}, now - span, now, requests, h,
+                  Histogram(BOUNDS, (requests,) * len(BOUNDS), requests * 50))
+
+
+class Scripted:
+    """A source handing out `script`'s windows in turn (a function of the poll), always complete."""
+
+    kind = "prometheus"
+
+    def __init__(self, script):
+        self.script, self.polls = script, 0
+        self.current = None
+
+    def describe(self):
+        return "Prometheus http://p (all series)"
+
+    def poll(self):
+        self.current = self.script(self.polls)
+        self.polls += 1
+        return []
+
+    def spanned(self):
+        return 1e9
+
+    def window(self):
+        return self.current
+
+
+def daemon(tmp_path, script, min_requests=25):
+    cfg = build_config({"model": {"path": "/m"}, "artifacts_dir": str(tmp_path), "daemon": {
+        "watch": {"prometheus": "http://p", "window_s": 10, "min_requests": min_requests}, "poll_s": 0.01,
+        "threshold": 0.25}})
+    out = io.StringIO()
+    d = Daemon(cfg, Console(file=out, width=300), "127.0.0.1", 0, None)
+    d.observer.source = Scripted(script)
+    short = d.live.model_copy(update={"window_s": 1.0})  # the schema asks for 10 s or more; a test has less time
+    d.live = d.observer.live = short
+    return d, out
+
+
+def test_a_change_is_tuned_on_once_a_whole_window_of_it_was_read(tmp_path):
+    d, out = daemon(tmp_path, lambda n: window(1) if n < 3 else window(4))
+    t = time.time()
+    trigger, path = d._watch_live(drift.shape_of_window(window(1)), time.time(), None)
+    assert time.time() - t >= 1  # the window (1 s) of the new traffic was read before tuning
+    assert trigger.startswith("traffic changed on Prometheus http://p (all series): input p10")
+    saved = window_mod.read(path)
+    assert saved.prompt.quantile(0.5) > 1000 and saved.start >= t
+    text = out.getvalue()
+    assert "reading a whole window of it (1 s) before tuning" in text
+    assert text.count("reading a whole window of the new traffic") == 1  # said once, not every poll
+
+
+def test_a_change_that_does_not_last_is_not_tuned_on(tmp_path):
+    d, out = daemon(tmp_path, lambda n: window(4) if n == 2 else window(1))
+    d.d = d.d.model_copy(update={"retune_every_h": 2 / 3600})  # give up after 2 s: no re-tune came first
+    trigger, _ = d._watch_live(drift.shape_of_window(window(1)), time.time(), None)
+    assert trigger.startswith("scheduled re-tune")
+    assert "the change did not last" in out.getvalue()
+
+
+def test_too_little_traffic_is_reported_and_never_compared(tmp_path):
+    d, out = daemon(tmp_path, lambda n: window(4, requests=10) if n < 5 else window(1))
+    d.d = d.d.model_copy(update={"retune_every_h": 0.5 / 3600})
+    trigger, _ = d._watch_live(drift.shape_of_window(window(1)), time.time(), None)
+    assert trigger.startswith("scheduled re-tune")  # the thin, different window started nothing
+    text = out.getvalue()
+    assert text.count("too little traffic: 10 requests in the last 1 s (daemon.watch.min_requests 25)") == 1
+    assert d.state.snapshot()["watch"]["window"]["requests"] == 40.0
+
+
+def test_a_live_watch_replays_the_window_as_the_observed_scenario(tmp_path):
+    cfg = build_config({"model": {"path": "/m"}, "workload": {"seed": 3, "warmup_requests": 1},
+                        "daemon": {"watch": {"vllm_metrics": ["http://a:8000/metrics"], "requests": 50}}})
+    spec = with_source(cfg, tmp_path / "window-1.json").workload
+    assert (spec.scenario, spec.path, spec.requests, spec.seed, spec.warmup_requests) == (
+        "observed", str(tmp_path / "window-1.json"), 50, 3, 1)
