@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -96,6 +97,13 @@ def ray_runtime(address: str | None, on_start=None):
         else:
             ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
                      log_to_driver=False, object_store_memory=256 * 1024**2)
+    except SystemExit as exc:  # a stop signal inside ray.init met Ray's own handler (sys.exit(signum))
+        if exc.code not in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            raise
+        shutdown.install(clear=False)
+        shutdown.requested.set()
+        ray.shutdown()
+        raise KeyboardInterrupt from exc  # stopped like any other stop: `run` 130, the daemon 0
     except (ConnectionError, ValueError, RuntimeError) as exc:
         if address:
             raise RayUnavailable(f"ray: cannot reach cluster at '{address}' ({first_line(exc)}); "
