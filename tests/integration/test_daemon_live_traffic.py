@@ -128,10 +128,10 @@ def _study_cfg(root: Path, name: str, model: str, watch: dict, **daemon) -> dict
             "space": {"max-num-seqs": {"low": 1, "high": 16}},
             "engine": {"extra_args": ["--gpu-memory-utilization", str(memory_fraction(0.5)), "--max-model-len", "4096",
                                       *EAGER]},
-            "objective": {"name": "latency", "metric": "ttft_p95"},
+            "objective": {"name": "latency", "metric": "ttft_p50"},  # a median of 40: steadier than a p95 of 24
             "early_stop": {"enabled": False}, "confirm": {"top": 1, "repeats": 1, "minimal": False},
             "replay": {"max_lag_p50_ms": 1000, "min_rate_ratio": 0.5},
-            "daemon": {"watch": {"window_s": WINDOW_S, "min_requests": 25, "requests": 24, **watch},
+            "daemon": {"watch": {"window_s": WINDOW_S, "min_requests": 25, "requests": 40, **watch},
                        "poll_s": 2, "threshold": 0.5, **daemon}}
 
 
