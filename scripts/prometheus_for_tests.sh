@@ -24,7 +24,8 @@ if ! command -v prometheus >/dev/null; then
         "${AS_ROOT[@]}" apt-get update -q >&2
         "${install[@]}" >&2
     fi
-    # The package's own service is not ours to run (a container has no init to start it anyway).
-    pkill -x prometheus >/dev/null 2>&1 || true
+    # The package's own service is not ours to run (a container has no init to start it anyway);
+    # where an init did start it, stop that one only (it runs as the package's user).
+    "${AS_ROOT[@]}" pkill -u prometheus -x prometheus >/dev/null 2>&1 || true
 fi
 command -v prometheus

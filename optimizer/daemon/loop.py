@@ -314,7 +314,7 @@ class Daemon:
             scheduled = self.d.retune_every_h and time.time() - started >= self.d.retune_every_h * 3600
             w = obs.current()
             if scheduled:
-                return f"scheduled re-tune (every {self.d.retune_every_h:g} h)", obs.save(w) if w else source
+                return f"scheduled re-tune (every {self.d.retune_every_h:g} h)", (obs.save(w) if w else None) or source
             if w is None:
                 said = False
                 continue
@@ -326,9 +326,11 @@ class Daemon:
                                    f"({self.live.window_s:g} s) before tuning")
                 obs.restart(wait_s=self.live.window_s)
                 continue
-            if moved and w.start >= seen - self.d.poll_s:
-                return f"traffic changed on {obs.source.describe()}: {'; '.join(moved)}", obs.save(w)
-            if not moved and seen is not None:
+            if moved:  # a whole window of the new traffic (a file that cannot be written: next poll)
+                if w.start >= seen - self.d.poll_s and (path := obs.save(w)) is not None:
+                    return f"traffic changed on {obs.source.describe()}: {'; '.join(moved)}", path
+                continue
+            if seen is not None:
                 self.console.print("  the change did not last: same traffic over the whole window")
                 seen = None
             if not said:

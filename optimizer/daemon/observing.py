@@ -35,6 +35,7 @@ class Observer:
         self.watch: dict = {"source": self.source.describe(), "last_check": None, "last_change": None}
         self.not_before = 0.0  # Prometheus: no window ending before this is used
         self._kind: str | None = None
+        self._erred = False
 
     def check(self) -> None:
         """At start: every watched URL answers with vLLM series (ConfigError, exit 2, otherwise)."""
@@ -55,10 +56,13 @@ class Observer:
         self.watch["last_check"] = time.time()
         for line in errors:
             self.console.print(f"[red]traffic source[/]: {line}")
-        self.state.set(last_error="; ".join(errors) if errors else None)
+        self._error("; ".join(errors) if errors else None)
         w = self.source.window()
         if w is not None and w.end < self.not_before:
             self._note("waiting", f"reading a whole window of the new traffic: {self.not_before - w.end:.0f} s to go")
+            return None
+        if w is None and isinstance(self.source, PrometheusSource):
+            self._note("none", "no traffic in the window yet (no vllm:request_prompt_tokens series moved)")
             return None
         if w is None or self.source.spanned() < self.live.window_s - self.poll_s / 2:
             self._note("collecting", f"collecting a window: {self.source.spanned():.0f} of {self.live.window_s:.0f} s read")
@@ -82,14 +86,28 @@ class Observer:
         self.watch["note"] = text
         self.state.set(watch=self.watch)
 
+    def _error(self, text: str | None) -> None:
+        """`last_error` for the source's own failures; clears only what it set itself."""
+        if text or self._erred:
+            self.state.set(last_error=text)
+        self._erred = bool(text)
+
     def first(self) -> Path:
-        """Read until a complete window holds enough traffic; its file."""
+        """Read until a complete window holds enough traffic and its file is written; that file."""
         self.state.set(state="observing", running=None, watch=self.watch)
         self.console.print(f"observing {self.source.describe()} every {self.poll_s:g}s "
                            f"for a {self.live.window_s:g} s window")
-        while (w := self.current()) is None:
+        while (w := self.current()) is None or (path := self.save(w)) is None:
             shutdown.sleep(self.poll_s)
-        return self.save(w)
+        return path
 
-    def save(self, window: Window) -> Path:
-        return window_mod.write(window, self.directory / f"window-{int(window.end)}.json")
+    def save(self, window: Window) -> Path | None:
+        """The window's file; None (reported, tried again at the next poll) when it cannot be written."""
+        path = self.directory / f"window-{int(window.end)}.json"
+        try:
+            return window_mod.write(window, path)
+        except OSError as exc:
+            why = f"{path}: cannot write the traffic window ({exc.strerror or exc}); free space in artifacts_dir"
+            self.console.print(f"[red]not tuned on yet[/]: {why}")
+            self._error(why)
+            return None

@@ -18,6 +18,7 @@ in `/status` under `publish.webhook`).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
@@ -102,45 +103,70 @@ def write_config(path: str | Path, config: dict) -> Path:
 
 class Webhook:
     """POSTs JSON to a URL from a background thread, `attempts` times at most (1 s, 2 s, 4 s ...
-    apart); `status` is what /status shows, updated through `report(status)`."""
+    apart). Each send reports copies of its own status through `report(status)`; a newer send
+    supersedes an older one still retrying (the older stops, its body is stale)."""
 
     def __init__(self, url: str, attempts: int, report):
         self.url, self.attempts, self.report = url, attempts, report
-        self.status: dict = {"url": url, "state": "idle", "attempts": 0, "last_error": None}
+        self._lock = threading.Lock()
+        self._status: dict = {"url": url, "state": "idle", "attempts": 0, "last_error": None}
+        self._current = 0
         self._thread: threading.Thread | None = None
 
+    @property
+    def status(self) -> dict:
+        with self._lock:
+            return dict(self._status)
+
     def send(self, body: dict) -> None:
-        self.status = {"url": self.url, "state": "sending", "attempts": 0, "last_error": None,
-                       "generation": body.get("generation")}
-        self.report(dict(self.status))
-        self._thread = threading.Thread(target=self._run, args=(json.dumps(body, default=str).encode(),),
+        with self._lock:
+            self._current += 1
+            me = self._current
+            self._status = {"url": self.url, "state": "sending", "attempts": 0, "last_error": None,
+                            "generation": body.get("generation")}
+        self._report(me)
+        self._thread = threading.Thread(target=self._run, args=(me, json.dumps(body, default=str).encode()),
                                         name="optimizer-webhook", daemon=True)
         self._thread.start()
 
-    def _run(self, data: bytes) -> None:
+    def _update(self, me: int, **fields) -> bool:
+        with self._lock:
+            if me != self._current:
+                return False  # superseded
+            self._status.update(fields)
+            return True
+
+    def _report(self, me: int) -> None:
+        with self._lock:
+            snapshot = dict(self._status) if me == self._current else None
+        if snapshot is not None:
+            self.report(snapshot)
+
+    def _run(self, me: int, data: bytes) -> None:
         delay = 1.0
         for attempt in range(1, self.attempts + 1):
-            self.status["attempts"] = attempt
+            if not self._update(me, attempts=attempt):
+                return
             try:
                 req = urllib.request.Request(self.url, data=data, method="POST",
                                              headers={"Content-Type": "application/json"})
                 with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT_S) as resp:
                     code = resp.status
-                self.status.update(state="sent", last_error=None, code=code, sent_at=time.time())
-                self.report(dict(self.status))
+                if self._update(me, state="sent", last_error=None, code=code, sent_at=time.time()):
+                    self._report(me)
                 return
             except urllib.error.HTTPError as exc:
                 why = f"HTTP {exc.code}"
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                why = str(getattr(exc, "reason", None) or exc)
-            self.status.update(last_error=f"{self.url} refused the recommendation ({why}); check the URL and "
-                                          "that the receiver accepts a JSON POST")
+            except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+                why = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+            self._update(me, last_error=f"{self.url} refused the recommendation ({why}); check the URL and "
+                                        "that the receiver accepts a JSON POST")
             if attempt < self.attempts:
-                self.report(dict(self.status))
+                self._report(me)
                 time.sleep(delay)
                 delay *= 2
-        self.status["state"] = "failed"
-        self.report(dict(self.status))
+        if self._update(me, state="failed"):
+            self._report(me)
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:

@@ -6,6 +6,8 @@ latest published one again.
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 
 from optimizer.config.schema import PublishSpec, StudyConfig
@@ -17,23 +19,36 @@ class Publisher:
         self.spec, self.state, self.console = spec, state, console
         self.webhook = publish.Webhook(spec.webhook, spec.webhook_attempts, self._webhook_status) if spec.webhook else None
         self._shown: dict = {}
+        self._lock = threading.Lock()  # the webhook's thread reports into `_shown` too
 
     def restore(self, studies: list[tuple[str, dict]], base: str) -> None:
         """`studies`: (name, user attributes) of the storage; the latest published generation of `base`."""
+        ours = re.compile(rf"^{re.escape(base)}(-g\d+)?$")
         found = [a[publish.ATTR] for name, a in studies
-                 if isinstance(a.get(publish.ATTR), dict) and a[publish.ATTR].get("published")
-                 and (name == base or name.startswith(base + "-g"))]
+                 if isinstance(a.get(publish.ATTR), dict) and a[publish.ATTR].get("published") and ours.match(name)]
         if found:
             latest = max(found, key=lambda r: r.get("generation") or 0)
-            self._shown = {"decision": {k: v for k, v in latest.items() if k != "recommendation"}}
-            self.state.set(recommendation=latest.get("recommendation"), publish=self._shown)
+            self._show({"decision": _decision(latest)})
+            self.state.set(recommendation=latest.get("recommendation"))
+
+    def _show(self, shown: dict) -> None:
+        with self._lock:
+            self._shown = shown
+            self.state.set(publish=shown)
 
     def _webhook_status(self, status: dict) -> None:
-        self._shown["webhook"] = status
-        self.state.set(publish=self._shown)
+        with self._lock:
+            self._shown = {**self._shown, "webhook": status}
+            self.state.set(publish=self._shown)
 
     def publish(self, study, cfg: StudyConfig, model: str, generation: int) -> dict:
-        """Decide, publish when the gate says so, record; returns the record."""
+        """Decide, publish when the gate says so, record; returns the record. A generation already
+        decided (a restarted daemon resuming a finished study) is not published again: a webhook
+        may restart a fleet."""
+        done = study.user_attrs.get(publish.ATTR)
+        if isinstance(done, dict) and done.get("generation") == generation:
+            self._show({"decision": _decision(done)})
+            return done
         ok, why = publish.decide(study, cfg)
         record = {"published": ok, "reason": why, "decided_at": time.time(), "generation": generation,
                   "study": study.study_name}
@@ -50,9 +65,9 @@ class Publisher:
         else:
             self.console.print(f"[yellow]not published[/]: generation {generation}'s recommendation: {why}")
         study.set_user_attr(publish.ATTR, record)
-        self._shown = {"decision": {k: v for k, v in record.items() if k != "recommendation"},
-                       **({"webhook": self.webhook.status} if self.webhook is not None else {})}
-        self.state.set(publish=self._shown)
+        with self._lock:
+            hook = dict(self.webhook.status) if self.webhook is not None else None
+        self._show({"decision": _decision(record), **({"webhook": hook} if hook else {})})
         return record
 
     def _write(self, body: dict, record: dict) -> None:
@@ -63,3 +78,7 @@ class Publisher:
         except OSError as exc:
             record["path_error"] = f"{self.spec.path}: {exc.strerror or exc}; check the directory and free space"
             self.console.print(f"[red]recommendation file not written[/]: {record['path_error']}")
+
+
+def _decision(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k != "recommendation"}

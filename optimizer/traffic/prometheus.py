@@ -3,15 +3,17 @@ its HTTP API (`/api/v1/query`, `/api/v1/query_range`) for the last `window_s` se
 series a label selector picks, e.g. `{job="vllm", model_name="llama"}`:
 
     requests        sum(increase(vllm:request_success_total{S}[W]))
-    histograms      sum by (le) (increase(<name>_bucket{S}[W])), sum(increase(<name>_sum{S}[W]))
+    histograms      sum by (instance, le) (increase(<name>_bucket{S}[W])) and of <name>_sum, added
+                    up across servers on the bucket bounds they share
     prefix cache    sum(increase(vllm:prefix_cache_{queries,hits}_total{S}[W]))
     concurrency     avg_over_time((sum(vllm:num_requests_running{S}) + sum(vllm:num_requests_waiting{S}))[W:step])
     sub-windows     sum(increase(vllm:request_success_total{S}[step])) over [now - W, now] by step
     cache config    vllm:cache_config_info{S}
 
 `increase()` handles counter resets (a restarted server) and extrapolates to the window's edges,
-so counts are not whole numbers. Quantiles are then taken as histogram_quantile takes them
-(traffic/histogram.py). The daemon only queries; it never writes to Prometheus.
+so counts are not whole numbers; a step of a few scrape intervals or more keeps the sub-window
+counts from being mostly extrapolation. Quantiles are then taken as histogram_quantile takes
+them (traffic/histogram.py). The daemon only queries; it never writes to Prometheus.
 """
 
 from __future__ import annotations
@@ -65,10 +67,15 @@ class PrometheusSource:
         except ValueError as exc:
             raise SourceError(f"{self.url} answers but not as Prometheus' HTTP API (no JSON); "
                               "point daemon.watch.prometheus at http://<host>:9090") from exc
-        if answer.get("status") != "success":
-            raise SourceError(f"{self.url}: Prometheus refused {params.get('query')!r} "
-                              f"({answer.get('error', 'no reason given')}); check daemon.watch.selector")
-        return answer["data"]["result"]
+        if not isinstance(answer, dict) or answer.get("status") != "success":
+            why = answer.get("error", "no reason given") if isinstance(answer, dict) else "not an API answer"
+            raise SourceError(f"{self.url}: Prometheus refused {params.get('query')!r} ({why}); "
+                              "check daemon.watch.selector")
+        result = (answer.get("data") or {}).get("result") if isinstance(answer.get("data"), dict) else None
+        if not isinstance(result, list):
+            raise SourceError(f"{self.url} answers but not as Prometheus' HTTP API (no data.result); "
+                              "point daemon.watch.prometheus at http://<host>:9090")
+        return result
 
     def _scalar(self, query: str, at: float) -> float:
         result = self._api("/api/v1/query", query=query, time=f"{at:.3f}")
@@ -76,18 +83,29 @@ class PrometheusSource:
         return 0.0 if math.isnan(value) else value
 
     def _histogram(self, name: str, w: str, at: float) -> Histogram | None:
-        rows = self._api("/api/v1/query", query=f"sum by (le) (increase({self._m(name + '_bucket')}[{w}]))",
+        """Per scraped server (servers with another max-model-len have other token buckets), then
+        added up on the bounds they share, as the /metrics source does."""
+        rows = self._api("/api/v1/query", query=f"sum by (instance, le) (increase({self._m(name + '_bucket')}[{w}]))",
                          time=f"{at:.3f}")
-        if not rows:
-            return None
-        buckets = {math.inf if r["metric"]["le"] in ("+Inf", "Inf") else float(r["metric"]["le"]): float(r["value"][1])
-                   for r in rows}
-        bounds = tuple(sorted(buckets))
-        total = self._scalar(f"sum(increase({self._m(name + '_sum')}[{w}]))", at)
-        counts = [0.0 if math.isnan(buckets[b]) else buckets[b] for b in bounds]
-        for i in range(1, len(counts)):  # extrapolation can leave a cumulative count a hair below the last
-            counts[i] = max(counts[i], counts[i - 1])
-        return Histogram(bounds, tuple(counts), total)
+        sums = self._api("/api/v1/query", query=f"sum by (instance) (increase({self._m(name + '_sum')}[{w}]))",
+                         time=f"{at:.3f}")
+        per: dict[str, dict[float, float]] = {}
+        for r in rows:
+            le = r["metric"]["le"]
+            value = float(r["value"][1])
+            per.setdefault(r["metric"].get("instance", ""), {})[math.inf if le in ("+Inf", "Inf") else float(le)] = (
+                0.0 if math.isnan(value) else value)
+        totals = {r["metric"].get("instance", ""): float(r["value"][1]) for r in sums}
+        out = None
+        for instance, buckets in per.items():
+            bounds = tuple(sorted(buckets))
+            counts = [buckets[b] for b in bounds]
+            for i in range(1, len(counts)):  # extrapolation can leave a cumulative count a hair below the last
+                counts[i] = max(counts[i], counts[i - 1])
+            total = totals.get(instance, 0.0)
+            h = Histogram(bounds, tuple(counts), 0.0 if math.isnan(total) else total)
+            out = h if out is None else out.plus(h)
+        return out
 
     def check(self) -> None:
         """At start: Prometheus answers and the selector matches vLLM series; ConfigError otherwise."""
@@ -106,6 +124,9 @@ class PrometheusSource:
             self._last = self._read(time.time())
         except SourceError as exc:
             return [str(exc)]
+        except (KeyError, TypeError, IndexError, ValueError, AttributeError) as exc:  # a row of another shape
+            return [f"{self.url} answered a query with rows of another shape ({type(exc).__name__}: {exc}); "
+                    "check that it is Prometheus 2.x or later"]
         return []
 
     def spanned(self) -> float:
@@ -116,7 +137,9 @@ class PrometheusSource:
 
     def _read(self, now: float) -> Window | None:
         w = f"{int(round(self.window_s))}s"
-        step = f"{int(round(self.step_s))}s"
+        step_s = max(1, int(round(self.step_s)))
+        steps = max(1, int(round(self.window_s / step_s)))
+        step = f"{step_s}s"
         hist = {key: h for key, names in HISTOGRAMS.items() if (h := self._histogram(names[0], w, now)) is not None}
         if "prompt" not in hist:
             return None
@@ -126,12 +149,12 @@ class PrometheusSource:
                   f"[{w}:{step}])")
         concurrency = self._api("/api/v1/query", query=flight, time=f"{now:.3f}")
         rows = self._api("/api/v1/query_range", query=f"sum(increase({self._m(COUNTERS['requests'] + '_total')}[{step}]))",
-                         start=f"{now - self.window_s + self.step_s:.3f}", end=f"{now:.3f}", step=step)
+                         start=f"{now - (steps - 1) * step_s:.3f}", end=f"{now:.3f}", step=step)
         counts = tuple(float(v) for _, v in rows[0]["values"]) if rows else ()
         info = self._api("/api/v1/query", query="vllm:cache_config_info" + self.selector, time=f"{now:.3f}")
         cache = {k: v for k, v in info[0]["metric"].items() if k != "__name__"} if info else {}
         output = hist.get("output") or Histogram.empty(hist["prompt"].bounds)
         return Window(self.source, now - self.window_s, now, counters["requests"], hist["prompt"], output,
-                      counters["prefix_queries"], counters["prefix_hits"], self.step_s, counts,
+                      counters["prefix_queries"], counters["prefix_hits"], float(step_s), counts,
                       float(concurrency[0]["value"][1]) if concurrency else None,
                       {k: hist[k] for k in LATENCIES if k in hist}, cache)

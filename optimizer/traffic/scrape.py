@@ -4,11 +4,13 @@ poll, the last `window_s` seconds of reads kept.
 Reading a page is a plain HTTP GET of the URL given (nothing else is ever sent to a watched
 server). A server that does not answer is reported and read again at the next poll; its
 counters are compared with its last good read, so a missed poll loses nothing, and a restart
-(counters back near zero) is a restart, not negative traffic (traffic/window.py).
+(counters back near zero) is a restart, not negative traffic (traffic/window.py). The one
+loss: a server whose first read in a window failed counts from its first good read.
 """
 
 from __future__ import annotations
 
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -34,8 +36,8 @@ def http_get(url: str, timeout: float, what: str, named: str | None = None) -> b
             return resp.read(MAX_BYTES)
     except urllib.error.HTTPError as exc:
         raise SourceError(f"{shown} answered HTTP {exc.code}; check that it is {what}") from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        why = getattr(exc, "reason", None) or exc
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        why = getattr(exc, "reason", None) or exc or type(exc).__name__
         raise SourceError(f"{shown} is unreachable ({why}); check the address and that {what} is up") from exc
 
 

@@ -144,48 +144,56 @@ Poll = tuple[float, dict[str, "Reading | None"]]  # (when, {url: its reading, No
 
 
 def _grow(total: dict, key: str, delta) -> None:
-    total[key] = delta if key not in total else (total[key] + delta if isinstance(delta, float) else total[key].plus(delta))
+    if key not in total:
+        total[key] = delta
+    else:
+        total[key] = total[key].plus(delta) if key.startswith("h:") else total[key] + delta
 
 
 def from_polls(polls: list[Poll], source: dict) -> Window | None:
     """The window from the first poll to the last: per server, the sum of the deltas between its
-    successive successful reads (a restart counts from zero, never negative); per poll, the
-    requests finished since the previous one (the sub-windows). None with fewer than two polls
-    or without two reads of any server."""
+    successive successful reads (a restart counts from zero, never negative). The sub-windows
+    (burstiness) are the polls at which every server was read, right after a poll at which every
+    server was read too: a delta that spans a missed read would land in one sub-window twice as
+    long. Requests in flight: each server's mean over its own reads, summed. None with fewer than
+    two polls or without two reads of any server."""
     if len(polls) < 2:
         return None
     last: dict[str, Reading] = {}
     grown: dict = {}
     counts: list[float] = []
-    in_flight: list[float] = []
+    in_flight: dict[str, list[float]] = {}
     cache: dict[str, str] = {}
+    whole_before = False
     for i, (_, reads) in enumerate(polls):
-        finished, seen = 0.0, []
+        finished = 0.0
+        whole = all(r is not None for r in reads.values())
         for url, r in reads.items():
             if r is None:
                 continue
-            seen.append(r.gauges.get("running", 0.0) + r.gauges.get("waiting", 0.0))
+            in_flight.setdefault(url, []).append(r.gauges.get("running", 0.0) + r.gauges.get("waiting", 0.0))
             cache = cache or r.cache_config
             prev = last.get(url)
             if prev is not None:
                 for key, value in r.counters.items():
                     delta = counter_delta(value, prev.counters.get(key))
-                    _grow(grown, key, delta)
+                    _grow(grown, key, float(delta))
                     finished += delta if key == "requests" else 0.0
                 for key, h in r.histograms.items():
                     _grow(grown, "h:" + key, h.since(prev.histograms.get(key)))
+            else:
+                whole = False  # its first read: nothing to count yet
             last[url] = r
-        if seen:
-            in_flight.append(sum(seen))
-        if i:
+        if i and whole and whole_before:
             counts.append(finished)
+        whole_before = whole or (i == 0 and all(r is not None for r in reads.values()))
     if "h:prompt" not in grown:
         return None
     start, end = polls[0][0], polls[-1][0]
     hist = {k[2:]: v for k, v in grown.items() if k.startswith("h:")}
     output = hist.get("output") or Histogram.empty(hist["prompt"].bounds)
+    sub_s = (end - start) / (len(polls) - 1)
     return Window(source, start, end, grown.get("requests", hist["prompt"].count), hist["prompt"], output,
-                  grown.get("prefix_queries", 0.0), grown.get("prefix_hits", 0.0),
-                  (end - start) / len(counts), tuple(counts),
-                  statistics.fmean(in_flight) if in_flight else None,
+                  grown.get("prefix_queries", 0.0), grown.get("prefix_hits", 0.0), sub_s, tuple(counts),
+                  sum(statistics.fmean(v) for v in in_flight.values()) if in_flight else None,
                   {k: hist[k] for k in LATENCIES if k in hist}, cache)

@@ -101,3 +101,11 @@ def test_a_live_watch_replays_the_window_as_the_observed_scenario(tmp_path):
     spec = with_source(cfg, tmp_path / "window-1.json").workload
     assert (spec.scenario, spec.path, spec.requests, spec.seed, spec.warmup_requests) == (
         "observed", str(tmp_path / "window-1.json"), 50, 3, 1)
+
+
+def test_a_window_that_cannot_be_written_is_reported_and_tried_again(tmp_path):
+    d, out = daemon(tmp_path, lambda n: window(1))
+    (tmp_path / "traffic").write_text("a file where the directory should be")
+    assert d.observer.save(window(1)) is None
+    assert "cannot write the traffic window" in d.state.snapshot()["last_error"]
+    assert "not tuned on yet" in out.getvalue()

@@ -47,3 +47,25 @@ def test_a_recommendation_that_misses_the_gate_is_recorded_with_why_and_not_writ
     assert not record["published"] and "below daemon.publish.min_gain" in record["reason"]
     assert not path.exists() and "recommendation" not in state.snapshot()
     assert study.user_attrs["publish"]["reason"] == record["reason"]
+
+
+def test_a_generation_already_decided_is_not_published_again_on_resume(tmp_path):
+    state = StatusState()
+    study = finished_study()
+    sent = []
+    first = Publisher(PublishSpec(path=str(tmp_path / "vllm.yaml")), state, Console(file=io.StringIO()))
+    first.publish(study, CFG, "/m", 1)
+    (tmp_path / "vllm.yaml").unlink()
+    again = Publisher(PublishSpec(path=str(tmp_path / "vllm.yaml"), webhook="http://127.0.0.1:9/hook"), StatusState(),
+                      Console(file=io.StringIO()))
+    again.webhook.send = sent.append
+    record = again.publish(study, CFG, "/m", 1)  # the restarted daemon resumes the finished generation
+    assert record["published"] and sent == [] and not (tmp_path / "vllm.yaml").exists()
+
+
+def test_restore_reads_only_this_study_s_generations():
+    study = finished_study()
+    Publisher(PublishSpec(), StatusState(), Console(file=io.StringIO())).publish(study, CFG, "/m", 1)
+    state = StatusState()
+    Publisher(PublishSpec(), state, Console(file=io.StringIO())).restore([("s-gpu", dict(study.user_attrs))], "s")
+    assert "recommendation" not in state.snapshot()

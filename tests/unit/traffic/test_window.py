@@ -54,8 +54,12 @@ def test_a_missed_read_loses_nothing_and_servers_add_up():
          reading(20, 20, [0, 20, 20, 20], 1000, running=3.0)]
     polls = [(t, {"a": ra, "b": rb}) for t, ra, rb in zip((0.0, 10.0, 20.0), a, b)]
     w = from_polls(polls, {"kind": "vllm_metrics", "urls": ["a", "b"]})
-    assert w.requests == 40 + 10 and w.counts == (5.0, 45.0)  # a's 40 land in the poll that read them
-    assert w.concurrency == pytest.approx(1.0)  # (0 + 0 + 3) / 3 polls
+    assert w.requests == 40 + 10
+    # a's 40 would land in one sub-window twice as long: no sub-window spans the missed read.
+    assert w.counts == () and w.burstiness is None
+    assert w.concurrency == pytest.approx(0.0 + 1.0)  # a: mean of its own 2 reads (0); b: (0 + 0 + 3) / 3
+    more = polls + [(30.0, {"a": reading(30, 50, [0, 50, 50, 50], 2500), "b": reading(30, 22, [0, 22, 22, 22], 1100)})]
+    assert from_polls(more, {"kind": "vllm_metrics", "urls": ["a", "b"]}).counts == (12.0,)
 
 
 def test_too_few_reads_make_no_window():
