@@ -43,8 +43,8 @@ from optimizer.workload import drift
 from optimizer.workload.observed import observed_workload, simulated_hit_rate
 from optimizer.workload.tokens import Vocabulary
 
-A = TrafficShape(prompt=(300, 400), output=(48, 80), rate=2.0, shared_prefix=256)
-B = TrafficShape(prompt=(1200, 1600), output=(48, 80), rate=4.0, shared_prefix=256)
+A = TrafficShape(prompt=(300, 400), output=(150, 250), rate=2.0, shared_prefix=256)
+B = TrafficShape(prompt=(1200, 1600), output=(150, 250), rate=4.0, shared_prefix=256)
 ROOT = Path(__file__).resolve().parents[1]
 
 
