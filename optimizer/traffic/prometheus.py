@@ -6,7 +6,8 @@ series a label selector picks, e.g. `{job="vllm", model_name="llama"}`:
     histograms      sum by (instance, le) (increase(<name>_bucket{S}[W])) and of <name>_sum, added
                     up across servers on the bucket bounds they share
     prefix cache    sum(increase(vllm:prefix_cache_{queries,hits}_total{S}[W]))
-    concurrency     avg_over_time((sum(vllm:num_requests_running{S}) + sum(vllm:num_requests_waiting{S}))[W:step])
+    concurrency     avg_over_time((sum(vllm:num_requests_running{S}) + sum(vllm:num_requests_waiting{S}))[W:step]),
+                    and the same sum at the window's end minus at its start (the backlog's growth)
     sub-windows     sum(increase(vllm:request_success_total{S}[step])) over [now - W, now] by step
     cache config    vllm:cache_config_info{S}
 
@@ -148,6 +149,8 @@ class PrometheusSource:
         flight = (f"avg_over_time((sum({self._m(GAUGES['running'])}) + sum({self._m(GAUGES['waiting'])}))"
                   f"[{w}:{step}])")
         concurrency = self._api("/api/v1/query", query=flight, time=f"{now:.3f}")
+        now_in = f"sum({self._m(GAUGES['running'])}) + sum({self._m(GAUGES['waiting'])})"
+        growth = self._scalar(now_in, now) - self._scalar(now_in, now - self.window_s)
         rows = self._api("/api/v1/query_range", query=f"sum(increase({self._m(COUNTERS['requests'] + '_total')}[{step}]))",
                          start=f"{now - (steps - 1) * step_s:.3f}", end=f"{now:.3f}", step=step)
         counts = tuple(float(v) for _, v in rows[0]["values"]) if rows else ()
@@ -157,4 +160,4 @@ class PrometheusSource:
         return Window(self.source, now - self.window_s, now, counters["requests"], hist["prompt"], output,
                       counters["prefix_queries"], counters["prefix_hits"], float(step_s), counts,
                       float(concurrency[0]["value"][1]) if concurrency else None,
-                      {k: hist[k] for k in LATENCIES if k in hist}, cache)
+                      {k: hist[k] for k in LATENCIES if k in hist}, cache, growth)

@@ -5,7 +5,9 @@ histograms, the prefix-cache lookups and hits (tokens), the finished requests pe
 the mean number of requests running plus waiting, and the production latency histograms
 (TTFT, inter-token, end-to-end). From those:
 
-    rate             requests / (end - start)
+    rate             arrivals / (end - start); arrivals = the requests finished plus the growth of
+                     those running or waiting (vLLM counts finished requests, not arrivals: a
+                     server falling behind finishes fewer than arrive)
     prefix_hit_rate  hits / queries (None when the servers looked nothing up: caching off)
     burstiness       the gamma shape vLLM's benchmark uses (1 = Poisson, < 1 burstier):
                      1 / D, D = variance / mean of the per-sub-window counts (the index of
@@ -51,14 +53,22 @@ class Window:
     concurrency: float | None = None
     latencies: dict[str, Histogram] = field(default_factory=dict)
     cache_config: dict[str, str] = field(default_factory=dict)
+    backlog_growth: float = 0.0  # requests running + waiting at the end, minus at the start
 
     @property
     def duration(self) -> float:
         return max(self.end - self.start, 0.0)
 
     @property
+    def arrivals(self) -> float:
+        """Requests that arrived in the window: finished, plus the growth of those in flight (a
+        server falling behind finishes fewer than arrive; vLLM counts no arrivals itself)."""
+        return max(self.requests + self.backlog_growth, 0.0)
+
+    @property
     def rate(self) -> float:
-        return self.requests / self.duration if self.duration > 0 else 0.0
+        """Arrivals per second."""
+        return self.arrivals / self.duration if self.duration > 0 else 0.0
 
     @property
     def prefix_hit_rate(self) -> float | None:
@@ -90,7 +100,7 @@ class Window:
     def describe(self) -> str:
         hit = self.prefix_hit_rate
         burst = self.burstiness
-        return (f"{self.requests:.0f} requests in {self.duration:.0f} s ({self.rate:.2f} req/s"
+        return (f"{self.requests:.0f} requests finished in {self.duration:.0f} s ({self.rate:.2f} req/s arriving"
                 + (f", burstiness {burst:.2f}" if burst is not None else "") + "), prompt p50 "
                 + f"{_tokens(self.prompt.quantile(0.5))}, output p50 {_tokens(self.output.quantile(0.5))}"
                 + (f", prefix-cache hit rate {hit:.0%}" if hit is not None else ""))
@@ -101,6 +111,7 @@ class Window:
                 "prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits, "sub_s": self.sub_s,
                 "counts": list(self.counts), "concurrency": self.concurrency,
                 "latencies": {k: h.to_dict() for k, h in self.latencies.items()}, "cache_config": self.cache_config,
+                "backlog_growth": self.backlog_growth,
                 "derived": {"rate": self.rate, "burstiness": self.burstiness,
                             "prefix_hit_rate": self.prefix_hit_rate, "production": self.production()}}
 
@@ -111,7 +122,7 @@ class Window:
                    float(d.get("prefix_queries", 0)), float(d.get("prefix_hits", 0)), float(d.get("sub_s", 0)),
                    tuple(float(c) for c in d.get("counts", ())), d.get("concurrency"),
                    {k: Histogram.from_dict(h) for k, h in (d.get("latencies") or {}).items()},
-                   dict(d.get("cache_config") or {}))
+                   dict(d.get("cache_config") or {}), float(d.get("backlog_growth", 0.0)))
 
 
 def _tokens(value: float | None) -> str:
@@ -196,4 +207,5 @@ def from_polls(polls: list[Poll], source: dict) -> Window | None:
     return Window(source, start, end, grown.get("requests", hist["prompt"].count), hist["prompt"], output,
                   grown.get("prefix_queries", 0.0), grown.get("prefix_hits", 0.0), sub_s, tuple(counts),
                   sum(statistics.fmean(v) for v in in_flight.values()) if in_flight else None,
-                  {k: hist[k] for k in LATENCIES if k in hist}, cache)
+                  {k: hist[k] for k in LATENCIES if k in hist}, cache,
+                  sum(v[-1] - v[0] for v in in_flight.values()))

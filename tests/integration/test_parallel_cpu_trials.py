@@ -41,6 +41,7 @@ def side_by_side(tmp_path_factory):
         "workload": {"requests": 24, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
                      "output": [32, 64], "arrival": {"process": "closed", "concurrency": 8}},
         "objective": {"name": "latency", "metric": "ttft_p95"},
+        "engine": {"extra_args": ["--enforce-eager"]},  # no torch.compile: ~30 s less a boot
         "early_stop": {"enabled": False},
         "confirm": {"top": 0},
         "ray": {"parallel": 2},

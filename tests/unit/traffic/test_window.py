@@ -96,3 +96,13 @@ def test_a_window_round_trips_through_its_file_and_a_damaged_file_is_one_line(tm
         window_mod.read(path)
     with pytest.raises(ConfigError, match="no such file"):
         window_mod.read(tmp_path / "gone.json")
+
+
+def test_the_rate_counts_arrivals_a_server_falling_behind_has_not_finished():
+    polls = [(0.0, {"a": reading(0, 0, [0, 0, 0, 0], 0, running=2.0)}),
+             (10.0, {"a": reading(10, 20, [0, 20, 20, 20], 1000, running=8.0)}),
+             (20.0, {"a": reading(20, 40, [0, 40, 40, 40], 2000, running=14.0)})]
+    w = from_polls(polls, SOURCE)
+    assert w.requests == 40 and w.backlog_growth == 12.0  # 14 in flight at the end, 2 at the start
+    assert w.arrivals == 52 and w.rate == pytest.approx(2.6)
+    assert window_mod.Window.from_dict(w.to_dict()) == w
