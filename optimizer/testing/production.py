@@ -39,6 +39,7 @@ class Traffic:
         self.sent: list[tuple[float, TrafficShape, Request]] = []
         self.paused = threading.Event()
         self._stop = threading.Event()
+        self._batches: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._run, name="production-traffic", daemon=True)
 
     def start(self) -> "Traffic":
@@ -58,20 +59,47 @@ class Traffic:
         return tuple(out)
 
     def _run(self) -> None:
+        """A batch every `batch_s`, each replayed by its own thread: arrivals stay open-loop when
+        the server falls behind (a batch does not wait for the one before it to finish)."""
+        next_at = time.monotonic()
         while not self._stop.is_set():
             if self.paused.is_set():
                 time.sleep(0.2)
+                next_at = time.monotonic()
                 continue
             shape = self.shape
             batch = self._batch(shape)
             now = time.time()
             self.sent.extend((now + r.offset_s, shape, r) for r in batch)
-            run_replay(self.base_url, self.model, batch, None, request_timeout=120.0,
-                       stop_when=lambda finished: "stopped" if self._stop.is_set() else "")
+            t = threading.Thread(target=run_replay, args=(self.base_url, self.model, batch, None), daemon=True,
+                                 kwargs={"request_timeout": 120.0,
+                                         "stop_when": lambda finished: "stopped" if self._stop.is_set() else ""})
+            t.start()
+            self._batches.append(t)
+            next_at += self.batch_s
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=150)
+        self._thread.join(timeout=30)
+        for t in self._batches:
+            t.join(timeout=150)
+
+
+def in_flight(base_url: str) -> float:
+    """Requests running plus waiting on a vLLM server, from its /metrics."""
+    from optimizer.traffic.scrape import read
+
+    r = read(f"{base_url}/metrics")
+    return r.gauges.get("running", 0.0) + r.gauges.get("waiting", 0.0)
+
+
+def drain(base_url: str, timeout: float = 300.0) -> float:
+    """Wait until the server has nothing running or waiting; returns the seconds it took."""
+    t = time.monotonic()
+    while in_flight(base_url) > 0 and time.monotonic() - t < timeout:
+        time.sleep(1.0)
+    return time.monotonic() - t
 
 
 def free_port() -> int:

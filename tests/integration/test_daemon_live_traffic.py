@@ -40,7 +40,7 @@ from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import ConfigError
 from optimizer.testing.memory import memory_fraction
-from optimizer.testing.production import Prometheus, Traffic, TrafficShape
+from optimizer.testing.production import Prometheus, Traffic, TrafficShape, drain
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.traffic.scrape import MetricsSource
@@ -214,6 +214,7 @@ def live(tmp_path_factory):
                 time.sleep(0.2)
 
             # The server's own /metrics as the daemon's source, up to its first generation.
+            out["figures"]["seconds_to_drain_b"] = round(drain(prod.base_url), 1)  # B's backlog is not A's traffic
             traffic.shape = A
             traffic.paused.clear()
             m = Daemon(root, "direct", _study_cfg(root, "direct", model, {"vllm_metrics": [f"{prod.base_url}/metrics"]}))
