@@ -6,7 +6,6 @@ real Prometheus server (Debian's package, scripts/prometheus_for_tests.sh) scrap
 from __future__ import annotations
 
 import random
-import socket
 import subprocess
 import threading
 import time
@@ -14,6 +13,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from optimizer.engine.vllm import free_port
 from optimizer.measure.replay import run_replay
 from optimizer.workload.arrivals import rate_schedule
 from optimizer.workload.base import Request
@@ -100,12 +100,6 @@ def drain(base_url: str, timeout: float = 300.0) -> float:
     while in_flight(base_url) > 0 and time.monotonic() - t < timeout:
         time.sleep(1.0)
     return time.monotonic() - t
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Prometheus:

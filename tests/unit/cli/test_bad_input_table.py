@@ -8,11 +8,9 @@ keeps the table in step with these cases.
 
 from __future__ import annotations
 
-import http.server
 import os
 import socket
 import sqlite3
-import threading
 from pathlib import Path
 
 import optuna
@@ -21,6 +19,7 @@ import pytest
 from optimizer.cli import main
 from optimizer.driver.store.database import open_storage
 from optimizer.driver.store.driver_lock import RunState
+from tests.unit.page_server import serving
 
 SPACE = "space: {max-num-seqs: {low: 4, high: 8}}\n"  # keeps the node's memory out of these tests
 TROUBLESHOOTING = Path(__file__).resolve().parents[3] / "docs" / "troubleshooting.md"
@@ -160,18 +159,6 @@ CASES = [
 COMMANDS = ("daemon", "report", "plan", "regress")
 
 
-class _NotMetrics(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"<html><body>a dashboard</body></html>\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 def _files(root: Path) -> dict[str, bytes]:
     """Every file under `root` and its bytes, leaving out what holds no data: the storage's lock
     file and SQLite's WAL index (`-shm`)."""
@@ -205,9 +192,8 @@ def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch
             held.listen()
         port = held.getsockname()[1]
     elif setup == "http":  # a web server that is not vLLM
-        page = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotMetrics)
-        threading.Thread(target=page.serve_forever, daemon=True).start()
-        port = page.server_address[1]
+        page = serving(b"<html><body>a dashboard</body></html>\n")
+        port = int(page.__enter__().rsplit(":", 1)[1])
     elif setup is not None:
         setup(tmp_path)
     (tmp_path / "study.yaml").write_text(config.replace("<port>", str(port)))
@@ -224,7 +210,7 @@ def test_bad_input_gets_its_line_and_changes_nothing(case, tmp_path, monkeypatch
         if held is not None:
             held.close()
         if page is not None:
-            page.shutdown()
+            page.__exit__(None, None, None)
     err = capsys.readouterr().err.splitlines()
     assert code == 2, err
     assert len(err) == 1, err

