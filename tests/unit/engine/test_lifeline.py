@@ -122,12 +122,26 @@ def test_a_ready_server_dies_with_its_sigkilled_owner(tmp_path):
 def test_a_stopped_server_closes_its_lifeline(tmp_path):
     exe = write_stand_in(tmp_path, stubborn_child=True)
     server = VllmServer("m", [], tmp_path / "log", python=str(exe), startup_timeout=30)
-    before = len(os.listdir("/proc/self/fd"))
+    before = _open_files()
     assert server.start()
-    assert len(os.listdir("/proc/self/fd")) == before + 2  # the log file and the lifeline's write end
+    # The log file and the lifeline's write end. Compared by what each descriptor points at, not by
+    # count: another test's thread may open or close a descriptor of its own meanwhile.
+    ours = {str(tmp_path / "log"), f"pipe:[{os.fstat(server._lifeline).st_ino}]"}
+    assert ours <= {target for fd, target in _open_files().items() if before.get(fd) != target}
     report = server.stop()
     assert report.leftover_pids == () and report.port_free
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert not ours & set(_open_files().values())
+
+
+def _open_files() -> dict[int, str]:
+    """This process's descriptors and what each points at."""
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile (listdir's own descriptor among them)
+            pass
+    return out
 
 
 def test_a_sigkilled_guard_takes_its_server_with_it(tmp_path):
