@@ -4,12 +4,13 @@ shared system prompt, outputs 150-250, 2 req/s, Poisson), later shape B (prompts
 twice the rate). A
 real Prometheus (Debian's package, scripts/prometheus_for_tests.sh) scrapes it every second.
 
-One daemon watches Prometheus on a short study (baseline max-num-seqs 1 against an enqueued 8,
-confirmed once: four boots). It builds its workload from the window, tunes, publishes the
-recommendation (the file, /recommendation, the info metric, and a webhook call to a local
-receiver that refuses the first try), and, when the traffic turns to B, starts generation 2. A
-second daemon watches the server's /metrics directly until its first generation starts. The
-traffic pauses while trials run: on two cores a production under load would only add noise.
+A first daemon watches the server's /metrics directly, while the test reads both sources
+itself, until its first generation starts (then it is stopped). A second daemon watches
+Prometheus on a short study (baseline max-num-seqs 1 against an enqueued 8, confirmed once:
+four boots). It builds its workload from the window, tunes, publishes the recommendation (the
+file, /recommendation, the info metric, and a webhook call to a local receiver that refuses the
+first try), and, when the traffic turns to B, starts generation 2. The traffic pauses while
+trials run: on two cores a production under load would only add noise.
 
 The figures (observed vs sent vs synthesized, time to detection, the daemon's CPU and memory
 while watching) are printed with -s.
@@ -40,7 +41,7 @@ from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import ConfigError
 from optimizer.testing.memory import memory_fraction
-from optimizer.testing.production import Prometheus, Traffic, TrafficShape, drain
+from optimizer.testing.production import Prometheus, Traffic, TrafficShape
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.traffic.scrape import MetricsSource
@@ -93,8 +94,11 @@ class Daemon:
                     self.url = line.split()[3]
             if self.url is None:
                 return {}
-        with urllib.request.urlopen(self.url + "/status", timeout=10) as resp:
-            return json.loads(resp.read())
+        try:
+            with urllib.request.urlopen(self.url + "/status", timeout=10) as resp:
+                return json.loads(resp.read())
+        except OSError:  # refused or cut: the daemon died meanwhile (until() shows its output), or a stall
+            return {}
 
     def until(self, what: str, test, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -108,9 +112,17 @@ class Daemon:
         raise AssertionError(f"timed out waiting for {what}; last status {s}\n{self.text()[-4000:]}")
 
     def stop(self) -> int:
+        """SIGTERM, as an operator stops it; a daemon that has not stopped 90 s later is SIGKILLed
+        (its trial's server then dies with its Ray worker), so a failed test leaves nothing
+        running to slow the tests after it."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            return self.proc.wait(timeout=90)
+            try:
+                return self.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"the daemon did not stop within 90 s of SIGTERM:\n{self.text()[-3000:]}")
         return self.proc.returncode
 
 
@@ -131,10 +143,10 @@ def _study_cfg(root: Path, name: str, model: str, watch: dict, **daemon) -> dict
             "space": {"max-num-seqs": {"low": 1, "high": 16}},
             "engine": {"extra_args": ["--gpu-memory-utilization", str(memory_fraction(0.5)), "--max-model-len", "4096",
                                       *EAGER]},
-            "objective": {"name": "latency", "metric": "ttft_p50"},  # a median of 40: steadier than a p95 of 24
+            "objective": {"name": "latency", "metric": "ttft_p50"},  # a median: steadier than a p95 of 24 requests
             "early_stop": {"enabled": False}, "confirm": {"top": 1, "repeats": 1, "minimal": False},
             "replay": {"max_lag_p50_ms": 1000, "min_rate_ratio": 0.5},
-            "daemon": {"watch": {"window_s": WINDOW_S, "min_requests": 25, "requests": 40, **watch},
+            "daemon": {"watch": {"window_s": WINDOW_S, "min_requests": 25, "requests": 24, **watch},
                        "poll_s": 2, "threshold": 0.5, **daemon}}
 
 
@@ -160,6 +172,10 @@ def live(tmp_path_factory):
         prom = Prometheus(binary, root / "prometheus", [f"127.0.0.1:{port}"]).start()
         traffic = Traffic(prod.base_url, model, vocab, A).start()
         try:
+            # The server's own /metrics as a daemon's source, up to its first generation: it reads
+            # A while the sources below do, and is stopped as soon as it starts tuning.
+            m = Daemon(root, "direct", _study_cfg(root, "direct", model, {"vllm_metrics": [f"{prod.base_url}/metrics"]}))
+            daemons.append(m)
             # Both sources read the same 20 s of shape A.
             direct = MetricsSource([f"{prod.base_url}/metrics"], WINDOW_S)
             time.sleep(6)  # Prometheus has a few scrapes before the window starts
@@ -178,6 +194,8 @@ def live(tmp_path_factory):
             except ConfigError as exc:
                 out["no_series"] = str(exc).replace(prom.url, "http://127.0.0.1:<port>")
             out["sent_a"] = _sent_in(traffic, out["direct"].start, out["direct"].end)
+            out["direct_tuning"] = m.until("generation 1 from /metrics", lambda s: s.get("state") == "tuning", 180)
+            out["direct_rc"] = m.stop()
 
             hook_url = f"http://127.0.0.1:{hook.server_address[1]}/deploy"
             cfg = _study_cfg(root, "live", model, {"prometheus": prom.url, "selector": '{job="vllm"}', "sub_windows": 10},
@@ -212,22 +230,18 @@ def live(tmp_path_factory):
             deadline = time.monotonic() + 15
             while len(Receiver.got) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)
-
-            # The server's own /metrics as the daemon's source, up to its first generation.
-            out["figures"]["seconds_to_drain_b"] = round(drain(prod.base_url), 1)  # B's backlog is not A's traffic
-            traffic.shape = A
-            traffic.paused.clear()
-            m = Daemon(root, "direct", _study_cfg(root, "direct", model, {"vllm_metrics": [f"{prod.base_url}/metrics"]}))
-            daemons.append(m)
-            m.until("observing", lambda s: s.get("state") == "observing", 120)
-            out["direct_tuning"] = m.until("generation 1 from /metrics", lambda s: s.get("state") == "tuning", 180)
-            out["direct_rc"] = m.stop()
         finally:
-            for dm in daemons:
-                dm.stop()
             traffic.stop()
             prom.stop()
             hook.shutdown()
+            for dm in daemons:  # after a failure above: stopped without hiding that failure
+                if dm.proc.poll() is None:
+                    dm.proc.send_signal(signal.SIGTERM)
+                    try:
+                        dm.proc.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        dm.proc.kill()
+                        dm.proc.wait()
     out["vocab"] = vocab
     print("\nlive traffic figures:", json.dumps(out["figures"]))
     return out

@@ -66,6 +66,7 @@ def finished_study(tmp_path_factory):
         "early_stop": {"stages": 4, "margin": 0},  # exact: the test's slow trial is far behind anyway
         "confirm": {"top": 1, "repeats": 1},
         "regression": {"enabled": True, "prompts": 4, "max_tokens": 16},
+        "engine": {"extra_args": ["--enforce-eager"]},  # no torch.compile: ~20 s less a boot; start-up is not what is tested
     }
     path = root / "study.yaml"
     path.write_text(yaml.safe_dump(cfg))
