@@ -14,6 +14,7 @@ from rich.table import Table
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report.production import CAVEAT, production_table
 from optimizer.report.recommendation import attribution, gain_text
+from optimizer.report.startup import startup_text, startup_totals
 from optimizer.report.summary import (
     COMPLETE,
     Summary,
@@ -32,6 +33,8 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
     sv = s.savings
     console.print(f"Saved: {sv['boots_avoided']} boot(s) avoided by the KV precheck; {sv['early_stopped']} trial(s) "
                   f"stopped early; ~{sv['replay_saved_s']:.0f} s of replay not spent")
+    if (boots := startup_totals(study.get_trials(deepcopy=False))) is not None:
+        console.print(startup_text(boots))
     if s.front:
         _print_front(s, model, objective, console)
     elif s.best is None:

@@ -69,6 +69,7 @@ class TrialResult:
     log_text: str = ""  # the server's whole log (its tail if huge): the driver stores it (driver/store/trial_files.py)
     outputs: tuple[dict, ...] = ()  # the regression prompts' greedy outputs (regression.Output.to_dict)
     outputs_error: str = ""  # why they could not be read (the measurement still counts)
+    startup: dict = field(default_factory=dict)  # the start-up's steps read from the log (engine/startup_log.py)
 
     @property
     def ok(self) -> bool:

@@ -27,6 +27,7 @@ from typing import Callable
 
 from optimizer.engine import server_metrics as servermetrics
 from optimizer.engine.failures import Failure
+from optimizer.engine.startup_log import startup_breakdown
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import first_line
 from optimizer.measure import validity
@@ -76,7 +77,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     return TrialResult(spec.number, got.failure, got.metrics, phases, got.records, stop, tail,
                        socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, got.server_view,
                        got.probes, got.early, kv_lines, driver.health(), capped_log(text), got.outputs,
-                       got.outputs_error)
+                       got.outputs_error, startup_breakdown(text, phases.get("startup_s")).as_dict())
 
 
 @dataclass

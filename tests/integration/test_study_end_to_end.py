@@ -124,6 +124,12 @@ def test_baseline_completes_with_metrics_and_its_slo_constraint(finished_study):
     assert t.value == pytest.approx(m["ttft_ms_p95"], rel=1e-3) and t.value > 0
     assert 0 < m["ttft_ms_p50"] <= m["ttft_ms_p95"] < m["e2el_ms_p95"]
     assert set(t.user_attrs["phases_s"]) == {"startup_s", "warmup_s", "replay_s", "outputs_s", "shutdown_s"}
+    # The start-up's steps, read from the server's log in the Ray task: eager, so no compile step.
+    startup = t.user_attrs["startup"]
+    assert startup["ready"] and startup["compile_cache"] is None and "compile" not in startup["steps"]
+    assert {"config", "engine_start", "weights", "kv_cache", "api_ready"} <= set(startup["steps"])
+    assert sum(startup["steps"].values()) == pytest.approx(t.user_attrs["phases_s"]["startup_s"], abs=1.5)  # 1 s stamps
+    assert json.loads((root / "artifacts" / "e2e" / "trial-0" / "result.json").read_text())["startup"] == startup
     # The TPOT SLO is an Optuna constraint: (observed - limit) / limit, <= 0 when it holds.
     assert t.constraints == {"tpot_p95": pytest.approx(m["tpot_ms_p95"] / 1000 - 1, abs=1e-3)}
     assert t.user_attrs["feasible"] is True
