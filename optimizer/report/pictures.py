@@ -6,6 +6,7 @@
                 reason, below MIN_FOR_IMPORTANCE completed trials or when optuna finds nothing
     ttft        per-request TTFT of the baseline and the recommendation as ECDFs, p50 and p95
                 marked, read from their requests.jsonl; a log axis when they span more than 20x
+    startup     each booted trial's start-up as a stacked bar of its steps (report/startup.py sums them)
 
 Each drawing returns a static matplotlib figure (Agg backend: files only, no display), saved as
 PNG, and a plotly figure, saved as HTML in plotly's "directory" mode (the page loads
@@ -223,6 +224,40 @@ def _ttft(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
                        + (" (log axis: the runs span more than 20x)." if log else ".")}
 
 
+STEP_COLORS = {"import": "#c7c7c7", "config": "#9edae5", "engine_start": "#17becf", "weights": "#bcbd22",
+               "compile": "#d62728", "kv_cache": "#1f77b4", "cuda_graphs": "#9467bd", "api_ready": "#7f7f7f"}
+
+
+def _startup(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
+    import plotly.graph_objects as go
+
+    booted = [t for t in study.get_trials(deepcopy=False) if (t.user_attrs.get("startup") or {}).get("steps")]
+    if not booted:
+        return {"note": "Start-up: no trial's server log was read (none booted, or the logs predate the breakdown)."}
+    labels = [f"#{t.number}" + {"hit": " (cache hit)", "reload_failed": " (cache reload failed)"}.get(
+        t.user_attrs["startup"].get("compile_cache"), "") for t in booted]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(booted) + 1.5))
+    fig_i = go.Figure()
+    left = [0.0] * len(booted)
+    for step, color in STEP_COLORS.items():
+        widths = [t.user_attrs["startup"]["steps"].get(step, 0.0) for t in booted]
+        if not any(widths):
+            continue
+        name = step.replace("_", " ")
+        ax.barh(labels, widths, left=left, color=color, label=name)
+        fig_i.add_trace(go.Bar(x=widths, y=labels, orientation="h", name=name, marker_color=color))
+        left = [a + b for a, b in zip(left, widths)]
+    ax.invert_yaxis()
+    ax.set(xlabel="seconds", title="Start-up of each trial's server")
+    ax.legend(loc="lower right", fontsize=8)
+    fig_i.update_layout(barmode="stack", title="Start-up of each trial's server", xaxis_title="seconds",
+                        yaxis={"autorange": "reversed"})
+    return {"png": fig, "plotly": fig_i, "title": "Start-up of each trial's server",
+            "caption": "Each booted trial's start-up in its steps, read from its server log (stamped to the "
+                       "second); torch.compile's share is what a warm compile cache saves."}
+
+
 def log_axis(values: list[float]) -> bool:
     """Whether the values spread over more than LOG_SPREAD times (then a linear axis hides the fast ones)."""
     positive = [v for v in values if v > 0]
@@ -230,7 +265,7 @@ def log_axis(values: list[float]) -> bool:
 
 
 # name -> draw(study, summary, artifacts dir) -> {"png", "plotly", "title", "caption"} and/or {"note"}
-DRAWINGS = (("tradeoff", _tradeoff), ("importance", _importance), ("ttft", _ttft))
+DRAWINGS = (("tradeoff", _tradeoff), ("importance", _importance), ("ttft", _ttft), ("startup", _startup))
 
 
 def _hover(t: optuna.trial.FrozenTrial) -> str:

@@ -9,7 +9,7 @@
                                         cause and remedy report/diagnosis.py gives   6. savings, sensitivity
     out_dir/best.yaml                report.serve_yaml of the recommendation's flags
     out_dir/<picture>.png, .html     each picture static (matplotlib) and interactive (plotly):
-                                     `tradeoff`, `importance`, `ttft` (drawn by report/pictures.py)
+                                     `tradeoff`, `importance`, `ttft`, `startup` (drawn by report/pictures.py)
     out_dir/plotly.min.js            the plotting library, referenced by the interactive pictures
 
 Offline on purpose: the interactive pictures use plotly's "directory" mode, one copy of the

@@ -361,3 +361,27 @@ def test_when_the_baseline_is_the_best_the_report_says_keep_it(tmp_path, study_d
     md = _markdown(study, study_dir, tmp_path / "out")
     assert "The baseline is the best configuration found: no other beat it (gain 1.00x); keep it." in md
     assert "95% CI" not in md
+
+
+def test_the_start_up_picture_stacks_each_booted_trials_steps(tmp_path, study_dir):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/t.db", study_name="lat", direction="minimize")
+    for number, (value, args, steps, cache) in enumerate((
+            (250.0, ["--load-format", "dummy"], {"import": 11.7, "config": 12.0, "engine_start": 14.0, "weights": 1.0,
+                                                 "compile": 58.0, "kv_cache": 2.0, "api_ready": 1.0}, "miss"),
+            (120.0, BEST_ARGS, {"import": 10.6, "config": 11.0, "engine_start": 11.0, "weights": 1.0,
+                                "compile": 25.0, "kv_cache": 1.0, "api_ready": 1.0}, "reload_failed"))):
+        t = _complete(value, args, _metrics(value, 300.0), baseline=number == 0, params={} if number == 0 else None,
+                      constraints={"tpot_p95": -0.5})
+        t.set_user_attr("startup", {"steps": steps, "compile_cache": cache, "ready": True})
+        study.add_trial(t)
+    files = write_report(study, MODEL, study_dir, _objective(), tmp_path / "out")
+    png, page = files.pictures["startup"]
+    assert png.read_bytes().startswith(PNG)
+    html = page.read_text()
+    assert "compile" in html and "#1 (cache reload failed)" in html and "kv cache" in html
+    assert '<img src="startup.png"' in files.html.read_text()
+
+
+def test_no_start_up_read_is_a_note_not_a_picture(tmp_path, study_dir):
+    files = write_report(latency_study(tmp_path), MODEL, study_dir, _objective(), tmp_path / "out")
+    assert "startup" not in files.pictures and "no trial's server log was read" in files.markdown.read_text()
