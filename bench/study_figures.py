@@ -1,4 +1,5 @@
-"""Figures of a finished study: per-trial phase times (median), baseline vs Optuna's best single run,
+"""Figures of a finished study: per-trial phase times (median), the start-up's steps summed over the
+trials (and the compile cache's hits and misses), baseline vs Optuna's best single run,
 the recommendation (what the report deploys) with what mattered, failures.
 
 Measures nothing itself: it reads what the trials measured and recorded in the study.
@@ -34,6 +35,10 @@ def main() -> None:
         cells = ", ".join(f"{k.removesuffix('_s')} {median(r[k] for r in rows if k in r):.1f} s"
                           for k in keys if any(k in r for r in rows))
         print(f"median phases of {group} trials (n={len(rows)}): {cells}")
+    from optimizer.report.startup import startup_text, startup_totals  # noqa: PLC0415
+
+    boots = startup_totals(trials)
+    print(startup_text(boots) if boots else "start-up steps: not recorded (a study run before the breakdown)")
     base = next((t for t in trials if t.user_attrs.get("baseline")), None)
     if base is not None and base.value is not None:
         best = study.best_trial
