@@ -250,7 +250,8 @@ def _startup(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
         left = [a + b for a, b in zip(left, widths)]
     ax.invert_yaxis()
     ax.set(xlabel="seconds", title="Start-up of each trial's server")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(booted) < 4 else -0.15), ncol=4,
+              fontsize=8)  # below the bars, never over them
     fig_i.update_layout(barmode="stack", title="Start-up of each trial's server", xaxis_title="seconds",
                         yaxis={"autorange": "reversed"})
     return {"png": fig, "plotly": fig_i, "title": "Start-up of each trial's server",
