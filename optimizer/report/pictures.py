@@ -23,6 +23,7 @@ from pathlib import Path
 import optuna
 
 from optimizer.measure.metrics import percentile
+from optimizer.report import startup
 from optimizer.report import summary as rep
 from optimizer.report.summary import fmt_params
 
@@ -231,7 +232,7 @@ STEP_COLORS = {"import": "#c7c7c7", "config": "#9edae5", "engine_start": "#17bec
 def _startup(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
     import plotly.graph_objects as go
 
-    booted = [t for t in study.get_trials(deepcopy=False) if (t.user_attrs.get("startup") or {}).get("steps")]
+    booted = startup.booted(study.get_trials(deepcopy=False))
     if not booted:
         return {"note": "Start-up: no trial's server log was read (none booted, or the logs predate the breakdown)."}
     labels = [f"#{t.number}" + {"hit": " (cache hit)", "reload_failed": " (cache reload failed)"}.get(

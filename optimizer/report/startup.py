@@ -12,10 +12,15 @@ from optimizer.engine.startup_log import STEPS
 CACHE_WORDS = {"hit": "hit", "miss": "missed", "reload_failed": "failed to load"}
 
 
+def booted(trials) -> list:
+    """The trials whose start-up was read from their server's log."""
+    return [t for t in trials if (t.user_attrs.get("startup") or {}).get("steps")]
+
+
 def startup_totals(trials) -> dict | None:
     """{"boots", "seconds", "steps": step -> seconds, "cache": state -> boots} over the trials whose
     start-up was read; None when none was."""
-    read = [t.user_attrs["startup"] for t in trials if (t.user_attrs.get("startup") or {}).get("steps")]
+    read = [t.user_attrs["startup"] for t in booted(trials)]
     if not read:
         return None
     steps = {step: round(sum(s["steps"].get(step, 0.0) for s in read), 1) for step in STEPS}

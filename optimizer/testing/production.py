@@ -86,22 +86,6 @@ class Traffic:
             t.join(timeout=150)
 
 
-def in_flight(base_url: str) -> float:
-    """Requests running plus waiting on a vLLM server, from its /metrics."""
-    from optimizer.traffic.scrape import read
-
-    r = read(f"{base_url}/metrics")
-    return r.gauges.get("running", 0.0) + r.gauges.get("waiting", 0.0)
-
-
-def drain(base_url: str, timeout: float = 300.0) -> float:
-    """Wait until the server has nothing running or waiting; returns the seconds it took."""
-    t = time.monotonic()
-    while in_flight(base_url) > 0 and time.monotonic() - t < timeout:
-        time.sleep(1.0)
-    return time.monotonic() - t
-
-
 class Prometheus:
     """A real Prometheus on a loopback port scraping `targets` (host:port) every `scrape_s`."""
 

