@@ -2,11 +2,12 @@
 
     owner (the Ray worker running a trial, or any process holding a VllmServer)
       |  holds the write end of a pipe; nothing else does
-      +-- guard (this file, run by path: standard library only)   session leader, pgid = its pid
+      +-- guard (this file, run by path: standard library only)   group leader, pgid = its pid
             +-- watcher (a fork of the guard)  holds the pipe's read end, and one to the guard
             +-- API server  ->  EngineCore  ->  worker(s)          all in the guard's process group
 
-The owner starts the guard in a new session; the guard forks the watcher, then starts vLLM.
+The owner starts the guard in a new process group (in its own session: engine/vllm.py says
+why); the guard forks the watcher, then starts vLLM.
 When the owner dies for any reason (SIGKILL, the OOM killer, Ray killing its worker) the kernel
 closes its file descriptors and the watcher sees end-of-file at once; it sees the same when
 the guard dies. Either way it stops the whole group: SIGTERM, `grace` seconds, then SIGKILL.

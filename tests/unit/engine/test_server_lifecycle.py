@@ -6,6 +6,8 @@ in a second without vLLM.
 """
 
 
+import os
+
 import psutil
 
 from optimizer.engine.vllm import VllmServer
@@ -28,3 +30,15 @@ def test_start_inside_with_launches_one_server_only(tmp_path):
     assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
     report = srv.stop()  # stopping twice is harmless
     assert report.leftover_pids == () and report.port_free
+
+
+def test_the_server_has_its_own_process_group_in_its_owners_session(tmp_path):
+    # Its own group: stopped as a whole (terminate_group). The owner's session: a session of its
+    # own is scheduled as a separate CPU group on Linux (autogroup), and a busy server there
+    # starved the owner's session, where the replaying client and Ray run (engine/vllm.py).
+    with VllmServer("m", [], tmp_path / "log", python=stand_in(tmp_path), startup_timeout=20) as srv:
+        guard = srv.proc.pid
+        server = psutil.Process(guard).children()[-1].pid
+        for pid in (guard, server):
+            assert os.getpgid(pid) == guard != os.getpgid(0)
+            assert os.getsid(pid) == os.getsid(0)
