@@ -182,6 +182,8 @@ class VllmServer:
             time.sleep(0.5)
         return self._fail(timed_out=True)
 
+    PLACEMENT = {"process_group": 0}  # how the guard is placed (bench/client_stalls.py compares a session of its own)
+
     def _spawn(self, env: dict) -> subprocess.Popen:
         """The guard, in a new process group of the owner's session, and through it the server
         (engine/lifeline.py). Not a new session: Linux schedules each session as one group
@@ -193,8 +195,7 @@ class VllmServer:
         try:
             return subprocess.Popen([sys.executable, "-I", lifeline.__file__, str(read_end), str(lifeline.GRACE_S), "--",
                                      *self.command()], stdout=self._log_file, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, process_group=0,
-                                    pass_fds=(read_end,))
+                                    stdin=subprocess.DEVNULL, env=env, pass_fds=(read_end,), **self.PLACEMENT)
         except BaseException:
             os.close(self._lifeline)
             self._lifeline = None

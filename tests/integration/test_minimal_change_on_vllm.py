@@ -7,11 +7,13 @@ also doubles max-model-len (2048 -> 4096), which changes nothing here: every req
 ~200-350 tok/s for one sequence and ~1,000 for eight, and a 1-3 s stall of these 2-core
 machines moves one short replay by tens of percent. After the confirmation (the winner and the
 baseline re-measured once), the step puts each knob back alone. max-model-len back at 2048 is
-within noise (reverted). max-num-seqs back at 1 is kept: measurably worse on two runs, or, when
-the noise of so few runs (two degrees of freedom) is too wide to say so, by the combined check
-(both put back at once is measurably worse, so only the cheaper reversion stands: measured, on
-one run each side, 0.26x alone and 0.19x together). Either way the recommendation, best.yaml,
-the console, the written report and the study note name max-num-seqs 16 with max-model-len 2048.
+within noise (reverted; or kept, its row then showing a measurable loss, when two runs a side land
+apart by chance: boots of one configuration differ by up to ~30% here). max-num-seqs back at 1
+is kept: measurably worse on two runs, or, when the noise of so few runs (two degrees of
+freedom) is too wide to say so, by the combined check (both put back at once is measurably
+worse, so only the cheaper reversion stands: measured, on one run each side, 0.26x alone and
+0.19x together). Either way the recommendation, best.yaml, the console, the written report and
+the study note name the same configuration: max-num-seqs 16, with max-model-len 2048 (4096 if kept).
 """
 
 from __future__ import annotations
@@ -70,19 +72,32 @@ def test_the_knob_with_the_effect_is_kept_and_the_one_without_is_reverted(minima
     rows = {r["knob"]: r for r in record["rows"]}
     assert set(rows) == {"max-num-seqs", "max-model-len"}, rows
     seqs, length = rows["max-num-seqs"], rows["max-model-len"]
-    assert length["verdict"] == "reverted" and length["reverted_to"] == 2048, run.stdout[-4000:]
     assert seqs["verdict"] == "kept" and seqs["effect"]["ratio"] < 0.6, run.stdout[-4000:]
+    if length["verdict"] == "kept":
+        # Boots of one configuration differ by up to ~30% here (measured: 717-1194 tok/s), and two
+        # runs a side can land apart by chance: then the step keeps it on what it measured, which
+        # must say that putting it back was measurably worse.
+        assert length["effect"]["high"] < 1, run.stdout[-4000:]
+    else:
+        assert length["verdict"] == "reverted" and length["reverted_to"] == 2048, run.stdout[-4000:]
     if len(seqs["values"]) == 1:  # judged within the wide noise alone: the combined check kept it
         assert record["combined"]["verdict"] == "kept" and record["combined"]["effect"]["high"] < 1
         assert "hurt" in seqs["note"]
     else:
         assert seqs["effect"]["high"] < 1 and len(seqs["values"]) == 2 and record["combined"] is None
-    assert record["final"]["knobs"]["max-num-seqs"] == 16 and record["final"]["knobs"]["max-model-len"] == 2048
+    assert record["final"]["knobs"]["max-num-seqs"] == 16
+    assert record["final"]["knobs"]["max-model-len"] == kept_length(record)
     assert record["final"]["values"] == length["values"]  # the recommendation is a measured configuration
     runs = sum(len(v) for v in record["runs"].values())
     assert record["boots"] == runs <= 4
     # Every run kept its files, as a trial does.
     assert len(list((study_root(minimal_study) / "minimal").glob("config-*/run-*/result.json"))) == runs
+
+
+def kept_length(record) -> int:
+    """The max-model-len the recommendation carries: 2048 once put back, the winner's 4096 if kept."""
+    row = next(r for r in record["rows"] if r["knob"] == "max-model-len")
+    return 2048 if row["verdict"] == "reverted" else 4096
 
 
 def study_root(minimal_study):
@@ -91,22 +106,24 @@ def study_root(minimal_study):
 
 def test_best_yaml_the_console_the_report_and_the_note_name_the_minimal_configuration(minimal_study):
     run, study, _ = minimal_study
+    length = kept_length(study.user_attrs["minimal"])
     rec = recommend(study)
     assert rec.source == MINIMAL and "--max-model-len" in rec.args
-    assert rec.args[rec.args.index("--max-model-len") + 1] == "2048"
+    assert rec.args[rec.args.index("--max-model-len") + 1] == str(length)
     best = yaml.safe_load((study_root(minimal_study) / "best.yaml").read_text())
-    assert best["max-num-seqs"] == 16 and best["max-model-len"] == 2048
-    assert "Recommended (minimal change): trial 1 with the knobs that had no effect put back" in run.stdout
+    assert best["max-num-seqs"] == 16 and best["max-model-len"] == length
+    assert "Recommended (minimal change): trial 1" in run.stdout
     assert "What mattered" in run.stdout and "Minimal change" in run.stdout
     report = study_root(minimal_study) / "report" / "report.md"
     assert report.is_file(), run.stdout[-3000:]
     md = report.read_text()
     mattered = md[md.index("## What mattered"):md.index("## Deploy")]
-    assert "| max-num-seqs | 1 | 16 |" in mattered and "| kept |" in mattered and "| reverted |" in mattered
+    assert "| max-num-seqs | 1 | 16 |" in mattered and "| kept |" in mattered
+    assert ("| reverted |" in mattered) == (length == 2048)
     deploy = md[md.index("## Deploy"):md.index("## Top configurations")]
-    assert "--max-num-seqs 16" in deploy and "--max-model-len 2048" in deploy
+    assert "--max-num-seqs 16" in deploy and f"--max-model-len {length}" in deploy
     note = get_note(study)
-    assert "**Recommended** (minimal change)" in note and "--max-model-len 2048" in note
+    assert "**Recommended** (minimal change)" in note and f"--max-model-len {length}" in note
     # The baseline was re-measured too: the gain rests on its two runs and on the recommendation's
     # own runs (one, or two when its first run looked worse than the winner's).
     final_runs = len(study.user_attrs["minimal"]["final"]["values"])
