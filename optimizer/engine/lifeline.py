@@ -6,8 +6,8 @@
             +-- watcher (a fork of the guard)  holds the pipe's read end, and one to the guard
             +-- API server  ->  EngineCore  ->  worker(s)          all in the guard's process group
 
-The owner starts the guard in a new process group (in its own session: engine/vllm.py says
-why); the guard forks the watcher, then starts vLLM.
+The owner starts the guard in a new process group of the owner's own session (engine/vllm.py
+says why not a session of its own); the guard forks the watcher, then starts vLLM.
 When the owner dies for any reason (SIGKILL, the OOM killer, Ray killing its worker) the kernel
 closes its file descriptors and the watcher sees end-of-file at once; it sees the same when
 the guard dies. Either way it stops the whole group: SIGTERM, `grace` seconds, then SIGKILL.

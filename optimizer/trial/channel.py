@@ -7,10 +7,10 @@ no shared file). One small actor, created by the driver, holds per trial:
   (`trial.report`) and judges; and the driver's verdict on each ('' = go on).
 
 `BoardDriver` is the trial's side: posting is fire-and-forget. Only a trial that listens for
-the driver's verdict (early stop on) polls it, from a background thread that never blocks in
-`ray.get`: one verdict call is in flight at a time, looked at with `ray.wait(timeout=0)`. A
-thread blocked in `ray.get` on a board slowed by a saturated machine was measured to stall the
-replay's event loop for 2-30 s (sends late, chunks read late: trials failed as replay_invalid).
+the driver's verdict (early stop on) polls it, from a background thread: one verdict call is in
+flight at a time, looked at with `ray.wait(timeout=0)`, so a slow board never holds the thread
+in `ray.get` and unanswered calls never pile up. (The 2-30 s stalls of the replay's event loop
+once blamed on Ray here came from the server's own session: engine/vllm.py.)
 """
 
 from __future__ import annotations
