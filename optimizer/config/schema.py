@@ -42,6 +42,8 @@ class EngineSpec(_Strict):
     shutdown_timeout_s: float = Field(30.0, gt=0)
     extra_args: list[str] = Field(default_factory=list, description="vLLM flags held fixed in every trial")
     env: dict[str, str] = Field(default_factory=dict)
+    compile_cache: bool = Field(True, description="one torch.compile cache per vLLM release and model under "
+                                "artifacts_dir/compile-cache, reused by every boot (false: vLLM's default)")
 
 
 class KnobRange(_Strict):
@@ -51,6 +53,8 @@ class KnobRange(_Strict):
     high: float | None = None
     log: bool | None = None
     choices: list[Scalar] | None = None
+    ladder: bool | None = Field(None, description="max-num-seqs, max-num-batched-tokens: run the nearest operator-style "
+                                "value (default true); false searches every whole number in the range")
 
     @model_validator(mode="after")
     def _check(self) -> "KnobRange":

@@ -17,6 +17,10 @@ so no sampled trial is refused at start (`verify_max_model_len` in vllm/config/s
 `max-num-batched-tokens` never below `max-num-seqs` (its low is raised to max-num-seqs's
 high), and never sampled when `enable-chunked-prefill` is drawn False (vLLM then sizes it to
 at least max-model-len itself). `tensor-parallel-size` and `attention-backend` are GPU only.
+
+max-num-seqs and max-num-batched-tokens run on a ladder of operator-style values by default
+(config/round_values.py): they enter vLLM's compile key, so fewer distinct values mean fewer
+compiles. `ladder: false` in their range searches every whole number.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from optimizer.config.model_info import ModelInfo
-from optimizer.config.round_values import DEFAULT_BLOCK, round_draw
+from optimizer.config.round_values import DEFAULT_BLOCK, LADDERS, round_draw
 from optimizer.config.schema import KnobRange, StudyConfig
 from optimizer.engine.device import GIB, Device
 from optimizer.errors import ConfigError
@@ -90,6 +94,7 @@ class Dimension:
     high: float | None = None
     choices: tuple | None = None
     log: bool = False
+    ladder: bool = False  # drawn on its log scale, run at the nearest operator-style value (round_values.LADDERS)
 
 
 @dataclass(frozen=True)
@@ -171,8 +176,8 @@ def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
     where = f"space.{name}"
     if knob.has_choices:
         allowed = ", ".join(map(str, default.choices))
-        if spec.low is not None or spec.high is not None or spec.log is not None:
-            raise ConfigError(f"{where}: give `choices: [...]`, not low/high/log (allowed: {allowed})")
+        if spec.low is not None or spec.high is not None or spec.log is not None or spec.ladder is not None:
+            raise ConfigError(f"{where}: give `choices: [...]`, not low/high/log/ladder (allowed: {allowed})")
         if spec.choices is None:
             return default
         bad = [c for c in spec.choices if not _is_one_of(c, default.choices)]
@@ -181,6 +186,9 @@ def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
         return Dimension(knob, choices=tuple(spec.choices))
     if spec.choices is not None:
         raise ConfigError(f"{where}: a numeric knob takes low/high, not choices")
+    if spec.ladder is not None and name not in LADDERS:
+        raise ConfigError(f"{where}: `ladder` applies to {' and '.join(LADDERS)} only (the knobs in vLLM's "
+                          "compile key); remove it")
     low = default.low if spec.low is None else spec.low
     high = default.high if spec.high is None else spec.high
     log = default.log if spec.log is None else spec.log
@@ -224,6 +232,8 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
         else:
             default = _default(name, device, model, longest_request)
         dim = default if spec is None else _from_config(name, spec, default)
+        if name in LADDERS:
+            dim = replace(dim, ladder=spec is None or spec.ladder is not False)
         if name == "max-model-len":
             if dim.high > model.max_positions:
                 raise ConfigError(f"space.max-model-len: high ({int(dim.high)}) is above the model's "
@@ -344,7 +354,7 @@ def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
             # step 0.01: a fraction with more digits is not a different configuration
             params[name] = trial.suggest_float(name, d.low, d.high, step=None if d.log else 0.01, log=d.log)
         if name not in given:
-            params[name] = round_draw(name, params[name], d.low, d.high, space.block)
+            params[name] = round_draw(name, params[name], d.low, d.high, space.block, d.ladder)
     return params
 
 

@@ -1,5 +1,8 @@
 """Launching a trial: ask Optuna, build what the task needs (TrialSpec), start it as a Ray
-task; a trial the KV precheck rules out is told PRUNED without a boot.
+task. Two trials are told without a boot: one the KV precheck rules out (PRUNED), and an exact
+repeat of a finished trial (the same vLLM flags, likely once values run on ladders), which is
+told the finished trial's outcome and noted `repeat_of`. Repeated measurements are made only
+where the confirmation or the minimal-change step asks for them.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from optimizer.driver.progress import Progress
 from optimizer.driver.ray_runtime import run_trial
 from optimizer.driver.resources import ray_resources
 from optimizer.driver.store.driver_lock import RunState
+from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
-from optimizer.report.summary import best_feasible, finished_count
+from optimizer.report.summary import FINISHED, best_feasible, finished_count
 from optimizer.trial.spec import TrialSpec
 
 
@@ -51,6 +55,8 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     args = flags.to_cli_args(params) + flags.engine_args_for(params, plan.device.kind) + plan.fixed_args()
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
     env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}
+    if plan.cfg.engine.compile_cache:
+        env = device_env(plan.device.kind, env)
     rp, es, search = plan.cfg.replay, plan.cfg.early_stop, plan.cfg.objective.search
     stopping = early_stop and es.enabled
     return TrialSpec(
@@ -66,7 +72,38 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
         judge=plan.objective if stopping and not plan.objective.multi and best is not None else None,
         best=best, margin=es.margin, driver_host=socket.gethostname(),
         regression=outputcheck.trial_spec_part(plan.cfg) if outputs else None,
+        compile_cache=str(plan.compile_cache) if plan.cfg.engine.compile_cache else "",
     )
+
+
+# What a repeat carries over from the trial it repeats: what was measured and judged, not how
+# the boot went (phases, start-up, host): a repeat never booted.
+REPEAT_COPIED = ("metrics", "server", "slo_excess", "feasible", "value_from_partial_run", "early_stop",
+                 "failure_kind", "evidence", "remedy", "fits_max_model_len", "precheck")
+
+
+def repeated_trial(study: optuna.Study, vllm_args, number: int) -> optuna.trial.FrozenTrial | None:
+    """The first finished trial (COMPLETE or PRUNED, not itself a repeat) that ran exactly `vllm_args`."""
+    args = list(vllm_args)
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
+        if t.number != number and "repeat_of" not in t.user_attrs and t.user_attrs.get("vllm_args") == args:
+            return t
+    return None
+
+
+def tell_repeat(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.FrozenTrial):
+    """Tell `trial` the outcome `source` had (its values and constraints, or PRUNED); returns the state."""
+    trial.set_user_attr("repeat_of", source.number)
+    for key in REPEAT_COPIED:
+        if key in source.user_attrs:
+            trial.set_user_attr(key, source.user_attrs[key])
+    for key, value in (source.constraints or {}).items():
+        trial.set_constraint(key, value)
+    if source.state == optuna.trial.TrialState.COMPLETE:
+        study.tell(trial, source.values, skip_if_finished=True)
+    else:
+        study.tell(trial, state=source.state, skip_if_finished=True)
+    return source.state
 
 
 @dataclass
@@ -86,8 +123,8 @@ class Running:
 
 def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState,
             running: int, bind: tuple[int, str] = (0, "")) -> "Running | tuple":
-    """Ask Optuna for a trial and start its task; a trial the KV precheck rules out is told PRUNED
-    at once (returns its state and failure instead)."""
+    """Ask Optuna for a trial and start its task; a repeat of a finished trial, or a trial the KV
+    precheck rules out, is told at once (returns its state and failure instead)."""
     trial = study.ask()
     params = trial_params(trial, plan)
     best = best_feasible(study, plan.objective)
@@ -98,6 +135,11 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
         trial.set_user_attr("cpu_bind", cores)
     position = finished_count(study) + running + 1
     progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
+    source = None if trial.user_attrs.get("baseline") else repeated_trial(study, spec.vllm_args, trial.number)
+    if source is not None:
+        state = tell_repeat(study, trial, source)
+        progress.repeated(study, trial.number, source.number, state)
+        return state, None
     device = precheck.device_now(plan.cfg.engine.device)  # read once: the prediction and the learning
     estimate = precheck.predict(study, plan, spec.vllm_args, device)
     trial.set_user_attr("kv_estimate", estimate.to_dict())

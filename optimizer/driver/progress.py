@@ -109,6 +109,11 @@ class Progress:
         role = " baseline" if baseline else ""
         self.console.print(f"[bold]trial {number}[/] ({position}/{total}){role}: {fmt_params(params)}")
 
+    def repeated(self, study: optuna.Study, number: int, source: int, state) -> None:
+        """A trial that repeated a finished one's exact flags: told its outcome, not booted."""
+        self.console.print(f"  trial {number}: the same flags as trial {source}, told its outcome "
+                           f"({state.name}) without a boot")
+
     def phase(self, number: int, phase: str, elapsed: float) -> None:
         if self._phase.get(number) != phase:
             self._phase[number] = phase

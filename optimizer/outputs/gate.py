@@ -115,7 +115,7 @@ def hold_launches(study, cfg, running_trials) -> bool:
 
 def answer(spec, prompts, max_tokens: int, top_k: int):
     """Boot the spec's server, answer the prompts, stop it: (outputs, '') or (None, why)."""
-    server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=dict(spec.env),
+    server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=spec.server_env(),
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout)
     try:
         if not server.start():

@@ -78,11 +78,13 @@ def feasible(t: optuna.trial.FrozenTrial) -> bool:
 
 
 def ranked_feasible(study: optuna.Study, maximize: bool | None = None) -> list[optuna.trial.FrozenTrial]:
-    """The COMPLETE trials that met their constraints, best first (ties in trial order); the
-    direction is the study's unless `maximize` says it."""
+    """The COMPLETE trials that met their constraints, best first (ties in trial order), each
+    configuration once (not the repeats of a measured one); the direction is the study's unless
+    `maximize` says it."""
     if maximize is None:
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if feasible(t)]
+    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if feasible(t) and "repeat_of" not in t.user_attrs]  # a repeat's value is its source's
     return sorted(done, key=lambda t: t.value, reverse=maximize)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from optimizer.engine.compile_cache import node_cache_dir, with_cache
 from optimizer.engine.failures import Failure
 from optimizer.engine.vllm import StopReport
 from optimizer.errors import first_line
@@ -47,6 +48,14 @@ class TrialSpec:
     # The output-regression prompt set (outputs/compare.py): (prompts, max_tokens, top_k), or None. Answered
     # greedily after a measured run, one prompt at a time on the then idle server.
     regression: tuple | None = None
+    compile_cache: str = ""  # the compile cache on the driver's machine (engine/compile_cache.py); "": vLLM's default
+
+    def server_env(self, host: str | None = None) -> dict[str, str]:
+        """The server's environment on `host` (this machine by default): `env`, with the compile
+        cache there unless the operator set their own."""
+        if not self.compile_cache:
+            return dict(self.env)
+        return with_cache(dict(self.env), node_cache_dir(self.compile_cache, self.driver_host, host))
 
     @property
     def hears_driver(self) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from optimizer.engine import server_metrics as servermetrics
+from optimizer.engine.compile_cache import cache_entries, cache_state
 from optimizer.engine.failures import Failure
 from optimizer.engine.startup_log import startup_breakdown
 from optimizer.engine.vllm import VllmServer
@@ -57,7 +58,9 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     report = report or driver.phase
     phases: dict[str, float] = {}
     log_path = node_log_path(spec)
-    server = VllmServer(spec.model, list(spec.vllm_args), log_path, env=dict(spec.env),
+    env = spec.server_env()
+    cache_before = cache_entries(env)
+    server = VllmServer(spec.model, list(spec.vllm_args), log_path, env=env,
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout,
                         on_spawn=on_spawn or driver.spawned)
     try:
@@ -69,6 +72,9 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
         stop = server.stop()
         phases["shutdown_s"] = time.monotonic() - t
     text = server.log_text()
+    startup = startup_breakdown(text, phases.get("startup_s")).as_dict()
+    startup["compile_cache"] = cache_state(startup["compile_cache"], "compile" in startup["steps"], cache_before,
+                                           cache_entries(env))
     if log_path != Path(spec.log_path):  # a node-local copy: its content travels back in the result
         shutil.rmtree(log_path.parent, ignore_errors=True)
     lines = text.splitlines()
@@ -77,7 +83,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     return TrialResult(spec.number, got.failure, got.metrics, phases, got.records, stop, tail,
                        socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, got.server_view,
                        got.probes, got.early, kv_lines, driver.health(), capped_log(text), got.outputs,
-                       got.outputs_error, startup_breakdown(text, phases.get("startup_s")).as_dict())
+                       got.outputs_error, startup)
 
 
 @dataclass

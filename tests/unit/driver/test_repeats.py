@@ -1,0 +1,99 @@
+"""driver/launch.py: a trial that proposes exactly the flags of a finished trial is told that
+trial's outcome and noted `repeat_of`, never booted; a failed trial, the baseline and a new
+configuration still boot; a repeat is never ranked beside its source."""
+
+import io
+
+import optuna
+import pytest
+from rich.console import Console
+
+from optimizer.config.schema import build_config
+from optimizer.driver import launch as launch_mod
+from optimizer.driver.launch import Running, launch, repeated_trial
+from optimizer.driver.plan import open_study, prepare
+from optimizer.driver.progress import Progress
+from optimizer.report.summary import ranked_feasible
+
+COMPLETE, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED
+
+
+@pytest.fixture
+def opened(tmp_path, tiny_model, monkeypatch):
+    cfg = build_config({
+        "study_name": "rep", "storage": f"sqlite:///{tmp_path / 'trials.db'}", "precheck": False,
+        "artifacts_dir": str(tmp_path / "artifacts"), "model": {"path": str(tiny_model)},
+        "space": {"max-num-seqs": {"low": 4, "high": 8}}, "baseline": {"max-num-seqs": 4},
+        "objective": {"name": "throughput", "slos": "tpot:50"},
+        "workload": {"requests": 4, "warmup_requests": 1, "short_input": [8, 16], "long_input": [32, 64],
+                     "output": [4, 8]},
+    })
+    study, plan = open_study(prepare(cfg))
+    booted = []
+
+    class Task:  # stands for the Ray task: records what would have booted
+        @staticmethod
+        def options(**_):
+            return Task
+
+        @staticmethod
+        def remote(spec, board):
+            booted.append(spec.params)
+            return "ref"
+
+    monkeypatch.setattr(launch_mod, "run_trial", Task)
+    return study, plan, booted
+
+
+def _launch(study, plan, params: dict):
+    study.enqueue_trial(params)
+    out = io.StringIO()
+    got = launch(study, plan, None, Progress(Console(file=out, width=200)), None, 0)
+    return got, out.getvalue()
+
+
+def _finish(study, running: Running, value: float | None, tpot_excess: float = -1.0) -> None:
+    t = running.trial
+    t.set_user_attr("metrics", {"output_throughput": value})
+    t.set_constraint("tpot_ms_p95", tpot_excess)
+    if value is None:
+        study.tell(t, state=PRUNED)
+    else:
+        study.tell(t, value)
+
+
+def test_an_exact_repeat_is_told_the_finished_trials_outcome_without_a_boot(opened):
+    study, plan, booted = opened
+    first, _ = _launch(study, plan, {"max-num-seqs": 8})
+    assert isinstance(first, Running) and booted == [{"max-num-seqs": 8}]
+    _finish(study, first, 123.0, tpot_excess=-2.5)
+    told, text = _launch(study, plan, {"max-num-seqs": 8})
+    assert told == (COMPLETE, None) and booted == [{"max-num-seqs": 8}]  # no second boot
+    repeat = study.get_trials()[-1]
+    assert repeat.state == COMPLETE and repeat.value == 123.0 and repeat.user_attrs["repeat_of"] == first.trial.number
+    assert repeat.constraints == {"tpot_ms_p95": -2.5} and repeat.user_attrs["metrics"] == {"output_throughput": 123.0}
+    assert "phases_s" not in repeat.user_attrs and "startup" not in repeat.user_attrs  # it did not boot
+    assert f"the same flags as trial {first.trial.number}" in text
+    assert [t.number for t in ranked_feasible(study)] == [first.trial.number]  # ranked once
+    assert repeated_trial(study, repeat.user_attrs["vllm_args"], 99).number == first.trial.number  # never a repeat's
+
+
+def test_a_repeat_of_a_pruned_trial_is_pruned_and_other_flags_boot(opened):
+    study, plan, booted = opened
+    first, _ = _launch(study, plan, {"max-num-seqs": 5})
+    _finish(study, first, None)
+    assert _launch(study, plan, {"max-num-seqs": 5})[0] == (PRUNED, None)
+    other, _ = _launch(study, plan, {"max-num-seqs": 6})
+    assert isinstance(other, Running) and booted == [{"max-num-seqs": 5}, {"max-num-seqs": 6}]
+
+
+def test_a_failed_trial_and_the_baseline_are_booted_again(opened):
+    study, plan, booted = opened
+    first, _ = _launch(study, plan, {"max-num-seqs": 7})
+    study.tell(first.trial, state=optuna.trial.TrialState.FAIL)  # infra: retried, not a measurement
+    assert isinstance(_launch(study, plan, {"max-num-seqs": 7})[0], Running)
+    four, _ = _launch(study, plan, {"max-num-seqs": 4})  # the baseline's flags, measured by a sampled trial
+    _finish(study, four, 50.0)
+    study.enqueue_trial({"max-num-seqs": 4}, user_attrs={"baseline": True})
+    baseline = launch(study, plan, None, Progress(Console(file=io.StringIO())), None, 0)
+    assert isinstance(baseline, Running) and len(booted) == 4
