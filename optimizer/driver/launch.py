@@ -79,7 +79,7 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
 # What a repeat carries over from the trial it repeats: what was measured and judged, not how
 # the boot went (phases, start-up, host): a repeat never booted.
 REPEAT_COPIED = ("metrics", "server", "slo_excess", "feasible", "value_from_partial_run", "early_stop",
-                 "failure_kind", "evidence", "remedy", "fits_max_model_len", "precheck")
+                 "failure_kind", "evidence", "remedy", "fits_max_model_len")
 
 
 def repeated_trial(study: optuna.Study, vllm_args, number: int) -> optuna.trial.FrozenTrial | None:

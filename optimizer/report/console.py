@@ -21,6 +21,7 @@ from optimizer.report.summary import (
     feasible,
     fmt_params,
     knobs_of,
+    savings_text,
     serve_command,
     summarize_study,
 )
@@ -31,8 +32,7 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
     console.print(_trials_table(study, objective))
     s = summarize_study(study, model, artifacts)
     sv = s.savings
-    console.print(f"Saved: {sv['boots_avoided']} boot(s) avoided by the KV precheck; {sv['early_stopped']} trial(s) "
-                  f"stopped early; ~{sv['replay_saved_s']:.0f} s of replay not spent")
+    console.print(savings_text(sv))
     if (boots := startup_totals(study.get_trials(deepcopy=False))) is not None:
         console.print(startup_text(boots))
     if s.front:
@@ -73,7 +73,10 @@ def _trials_table(study: optuna.Study, objective) -> Table:
         failure = t.user_attrs.get("failure_kind", "")
         if t.user_attrs.get("precheck") == "pruned":
             failure += " (predicted)"
-        table.add_row(str(t.number), "baseline" if t.user_attrs.get("baseline") else "", t.state.name,
+        role = "baseline" if t.user_attrs.get("baseline") else ""
+        if "repeat_of" in t.user_attrs:
+            role = f"repeat of {t.user_attrs['repeat_of']}"
+        table.add_row(str(t.number), role, t.state.name,
                       fmt_params(knobs_of(t)), _value(t), failure)
     return table
 

@@ -63,14 +63,23 @@ def gain(direction: optuna.study.StudyDirection, best: float, base: float) -> fl
 
 
 def savings(study: optuna.Study) -> dict:
-    """What the run did not have to spend: boots the precheck avoided, replay cut short."""
+    """What the run did not have to spend: boots the precheck avoided, repeats told without a boot
+    (driver/launch.py), replay cut short."""
     trials = study.get_trials(deepcopy=False)
     stopped = [t for t in trials if t.user_attrs.get("early_stop")]
     probe_saved = sum((t.user_attrs.get("metrics") or {}).get("probe_saved_s") or 0.0 for t in trials)
     return {"boots_avoided": sum(1 for t in trials if t.user_attrs.get("precheck") == "pruned"),
+            "repeats": sum(1 for t in trials if "repeat_of" in t.user_attrs),
             "early_stopped": len(stopped),
             "replay_saved_s": round(sum(t.user_attrs["early_stop"].get("saved_s", 0.0) for t in stopped)
                                     + probe_saved, 1)}
+
+
+def savings_text(sv: dict) -> str:
+    """The savings in one sentence (the console's and the written report's)."""
+    repeats = f"{sv['repeats']} repeat(s) of a measured configuration told without a boot; " if sv.get("repeats") else ""
+    return (f"Saved: {sv['boots_avoided']} boot(s) avoided by the KV precheck; {repeats}{sv['early_stopped']} "
+            f"trial(s) stopped early; ~{sv['replay_saved_s']:.0f} s of replay not spent")
 
 
 def feasible(t: optuna.trial.FrozenTrial) -> bool:

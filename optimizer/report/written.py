@@ -190,7 +190,8 @@ def _deploy(doc: _Doc, s: rep.Summary, model: str) -> None:
 def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
     doc.heading("Top configurations")
     maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
-    done = [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,)) if rep.feasible(t)]
+    done = [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
+            if rep.feasible(t) and "repeat_of" not in t.user_attrs]  # each configuration once
     done.sort(key=lambda t: -t.values[0] if maximize else t.values[0])
     if s.best is not None:
         done.sort(key=lambda t: t.number != s.best.number)  # the recommendation's trial first, the rest as ranked
@@ -248,8 +249,7 @@ def _failure_row(t: optuna.trial.FrozenTrial, d, missed: bool) -> list[str]:
 def _savings(doc: _Doc, study: optuna.Study, s: rep.Summary) -> None:
     sv = s.savings
     doc.heading("Savings")
-    doc.para(f"Saved: {sv['boots_avoided']} boot(s) avoided by the KV precheck; {sv['early_stopped']} trial(s) "
-             f"stopped early; ~{sv['replay_saved_s']:.0f} s of replay not spent.")
+    doc.para(rep.savings_text(sv) + ".")
     rows = study.user_attrs.get("sensitivity")
     if not rows:
         return

@@ -97,3 +97,17 @@ def test_a_failed_trial_and_the_baseline_are_booted_again(opened):
     study.enqueue_trial({"max-num-seqs": 4}, user_attrs={"baseline": True})
     baseline = launch(study, plan, None, Progress(Console(file=io.StringIO())), None, 0)
     assert isinstance(baseline, Running) and len(booted) == 4
+
+
+def test_the_reports_name_a_repeat_and_count_it_as_saved(opened, tmp_path):
+    from optimizer.report.console import print_report
+    from optimizer.report.summary import savings, savings_text
+
+    study, plan, _ = opened
+    first, _ = _launch(study, plan, {"max-num-seqs": 8})
+    _finish(study, first, 123.0)
+    _launch(study, plan, {"max-num-seqs": 8})
+    assert savings(study)["repeats"] == 1 and "1 repeat(s) of a measured configuration" in savings_text(savings(study))
+    out = io.StringIO()
+    print_report(study, plan.model.source, tmp_path / "art", plan.objective, Console(file=out, width=250))
+    assert f"repeat of {first.trial.number}" in out.getvalue()
