@@ -43,7 +43,7 @@ class EngineSpec(_Strict):
     extra_args: list[str] = Field(default_factory=list, description="vLLM flags held fixed in every trial")
     env: dict[str, str] = Field(default_factory=dict)
     compile_cache: bool = Field(True, description="one torch.compile cache per vLLM release and model under "
-                                "artifacts_dir/compile-cache, reused by every boot (false: vLLM's default)")
+                                "~/.cache/vllm-optimizer, reused by every boot (false: vLLM's default)")
 
 
 class KnobRange(_Strict):

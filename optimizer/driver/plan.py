@@ -21,7 +21,7 @@ from optimizer.driver import resources as slots_mod
 from optimizer.driver.ray_runtime import check_address, job_working_dir
 from optimizer.driver.resources import largest_request
 from optimizer.driver.store.database import check_storage, normalize_url, open_storage
-from optimizer.engine.compile_cache import cache_dir
+from optimizer.engine.compile_cache import cache_dir, default_root
 from optimizer.engine.device import Device, detect
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.engine.vllm_version import installed_vllm
@@ -58,9 +58,8 @@ class Plan:
 
     @property
     def compile_cache(self) -> Path:
-        """The compile cache every boot of this model under this vLLM release shares (beside the
-        studies in artifacts_dir, so a renamed study or the daemon's next generation finds it)."""
-        return cache_dir(self.artifacts.parent, self.model.source, installed_vllm())
+        """The compile cache every boot of this model under this vLLM release shares."""
+        return cache_dir(default_root(), self.model.source, installed_vllm())
 
 
 def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:

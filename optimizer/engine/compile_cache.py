@@ -1,12 +1,15 @@
 """The compile cache: one directory per vLLM release and model, reused by every boot that serves
-them (a study's trials, its re-measurements and minimal-change runs, sensitivity, `regress`, and
-the daemon's later generations), and never shared between two releases or two models.
+them (a study's trials, its re-measurements and minimal-change runs, sensitivity, `regress`, the
+daemon's later generations, and later studies of the same model), and never shared between two
+releases or two models. It lives in the user's cache directory, not in a study's artifacts:
+`make clean` or a new artifacts directory does not throw compiled work away.
 
 torch.compile's work is kept in two places: vLLM's own cache under `VLLM_CACHE_ROOT`
 (`torch_compile_cache/<hash of the config>`), and inductor's caches under
 `TORCHINDUCTOR_CACHE_DIR` (by default `/tmp/torchinductor_<user>`, shared by every process on
-the machine whatever its release). Both are pointed into the study's directory,
-`<artifacts_dir>/compile-cache/vllm-<release>/<model name>-<digest of the model's path or id>`.
+the machine whatever its release). Both are pointed into one directory,
+`~/.cache/vllm-optimizer/compile-cache/vllm-<release>/<model name>-<digest of the model's path
+or id>` (`$XDG_CACHE_HOME` instead of `~/.cache` when set).
 
 A trial on another node than the driver's uses node-local scratch named after that directory
 (the artifacts path may not exist there); every boot on that node shares it.
@@ -37,12 +40,18 @@ AOT = "VLLM_USE_AOT_COMPILE"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def cache_dir(artifacts_dir: Path | str, model_source: str, vllm_release: str | None) -> Path:
-    """The cache directory for `model_source` served by vLLM `vllm_release` (see module docstring)."""
+def default_root() -> Path:
+    """Where the compile caches live: `$XDG_CACHE_HOME` or `~/.cache`, then vllm-optimizer/compile-cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vllm-optimizer" / "compile-cache"
+
+
+def cache_dir(root: Path | str, model_source: str, vllm_release: str | None) -> Path:
+    """The cache directory under `root` for `model_source` served by vLLM `vllm_release`."""
     release = _UNSAFE.sub("_", vllm_release or "unknown")
     name = _UNSAFE.sub("_", Path(model_source.rstrip("/")).name or "model")
     digest = hashlib.sha256(model_source.encode()).hexdigest()[:12]
-    return Path(artifacts_dir) / "compile-cache" / f"vllm-{release}" / f"{name}-{digest}"
+    return Path(root) / f"vllm-{release}" / f"{name}-{digest}"
 
 
 def node_cache_dir(path: str, driver_host: str, host: str | None = None) -> Path:

