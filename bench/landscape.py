@@ -12,9 +12,10 @@ Each point is one replay-mode run (no early stop) of the same open-loop Poisson 
 JSON line per point in bench/data/landscape_rag.jsonl keeps its boot and replay seconds, its
 start-up steps with the compile cache's state, the server's view, and each request's send,
 first-token and end times, so any SLO can be scored from it later (goodput: requests per
-second that met the SLOs). The study's compile cache is shared as `run` shares it; the points
-run in an order where the first boot of each compile key (max-num-seqs, batched tokens, KV
-dtype) is cold and the second warm, so both costs are measured for every key.
+second that met the SLOs). The boots share one compile cache as `run`'s do, in a directory of
+the bench's own that starts empty (artifacts/bench-landscape/cache); the points run in an order
+where each compile key (max-num-seqs, batched tokens, KV dtype) is booted twice in a row, so
+its first boot shows whether it compiled (a miss) and its second what a warm boot costs.
 Resumable: measured points are skipped.
 
     .venv/bin/python bench/landscape.py measure [--limit N]   # ~1 h on 2 cores
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -80,6 +82,7 @@ def measure(args) -> None:
     from optimizer.driver.plan import prepare
     from optimizer.trial.task import execute_trial
 
+    os.environ["XDG_CACHE_HOME"] = str(ROOT / "artifacts" / "bench-landscape" / "cache")  # starts empty
     plan = prepare(build_config(CONFIG))
     done = load()
     DATA.parent.mkdir(parents=True, exist_ok=True)

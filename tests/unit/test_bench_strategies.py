@@ -84,3 +84,16 @@ def test_free_ranges_compile_every_new_value(land):
     grid_keys = {st._compile_key(p) for p in run.booted}  # what the same boots would compile on ladders
     steps = [b - a for a, b in zip([0.0] + [s for s, _ in run.boots], [s for s, _ in run.boots])]
     assert sum(1 for step in steps if step == 60 + 20) == len(run.seen_keys) > len(grid_keys)
+
+
+def test_goodput_counts_the_requests_that_met_both_slos_per_second():
+    import search_efficiency as se
+
+    # [sent, first token, end, prompt tokens, output tokens, ok]; the window is 0 -> 10 s
+    requests = [[0.0, 0.5, 2.5, 100, 41, True],  # TTFT 500 ms, TPOT 50 ms: meets both
+                [1.0, 3.0, 4.0, 100, 11, True],  # TTFT 2000 ms: misses
+                [2.0, 2.2, 10.0, 100, 41, True],  # TPOT 195 ms: misses
+                [3.0, None, None, 100, 0, False]]  # failed
+    assert se.goodput(requests, ttft_ms=1500, tpot_ms=50) == pytest.approx(1 / 10)
+    assert se.goodput(requests, ttft_ms=2000, tpot_ms=200) == pytest.approx(3 / 10)
+    assert se.goodput([], 1500, 50) == 0.0
