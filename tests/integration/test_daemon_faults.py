@@ -193,7 +193,9 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
     cfg = {"study_name": STUDY, "storage": storage, "n_trials": 3, "artifacts_dir": str(small_disk),
            "model": {"path": model, "load_format": "dummy", "dtype": "bfloat16"},
            "baseline": {"max-num-seqs": 8, "max-model-len": 2048},
-           "space": {"max-num-seqs": {"low": 4, "high": 16}},
+           # Free values: every trial here must boot (on a ladder, trial 3 drew trial 2's exact flags
+           # and was told its outcome without a boot).
+           "space": {"max-num-seqs": {"low": 4, "high": 16, "ladder": False}},
            "workload": {"scenario": "trace", "path": str(traces / "a.jsonl"), "warmup_requests": 0},
            "engine": {"extra_args": ["--gpu-memory-utilization", "0.3", "--enforce-eager"]},  # eager: ~20 s less a boot
            "early_stop": {"enabled": False}, "confirm": {"top": 0},
