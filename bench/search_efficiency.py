@@ -18,6 +18,7 @@ the landscape's best, and the best found (as a share of the landscape's best) af
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import statistics
 import sys
@@ -85,6 +86,9 @@ def main() -> None:
           + " / ".join(f"{m} boots" for m in marks) + " (median, worst)")
     for name, strategy in st.STRATEGIES.items():
         seeds = 1 if name in st.DETERMINISTIC else ns.seeds
+        if name == "gp" and importlib.util.find_spec("scipy") is None:
+            print(f"{name:10s} skipped: Optuna's GPSampler needs scipy (.venv/bin/pip install scipy)")
+            continue
         runs = [strategy(land, seed, n) for seed in range(seeds)]
         hits = [r.to_target(target) for r in runs]
         boots, secs = [h[0] for h in hits], [h[1] for h in hits]
