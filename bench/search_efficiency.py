@@ -51,10 +51,10 @@ def build(rows: dict, ttft_ms: float, tpot_ms: float) -> st.Landscape:
     by_key: dict[tuple, dict] = {}
     for r in rows.values():
         state = "cold" if r["startup"].get("compile_cache") == "miss" else "warm"
-        by_key.setdefault(st._compile_key(r["params"]), {}).setdefault(state, []).append(r["phases"]["startup_s"])
+        by_key.setdefault(st.compile_key(r["params"]), {}).setdefault(state, []).append(r["phases"]["startup_s"])
     points = {}
     for r in rows.values():
-        b = by_key[st._compile_key(r["params"])]
+        b = by_key[st.compile_key(r["params"])]
         warm = statistics.mean(b["warm"]) if "warm" in b else max(b["cold"])
         cold = max(b["cold"]) if "cold" in b else warm
         score = goodput(r["requests"], ttft_ms, tpot_ms) if r["ok"] else 0.0

@@ -105,7 +105,7 @@ class Run:
         return self.boots[min(boots, len(self.boots)) - 1][1] if self.boots else 0.0
 
 
-def _compile_key(params: dict) -> tuple:
+def compile_key(params: dict) -> tuple:
     return tuple(params[k] for k in COMPILE_KEY)
 
 
@@ -135,7 +135,7 @@ def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repea
         share = 1.0
         if early_stop and run.best > 0 and score < run.best / (1 + EARLY_STOP_MARGIN):
             share = 1 / STAGES  # cut after the first stage: cannot win
-        run.boot(land, params, _compile_key(ran), share)
+        run.boot(land, params, compile_key(ran), share)
         value = None if score <= 0 else score
         told[key(ran)] = value
         _tell(study, trial, value, fail_starts)
@@ -180,7 +180,7 @@ def random_search(land: Landscape, seed: int, max_boots: int) -> Run:
     random.Random(seed).shuffle(order)
     run = Run()
     for p in order[:max_boots]:
-        run.boot(land, p.params, _compile_key(p.params))
+        run.boot(land, p.params, compile_key(p.params))
     return run
 
 
@@ -189,7 +189,7 @@ def auto_tune(land: Landscape, seed: int, max_boots: int) -> Run:
     for seqs, tokens in itertools.product(land.grid["max-num-seqs"], land.grid["max-num-batched-tokens"]):
         params = land.nearest({"max-num-seqs": seqs, "max-num-batched-tokens": tokens})
         if len(run.boots) < max_boots:
-            run.boot(land, params, _compile_key(params), replays=2)
+            run.boot(land, params, compile_key(params), replays=2)
     return run
 
 
@@ -198,7 +198,7 @@ def sweep(land: Landscape, seed: int, max_boots: int) -> Run:
     for values in itertools.product(*land.grid.values()):
         if len(run.boots) < max_boots:
             params = dict(zip(land.grid, values))
-            run.boot(land, params, _compile_key(params))
+            run.boot(land, params, compile_key(params))
     return run
 
 

@@ -81,7 +81,7 @@ def test_ours_never_boots_a_configuration_twice_and_cuts_losers(land):
 def test_free_ranges_compile_every_new_value(land):
     run = st.atv(land, 0, 20)
     assert len(run.boots) == 20
-    grid_keys = {st._compile_key(p) for p in run.booted}  # what the same boots would compile on ladders
+    grid_keys = {st.compile_key(p) for p in run.booted}  # what the same boots would compile on ladders
     steps = [b - a for a, b in zip([0.0] + [s for s, _ in run.boots], [s for s, _ in run.boots])]
     assert sum(1 for step in steps if step == 60 + 20) == len(run.seen_keys) > len(grid_keys)
 
