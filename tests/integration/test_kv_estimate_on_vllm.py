@@ -70,7 +70,11 @@ def test_estimate_matches_real_start_ups(model):
     assert not predicted.fits
     started, failure, _ = boot(path, too_long, root / "too-long.log")
     assert not started and failure.kind == "kv_too_small", failure
-    assert abs(failure.fits_max_model_len - predicted.predicted_max_model_len) <= 2 * BLOCK, \
+    # vLLM's own figure comes from another start than the calibration's: that start's non-KV memory
+    # and the node total it read differ by a few MiB (CI once saw 384 tokens, 6 MiB, 1.1% of the
+    # length). 2% of the capacity, far inside the verdict's slack (10% of non-KV, ~5,000 tokens here).
+    tolerance = max(2 * BLOCK, 0.02 * predicted.capacity_tokens)
+    assert abs(failure.fits_max_model_len - predicted.predicted_max_model_len) <= tolerance, \
         (failure.fits_max_model_len, predicted.basis)
 
     # 3. Another fraction and fp8: the calibration carries over.
