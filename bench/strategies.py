@@ -14,7 +14,9 @@ The strategies:
                   repeats of a finished point told its value without a boot, and early stop
                   (a point that cannot come within the margin of the best is cut after the
                   first of 4 stages: a quarter of its replay)
-    gp            the same, with Optuna's GPSampler
+    ours_mv       the same with multivariate TPE (one joint density over the knobs, so it can
+                  model how they interact; Optuna marks the option experimental)
+    gp            the same, with Optuna's GPSampler (4 start-up trials)
     random        random search without replacement over the grid
     auto_tune     vLLM's auto_tune.sh: the grid over max-num-seqs x max-num-batched-tokens in
                   its nested order, the other knobs at vLLM's defaults; each point pays a run at
@@ -80,6 +82,7 @@ class Run:
     boots: list = field(default_factory=list)  # (cumulative seconds, best so far) after each boot
     booted: list = field(default_factory=list)  # the grid point each boot measured
     seen_keys: set = field(default_factory=set)
+    asks: int = 0  # trials a sampler asked for, repeats told without a boot included
     spent: float = 0.0
     best: float = 0.0
 
@@ -109,15 +112,19 @@ def compile_key(params: dict) -> tuple:
     return tuple(params[k] for k in COMPILE_KEY)
 
 
+ASKS_PER_BOOT = 8  # repeats cost no boot: the asks are capped at this many per boot of the budget
+
+
 def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repeat_skip: bool, early_stop: bool,
                    fail_starts: bool = False) -> Run:
     import optuna
 
     study = optuna.create_study(direction="maximize", sampler=sampler)
     run, told = Run(), {}
-    for _ in range(max_boots * 8):  # repeats cost no boot: a cap on the asks, not on the boots
+    for _ in range(max_boots * ASKS_PER_BOOT):
         if len(run.boots) >= max_boots:
             break
+        run.asks += 1
         trial = study.ask()
         drawn = {}
         for k, values in land.grid.items():
@@ -156,6 +163,17 @@ def ours(land: Landscape, seed: int, max_boots: int) -> Run:
 
     sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=4)
     return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
+
+
+def ours_mv(land: Landscape, seed: int, max_boots: int) -> Run:
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=4, multivariate=True)
+        return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
 
 
 def gp(land: Landscape, seed: int, max_boots: int) -> Run:
@@ -202,5 +220,5 @@ def sweep(land: Landscape, seed: int, max_boots: int) -> Run:
     return run
 
 
-STRATEGIES = {"ours": ours, "gp": gp, "random": random_search, "auto_tune": auto_tune, "sweep": sweep, "atv": atv}
+STRATEGIES = {"ours": ours, "ours_mv": ours_mv, "gp": gp, "random": random_search, "auto_tune": auto_tune, "sweep": sweep, "atv": atv}
 DETERMINISTIC = ("auto_tune", "sweep")  # the same run for every seed

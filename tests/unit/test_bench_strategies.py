@@ -67,8 +67,10 @@ def test_random_search_never_boots_a_point_twice_and_finds_the_best_within_the_g
         assert len({st.key(p) for p in run.booted}) == 32 and run.to_target(land.best)[0] <= 32
 
 
-def test_ours_never_boots_a_configuration_twice_and_cuts_losers(land):
-    run = st.ours(land, 0, 16)
+@pytest.mark.parametrize("strategy", [st.ours, st.ours_mv])
+def test_ours_never_boots_a_configuration_twice_and_cuts_losers(land, strategy):
+    run = strategy(land, 0, 16)
+    assert run.asks >= len(run.boots) == 16
     keys = [st.key(p) for p in run.booted]
     assert len(keys) == len(set(keys))  # exact repeats are told, not booted
     assert all(v in GRID[k] for p in run.booted for k, v in p.items())  # ladders: only grid values run

