@@ -173,9 +173,7 @@ def live(tmp_path_factory):
     vocab = Vocabulary(info.vocab_size, info.source, info.max_positions)
     hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=hook.serve_forever, daemon=True).start()
-    # 64 sequences: on an AVX2-only CPU (no AVX-512) 16 of them generated ~185 tok/s, below A's ~400, and
-    # production finished 12-17 requests a window (fewer than MIN_REQUESTS): the daemon never tuned.
-    args = ["--load-format", "dummy", "--dtype", "bfloat16", "--max-num-seqs", "64", "--max-model-len", "4096",
+    args = ["--load-format", "dummy", "--dtype", "bfloat16", "--max-num-seqs", "16", "--max-model-len", "4096",
             "--gpu-memory-utilization", str(memory_fraction(1.0)), *EAGER]
     out: dict = {"root": root, "figures": {}}
     daemons: list[Daemon] = []
