@@ -13,7 +13,9 @@ the landscape's best, and the best found (as a share of the landscape's best) af
 30% of the grid's boots.
 
     .venv/bin/python bench/search_efficiency.py [--seeds 20] [--ttft-ms 1500] [--tpot-ms 50]
-        [--only ours,gp] [--gp-seeds N]
+        [--only ours,gp] [--gp-seeds N] [--first-seed K]
+
+(`--first-seed` lets two processes split the seeds of a slow strategy between the two cores.)
 
 GPSampler needs scipy (`.venv/bin/pip install scipy`) and takes ~0.6 s an ask here, ~2 min a seed:
 it runs on a budget of half the grid's boots (the others: the whole grid).
@@ -75,6 +77,7 @@ def main() -> None:
     p.add_argument("--tpot-ms", type=float, default=50.0)
     p.add_argument("--only", default="", help="comma-separated strategies (default: all of them)")
     p.add_argument("--gp-seeds", type=int, default=0, help="seeds for GPSampler (default: --seeds)")
+    p.add_argument("--first-seed", type=int, default=0, help="the seeds run are K, K+1, ... (default 0)")
     ns = p.parse_args()
     only = [name for name in ns.only.split(",") if name] or list(st.STRATEGIES)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -98,7 +101,7 @@ def main() -> None:
             print(f"{name:10s} skipped: Optuna's GPSampler needs scipy (.venv/bin/pip install scipy)")
             continue
         budget = n // 2 if name == "gp" else n  # GPSampler's asks are slow: half the grid's boots at most
-        runs = [strategy(land, seed, budget) for seed in range(seeds)]
+        runs = [strategy(land, seed, budget) for seed in range(ns.first_seed, ns.first_seed + seeds)]
         hits = [r.to_target(target) for r in runs]
         boots, secs = [h[0] for h in hits], [h[1] for h in hits]
         after = [[r.best_after(m) / land.best for r in runs] for m in marks]
@@ -106,8 +109,8 @@ def main() -> None:
               f"{sum(1 for b in boots if math.isfinite(b))}/{seeds:<6d}  "
               + " / ".join(f"{statistics.median(a):.0%}, {min(a):.0%}" for a in after))
         within = sum(1 for b in boots if b <= 0.2 * n)
-        asks = f"; {statistics.median(r.asks / len(r.boots) for r in runs):.1f} asks a boot (median)" \
-            if runs[0].asks else ""
+        asks = (f"; {statistics.median(r.asks / len(r.boots) for r in runs):.1f} asks a boot, stopped after "
+                f"{statistics.median(len(r.boots) for r in runs):.0f} boots (median)") if runs[0].asks else ""
         print(f"{'':10s} 95% within 20% of the grid's boots ({0.2 * n:.0f}): {within}/{seeds} seeds{asks}")
 
 

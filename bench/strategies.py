@@ -9,13 +9,15 @@ study's compile cache. A strategy that draws a value off the grid (a free intege
 the nearest grid point's score, but a value not drawn before is a new compile key: cold.
 
 The strategies:
-    ours          as `run` searches: TPE (4 start-up trials, constant liar), the compile-key
+    ours          as `run` searches: TPE (4 start-up trials, constant liar; one joint density
+                  over the knobs, as Optuna 5 does by default for one objective), the compile-key
                   knobs drawn on their log scale and run at the nearest rung (ladders), exact
-                  repeats of a finished point told its value without a boot, and early stop
+                  repeats of a finished point told its value without a boot (8 in a row end
+                  the search: it has converged), and early stop
                   (a point that cannot come within the margin of the best is cut after the
                   first of 4 stages: a quarter of its replay)
-    ours_mv       the same with multivariate TPE (one joint density over the knobs, so it can
-                  model how they interact; Optuna marks the option experimental)
+    ours_indep    the same with independent TPE (one density per knob, Optuna 4's default and
+                  Optuna 5's for several objectives: it cannot model how knobs interact)
     gp            the same, with Optuna's GPSampler (4 start-up trials)
     random        random search without replacement over the grid
     auto_tune     vLLM's auto_tune.sh: the grid over max-num-seqs x max-num-batched-tokens in
@@ -112,18 +114,17 @@ def compile_key(params: dict) -> tuple:
     return tuple(params[k] for k in COMPILE_KEY)
 
 
-ASKS_PER_BOOT = 8  # repeats cost no boot: the asks are capped at this many per boot of the budget
-
-
 def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repeat_skip: bool, early_stop: bool,
                    fail_starts: bool = False) -> Run:
+    """Ask, boot, tell until `max_boots` boots, or, as `run` does, until the sampler proposed
+    CONVERGED_AFTER configurations in a row that it had been told (repeats cost no boot)."""
     import optuna
 
+    from optimizer.report.summary import CONVERGED_AFTER
+
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    run, told = Run(), {}
-    for _ in range(max_boots * ASKS_PER_BOOT):
-        if len(run.boots) >= max_boots:
-            break
+    run, told, streak = Run(), {}, 0
+    while len(run.boots) < max_boots and streak < CONVERGED_AFTER:
         run.asks += 1
         trial = study.ask()
         drawn = {}
@@ -137,7 +138,9 @@ def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repea
         if key(ran) in told and (repeat_skip or told[key(ran)] is None):
             value = told[key(ran)]
             _tell(study, trial, value, fail_starts)
+            streak += 1
             continue
+        streak = 0
         score = land.at(params).score
         share = 1.0
         if early_stop and run.best > 0 and score < run.best / (1 + EARLY_STOP_MARGIN):
@@ -165,15 +168,11 @@ def ours(land: Landscape, seed: int, max_boots: int) -> Run:
     return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
 
 
-def ours_mv(land: Landscape, seed: int, max_boots: int) -> Run:
-    import warnings
-
+def ours_indep(land: Landscape, seed: int, max_boots: int) -> Run:
     import optuna
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=4, multivariate=True)
-        return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
+    sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=4, multivariate=False)
+    return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
 
 
 def gp(land: Landscape, seed: int, max_boots: int) -> Run:
@@ -220,5 +219,5 @@ def sweep(land: Landscape, seed: int, max_boots: int) -> Run:
     return run
 
 
-STRATEGIES = {"ours": ours, "ours_mv": ours_mv, "gp": gp, "random": random_search, "auto_tune": auto_tune, "sweep": sweep, "atv": atv}
+STRATEGIES = {"ours": ours, "ours_indep": ours_indep, "gp": gp, "random": random_search, "auto_tune": auto_tune, "sweep": sweep, "atv": atv}
 DETERMINISTIC = ("auto_tune", "sweep")  # the same run for every seed

@@ -215,7 +215,7 @@ class StudyConfig(_Strict):
     study_name: str = "vllm-tuning"
     storage: str = "sqlite:///trials.db"
     seed: int = 0
-    n_trials: int = Field(8, ge=1, description="trials in the study, baseline included")
+    n_trials: int = Field(8, ge=1, description="configurations measured, baseline included (repeats told without a boot do not count)")
     artifacts_dir: str = "artifacts"
     model: ModelSpec
     engine: EngineSpec = Field(default_factory=EngineSpec)

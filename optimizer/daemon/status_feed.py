@@ -91,8 +91,8 @@ class StatusProgress(Progress):
         self._show_running(trials=trial_counts(study),
                            best=best_of(study, objective, self._plan.model.source if self._plan else ""))
 
-    def repeated(self, study, number, source, state) -> None:
-        super().repeated(study, number, source, state)
+    def repeated(self, study, number, params, source, state) -> None:
+        super().repeated(study, number, params, source, state)
         self._running.pop(number, None)
         self._show_running(trials=trial_counts(study))
 

@@ -133,13 +133,13 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     if cores:
         spec = replace(spec, env=spec.env + (("VLLM_CPU_OMP_THREADS_BIND", cores),))
         trial.set_user_attr("cpu_bind", cores)
-    position = finished_count(study) + running + 1
-    progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
     source = None if trial.user_attrs.get("baseline") else repeated_trial(study, spec.vllm_args, trial.number)
     if source is not None:
         state = tell_repeat(study, trial, source)
-        progress.repeated(study, trial.number, source.number, state)
+        progress.repeated(study, trial.number, params, source.number, state)
         return state, None
+    position = finished_count(study) + running + 1
+    progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
     device = precheck.device_now(plan.cfg.engine.device)  # read once: the prediction and the learning
     estimate = precheck.predict(study, plan, spec.vllm_args, device)
     trial.set_user_attr("kv_estimate", estimate.to_dict())

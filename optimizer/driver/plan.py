@@ -126,8 +126,10 @@ def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
         raise ConfigError(f"study '{study.study_name}' was run with another {key.replace('_', ' ')} ({old}); "
                           "pass --new-study to start a separate study (the old one is kept), or --study-name NEW")
     # Seeded, but not the same seed on every resume: that would replay the same first draws.
+    # One joint density over the knobs (multivariate), as Optuna 5 does by default for one objective,
+    # said here so a change of Optuna's default cannot change the search (docs/search.md).
     study.sampler = optuna.samplers.TPESampler(seed=plan.cfg.seed + len(study.trials), constant_liar=True,
-                                               n_startup_trials=4)
+                                               n_startup_trials=4, multivariate=not plan.objective.multi)
     if not study.user_attrs.get("workload_hash"):
         _stamp(study, plan)
     return study, plan

@@ -109,10 +109,10 @@ class Progress:
         role = " baseline" if baseline else ""
         self.console.print(f"[bold]trial {number}[/] ({position}/{total}){role}: {fmt_params(params)}")
 
-    def repeated(self, study: optuna.Study, number: int, source: int, state) -> None:
-        """A trial that repeated a finished one's exact flags: told its outcome, not booted."""
-        self.console.print(f"  trial {number}: the same flags as trial {source}, told its outcome "
-                           f"({state.name}) without a boot")
+    def repeated(self, study: optuna.Study, number: int, params: dict, source: int, state) -> None:
+        """A trial that repeated a finished one's exact flags: told its outcome, not booted, not counted."""
+        self.console.print(f"trial {number}: {fmt_params(params)}: the same flags as trial {source}, told its "
+                           f"outcome ({state.name}) without a boot, not counted in n_trials")
 
     def phase(self, number: int, phase: str, elapsed: float) -> None:
         if self._phase.get(number) != phase:

@@ -122,16 +122,14 @@ def test_parallel_trials_are_all_listed_while_they_run():
     assert [t["number"] for t in snap["running_trials"]] == [1] and snap["running"]["number"] == 1
 
 
-def test_a_repeat_leaves_the_running_list_and_counts_as_finished():
+def test_a_repeat_never_shows_as_running_and_counts_as_finished():
     state = StatusState()
     progress = StatusProgress(Console(file=open("/dev/null", "w")), state)
     study = _study()
     progress._study = study
     _complete(study, 10.0, ["--max-num-seqs", "8"])
     t = study.ask()
-    progress.trial_started(t.number, 2, 4, {"max-num-seqs": 8}, False)
-    assert [r["number"] for r in state.snapshot()["running_trials"]] == [t.number]
-    study.tell(t, 10.0)  # told the finished trial's value (driver/launch.py), never booted
-    progress.repeated(study, t.number, 0, optuna.trial.TrialState.COMPLETE)
+    study.tell(t, 10.0)  # told the finished trial's value (driver/launch.py), never booted nor started
+    progress.repeated(study, t.number, {"max-num-seqs": 8}, 0, optuna.trial.TrialState.COMPLETE)
     snap = state.snapshot()
     assert snap["running_trials"] == [] and snap["running"] is None and snap["trials"]["COMPLETE"] == 2

@@ -111,3 +111,24 @@ def test_the_reports_name_a_repeat_and_count_it_as_saved(opened, tmp_path):
     out = io.StringIO()
     print_report(study, plan.model.source, tmp_path / "art", plan.objective, Console(file=out, width=250))
     assert f"repeat of {first.trial.number}" in out.getvalue()
+
+
+def test_repeats_are_not_counted_in_n_trials_and_a_run_of_them_ends_the_search(opened):
+    from optimizer.driver.study import _Trials
+    from optimizer.report.summary import CONVERGED_AFTER, finished_count, repeat_streak, search_over
+
+    study, plan, booted = opened  # max-num-seqs 4..8 on the ladder: two configurations in all
+    for seqs in (4, 8):
+        running, _ = _launch(study, plan, {"max-num-seqs": seqs})
+        _finish(study, running, float(seqs))
+    _launch(study, plan, {"max-num-seqs": 8})
+    assert finished_count(study) == 2 and repeat_streak(study) == 1 and not search_over(study, plan.cfg.n_trials)
+    out = io.StringIO()
+    trials = _Trials(study, plan, None, Progress(Console(file=out, width=200)), None, 1)
+    trials.launch_while_room()  # every draw is a repeat: it stops at CONVERGED_AFTER in a row, not at n_trials
+    assert trials.running == [] and len(booted) == 2 and finished_count(study) == 2 < plan.cfg.n_trials
+    assert repeat_streak(study) == CONVERGED_AFTER and search_over(study, plan.cfg.n_trials)
+    assert len(study.trials) == 2 + CONVERGED_AFTER and "not counted in n_trials" in out.getvalue()
+    fresh, _ = _launch(study, plan, {"max-num-seqs": 6})  # a new configuration boots and ends the streak
+    _finish(study, fresh, 6.0)
+    assert repeat_streak(study) == 0 and finished_count(study) == 3
