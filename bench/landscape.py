@@ -18,8 +18,17 @@ where each compile key (max-num-seqs, batched tokens, KV dtype) is booted twice 
 its first boot shows whether it compiled (a miss) and its second what a warm boot costs.
 Resumable: measured points are skipped.
 
-    .venv/bin/python bench/landscape.py measure [--limit N]   # ~1 h on 2 cores
-    .venv/bin/python bench/landscape.py show
+Two landscapes, the same grid and workload, different memory:
+    rag           a 1 GiB KV cache: room for every sequence in bf16 once prefix caching is on
+    rag-tight-kv  a 128 MiB KV cache (8,192 bf16 tokens, 64 blocks of 128): the four shared
+                  documents alone fill ~48 blocks, so bf16 holds ~6 running sequences and
+                  fp8 (twice the tokens) several times more; a node whose model leaves little
+                  memory for KV. Offered 4.5 req/s: on the AVX-512/AMX Xeon it was measured on,
+                  8 bf16 sequences kept up with 3 req/s (p99 TTFT 1 s), so the load is raised
+                  to where the memory, not the arrivals, decides what keeps up.
+
+    .venv/bin/python bench/landscape.py measure [--landscape rag-tight-kv] [--limit N]   # ~1 h on 2 cores
+    .venv/bin/python bench/landscape.py show [--landscape rag-tight-kv]
 """
 
 from __future__ import annotations
@@ -35,7 +44,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-DATA = ROOT / "bench" / "data" / "landscape_rag.jsonl"
+LANDSCAPES = {  # name: (the KV cache's bytes, the arrival rate in req/s, the file its points are kept in)
+    "rag": (1 << 30, 3.0, ROOT / "bench" / "data" / "landscape_rag.jsonl"),  # 65,536 bf16 tokens (16 KiB each)
+    "rag-tight-kv": (128 << 20, 4.5, ROOT / "bench" / "data" / "landscape_rag_tight_kv.jsonl"),  # 8,192 bf16 tokens
+}
 GRID = {
     "max-num-seqs": [8, 16, 32, 64],
     "max-num-batched-tokens": [256, 1024, 4096],
@@ -43,26 +55,34 @@ GRID = {
     "enable-prefix-caching": [True, False],  # last: the two points of one compile key run one after the other
 }
 FIXED = {"enable-chunked-prefill": True, "gpu-memory-utilization": 0.3, "max-model-len": 4096}
-KV_BYTES = 1 << 30  # 65,536 bf16 tokens of the tiny model (16 KiB each), 131,072 in fp8
-CONFIG = {
-    "study_name": "bench-landscape", "artifacts_dir": str(ROOT / "artifacts"),
+BASE_CONFIG = {
+    "artifacts_dir": str(ROOT / "artifacts"),
     "model": {"path": "models/tiny-llama", "tiny": True, "load_format": "dummy", "dtype": "bfloat16"},
     "workload": {"scenario": "rag", "seed": 5, "requests": 64, "warmup_requests": 4, "documents": 4,
                  "prefix_tokens": [1024, 2048], "prefix_share": 0.8, "question": [16, 64], "output": [32, 96],
-                 "arrival": {"process": "poisson", "rate": 3.0}},
+                 "arrival": {"process": "poisson", "rate": 3.0}},  # each landscape sets its own rate
     "objective": {"name": "throughput"},
-    "engine": {"extra_args": ["--kv-cache-memory-bytes", str(KV_BYTES)]},
 }
+
+
+def config(name: str) -> dict:
+    """The study config that measures landscape `name`: the base, with its KV cache's size."""
+    kv_bytes, rate, _ = LANDSCAPES[name]
+    study = "bench-landscape" if name == "rag" else f"bench-landscape-{name}"
+    workload = {**BASE_CONFIG["workload"], "arrival": {"process": "poisson", "rate": rate}}
+    return {**BASE_CONFIG, "study_name": study, "workload": workload,
+            "engine": {"extra_args": ["--kv-cache-memory-bytes", str(kv_bytes)]}}
 
 
 def key(params: dict) -> str:
     return json.dumps(params, sort_keys=True)
 
 
-def load() -> dict[str, dict]:
-    if not DATA.exists():
+def load(name: str = "rag") -> dict[str, dict]:
+    data = LANDSCAPES[name][2]
+    if not data.exists():
         return {}
-    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
     return {key(r["params"]): r for r in rows}
 
 
@@ -82,10 +102,11 @@ def measure(args) -> None:
     from optimizer.driver.plan import prepare
     from optimizer.trial.task import execute_trial
 
-    os.environ["XDG_CACHE_HOME"] = str(ROOT / "artifacts" / "bench-landscape" / "cache")  # starts empty
-    plan = prepare(build_config(CONFIG))
-    done = load()
-    DATA.parent.mkdir(parents=True, exist_ok=True)
+    cfg, data = config(args.landscape), LANDSCAPES[args.landscape][2]
+    os.environ["XDG_CACHE_HOME"] = str(ROOT / "artifacts" / cfg["study_name"] / "cache")  # starts empty
+    plan = prepare(build_config(cfg))
+    done = load(args.landscape)
+    data.parent.mkdir(parents=True, exist_ok=True)
     todo = [p for p in points() if key(p) not in done][: args.limit or None]
     for i, point in enumerate(todo):
         spec = make_spec(len(done) + i, plan, {**point, **FIXED}, f"point-{len(done) + i}", early_stop=False)
@@ -100,7 +121,7 @@ def measure(args) -> None:
                "metrics": {k: round(v, 4) for k, v in m.items() if isinstance(v, (int, float))},
                "server": {k: v for k, v in result.server.items() if isinstance(v, (int, float))},
                "requests": _requests(result.records), "measured_at": time.strftime("%Y-%m-%d %H:%M")}
-        with DATA.open("a") as fh:
+        with data.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         print(f"[{len(done) + i + 1}/{len(points())}] {point}: {m.get('output_throughput', 0):.0f} tok/s, "
               f"p95 TTFT {m.get('ttft_ms_p95', 0):.0f} ms, p95 TPOT {m.get('tpot_ms_p95', 0):.1f} ms, "
@@ -109,8 +130,8 @@ def measure(args) -> None:
 
 
 def show(args) -> None:
-    rows = load()
-    print(f"{len(rows)} of {len(points())} points measured in {DATA.relative_to(ROOT)}")
+    rows = load(args.landscape)
+    print(f"{len(rows)} of {len(points())} points measured in {LANDSCAPES[args.landscape][2].relative_to(ROOT)}")
     for r in rows.values():
         m, ph = r["metrics"], r["phases"]
         print(f"  {r['params']}: {m.get('output_throughput', 0):6.0f} tok/s  p95 TTFT {m.get('ttft_ms_p95', 0):6.0f} ms"
@@ -123,7 +144,9 @@ def main() -> None:
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--limit", type=int, default=0, help="measure at most N more points")
-    sub.add_parser("show")
+    shown = sub.add_parser("show")
+    for command in (m, shown):
+        command.add_argument("--landscape", choices=sorted(LANDSCAPES), default="rag")
     ns = p.parse_args()
     measure(ns) if ns.command == "measure" else show(ns)
 

@@ -12,8 +12,8 @@ Printed per strategy, median and worst over the seeds: boots and wall minutes to
 the landscape's best, and the best found (as a share of the landscape's best) after 10, 20 and
 30% of the grid's boots.
 
-    .venv/bin/python bench/search_efficiency.py [--seeds 20] [--ttft-ms 1500] [--tpot-ms 50]
-        [--only ours,gp] [--gp-seeds N] [--first-seed K]
+    .venv/bin/python bench/search_efficiency.py [--landscape rag-tight-kv] [--seeds 20]
+        [--ttft-ms 1500] [--tpot-ms 50] [--only ours,gp] [--gp-seeds N] [--first-seed K]
 
 (`--first-seed` lets two processes split the seeds of a slow strategy between the two cores.)
 
@@ -72,6 +72,7 @@ def main() -> None:
     import optuna
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--landscape", choices=sorted(measured.LANDSCAPES), default="rag")
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--ttft-ms", type=float, default=1500.0)
     p.add_argument("--tpot-ms", type=float, default=50.0)
@@ -81,14 +82,14 @@ def main() -> None:
     ns = p.parse_args()
     only = [name for name in ns.only.split(",") if name] or list(st.STRATEGIES)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    rows = measured.load()
+    rows = measured.load(ns.landscape)
     if len(rows) < len(measured.points()):
-        sys.exit(f"the landscape is not fully measured ({len(rows)} of {len(measured.points())} points); "
-                 "run `bench/landscape.py measure` first")
+        sys.exit(f"the landscape {ns.landscape} is not fully measured ({len(rows)} of {len(measured.points())} "
+                 f"points); run `bench/landscape.py measure --landscape {ns.landscape}` first")
     land = build(rows, ns.ttft_ms, ns.tpot_ms)
     n, target = len(land.points), 0.95 * land.best
     ranked = sorted(land.points.values(), key=lambda q: -q.score)
-    print(f"landscape: {n} points, SLOs TTFT <= {ns.ttft_ms:g} ms and TPOT <= {ns.tpot_ms:g} ms; best goodput "
+    print(f"landscape {ns.landscape}: {n} points, SLOs TTFT <= {ns.ttft_ms:g} ms and TPOT <= {ns.tpot_ms:g} ms; best goodput "
           f"{land.best:.2f} req/s at {ranked[0].params}; {sum(1 for q in ranked if q.score >= target)} point(s) "
           f"within 95%; the whole grid costs {sum(q.boot_cold_s + q.replay_s for q in ranked) / 60:.0f} min cold")
     marks = [max(1, round(n * f)) for f in (0.1, 0.2, 0.3)]

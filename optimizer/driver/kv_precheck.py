@@ -15,7 +15,7 @@ import optuna
 from optimizer.config import flags
 from optimizer.config import kv_fit as kvfit
 from optimizer.engine.device import Device, detect
-from optimizer.engine.failures import Failure
+from optimizer.engine.failures import Failure, kv_too_small_remedy
 from optimizer.trial.spec import TrialResult
 
 CALIBRATION_ATTR = "kv_calibration"
@@ -40,16 +40,16 @@ def predict(study: optuna.Study, plan, vllm_args, device: Device | None = None) 
     return kvfit.estimate(plan.model, device, full_params(vllm_args), calibration(study))
 
 
-def predicted_result(number: int, est: kvfit.Estimate) -> TrialResult:
-    """The outcome of a trial that is not booted because it cannot fit."""
+def predicted_result(number: int, est: kvfit.Estimate, fp8_kv: bool = True) -> TrialResult:
+    """The outcome of a trial that is not booted because it cannot fit (`fp8_kv`: whether the
+    remedy may suggest an fp8 KV cache, which needs AVX-512 or AMX on CPU)."""
     if est.budget_bytes <= 0:  # vLLM would stop before the length check: no memory for any cache block
         return TrialResult(number, Failure(
             "oom_startup", f"predicted, not booted: {est.basis}",
             "raise gpu-memory-utilization: the weights and runtime leave no room for a KV cache"))
     return TrialResult(number, Failure(
         "kv_too_small", f"predicted, not booted: {est.basis}",
-        f"lower max-model-len to at most {est.predicted_max_model_len}, or raise gpu-memory-utilization, "
-        "or use kv-cache-dtype fp8", est.predicted_max_model_len))
+        kv_too_small_remedy(est.predicted_max_model_len, fp8_kv), est.predicted_max_model_len))
 
 
 def learn(study: optuna.Study, plan, vllm_args, result: TrialResult,

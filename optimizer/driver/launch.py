@@ -91,9 +91,11 @@ def repeated_trial(study: optuna.Study, vllm_args, number: int) -> optuna.trial.
     return None
 
 
-def tell_repeat(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.FrozenTrial):
-    """Tell `trial` the outcome `source` had (its values and constraints, or PRUNED); returns the state."""
+def tell_repeat(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.FrozenTrial, budget: int):
+    """Tell `trial` the outcome `source` had (its values and constraints, or PRUNED); returns the state.
+    `budget` (the n_trials in force) is kept with it: a raised budget starts a new convergence streak."""
     trial.set_user_attr("repeat_of", source.number)
+    trial.set_user_attr("budget", budget)
     for key in REPEAT_COPIED:
         if key in source.user_attrs:
             trial.set_user_attr(key, source.user_attrs[key])
@@ -135,7 +137,7 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
         trial.set_user_attr("cpu_bind", cores)
     source = None if trial.user_attrs.get("baseline") else repeated_trial(study, spec.vllm_args, trial.number)
     if source is not None:
-        state = tell_repeat(study, trial, source)
+        state = tell_repeat(study, trial, source, plan.cfg.n_trials)
         progress.repeated(study, trial.number, params, source.number, state)
         return state, None
     position = finished_count(study) + running + 1
@@ -145,7 +147,7 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     trial.set_user_attr("kv_estimate", estimate.to_dict())
     if plan.cfg.precheck and not estimate.fits:
         trial.set_user_attr("precheck", "pruned")
-        state, result = outcome.tell(study, trial, precheck.predicted_result(trial.number, estimate), plan.objective)
+        state, result = outcome.tell(study, trial, precheck.predicted_result(trial.number, estimate, plan.device.fp8_kv), plan.objective)
         progress.trial_done(study, trial.number, result, state, plan.objective)
         progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))
         return state, result.failure

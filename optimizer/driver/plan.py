@@ -172,6 +172,7 @@ def _stamp(study: optuna.Study, plan: Plan) -> None:
     if plan.workload.notes:
         study.set_user_attr("workload_notes", list(plan.workload.notes))
     study.set_user_attr("device", plan.device.kind)
+    study.set_user_attr("fp8_kv", plan.device.fp8_kv)  # whether remedies may suggest an fp8 KV cache
     for key, value in sorted(_stamp_of(plan).items(), key=lambda kv: kv[0] == "workload_hash"):
         study.set_user_attr(key, value)
 

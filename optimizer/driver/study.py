@@ -77,7 +77,7 @@ def _run_trials(study: optuna.Study, plan: Plan, board, progress: Progress, runs
                 shutdown.check()
                 trials.launch_while_room()
                 if not trials.running:
-                    if repeat_streak(study) >= CONVERGED_AFTER:
+                    if repeat_streak(study, plan.cfg.n_trials) >= CONVERGED_AFTER:
                         progress.note(f"the sampler proposed {CONVERGED_AFTER} measured configurations in a row: "
                                       f"the search has converged, after {finished_count(study)} of "
                                       f"{plan.cfg.n_trials} trials")
@@ -107,7 +107,7 @@ class _Trials:
         """Start trials while a slot is free, the budget allows and the output gate does not hold."""
         study, plan = self.study, self.plan
         while (len(self.running) < self.slots and finished_count(study) + len(self.running) < plan.cfg.n_trials
-               and repeat_streak(study) < CONVERGED_AFTER
+               and repeat_streak(study, plan.cfg.n_trials) < CONVERGED_AFTER
                and not shutdown.requested.is_set()
                and not outputcheck.hold_launches(study, plan.cfg, [r.trial for r in self.running])):
             slot = min(set(range(self.slots)) - {r.slot for r in self.running})

@@ -28,7 +28,7 @@ from optimizer.driver.plan import Plan
 from optimizer.driver.progress import Progress
 from optimizer.driver.recovery import queue_again
 from optimizer.driver.store.trial_files import is_disk_failure, store_trial
-from optimizer.engine.failures import RETRIED, Failure
+from optimizer.engine.failures import RETRIED, Failure, without_fp8_remedy
 from optimizer.measure import slo
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
@@ -180,6 +180,7 @@ def finish(study: optuna.Study, plan: Plan, r, result, progress: Progress) -> tu
     """Learn from the trial's start-up, store its result, tell Optuna; returns (state, failure)."""
     trial = r.trial
     precheck.learn(study, plan, r.spec.vllm_args, result, r.device)
+    result = replace(result, failure=without_fp8_remedy(result.failure, plan.device.fp8_kv))
     result = outputcheck.gate(study, trial, result, plan.cfg)  # before result.json: an output_changed is in it
     if not is_disk_failure(result.failure):
         written = store_trial(plan.artifacts / f"trial-{trial.number}", r.params, result, socket.gethostname())

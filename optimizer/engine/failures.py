@@ -24,7 +24,7 @@ tests/fixtures/vllm_logs/).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra",
          "replay_invalid", "early_stopped", "output_changed")
@@ -85,17 +85,28 @@ _RULES = (
 _OOM_RUNTIME = re.compile(r"CUDA out of memory|OutOfMemoryError|std::bad_alloc|Cannot allocate memory|Killed")
 
 
+def kv_too_small_remedy(fits: int | None, fp8_kv: bool = True) -> str:
+    """What to do when max-model-len does not fit the KV cache; fp8 only where it can start
+    (on CPU: AVX-512 or AMX, engine/device.cpu_runs_fp8_kv)."""
+    limit = f" to at most {fits}" if fits else ""
+    return (f"lower max-model-len{limit}, or raise gpu-memory-utilization"
+            + (", or use kv-cache-dtype fp8" if fp8_kv else ""))
+
+
+def without_fp8_remedy(failure: Failure | None, fp8_kv: bool) -> Failure | None:
+    """`failure` with its remedy rewritten for a device that cannot run an fp8 KV cache: the
+    server's log does not say which CPU it ran on, the driver does."""
+    if failure is None or fp8_kv or failure.kind != "kv_too_small":
+        return failure
+    return replace(failure, remedy=kv_too_small_remedy(failure.fits_max_model_len, fp8_kv=False))
+
+
 def _kv_too_small(lines: list[str]) -> Failure | None:
     for line in lines:
         if _KV_TOO_SMALL.search(line):
             m = _FITS.search(line)
             fits = int(m.group(1)) if m else None
-            limit = f" to at most {fits}" if fits else ""
-            return Failure(
-                "kv_too_small", line.strip(),
-                f"lower max-model-len{limit}, or raise gpu-memory-utilization, or use kv-cache-dtype fp8",
-                fits,
-            )
+            return Failure("kv_too_small", line.strip(), kv_too_small_remedy(fits), fits)
     return None
 
 

@@ -97,6 +97,7 @@ class Context:
     direction: str = "maximize"
     metric: str = "value"  # the objective's metric, e.g. output_throughput
     max_flip_rate: float | None = None  # the regression check's limit, when the study records one
+    fp8_kv: bool = True  # whether the device can run an fp8 KV cache (the study's `fp8_kv` stamp)
 
     def shortfall(self, value: float | None) -> float | None:
         """How far `value` is behind the best, as a share of it (0.3: 30% worse); None if unknown."""
@@ -122,7 +123,8 @@ def context_of(study: optuna.Study) -> Context:
         values = [t.value for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
                   if t.value is not None and all(c <= 0 for c in (t.constraints or {}).values())]
         best = (max if direction == "maximize" else min)(values) if values else None
-    return Context(best, direction, metric, _float(study.user_attrs.get("max_flip_rate")))
+    return Context(best, direction, metric, _float(study.user_attrs.get("max_flip_rate")),
+                   study.user_attrs.get("fp8_kv", True) is not False)
 
 
 def diagnose(trial: optuna.trial.FrozenTrial, context: Context) -> Diagnosis | None:

@@ -11,7 +11,7 @@ memory rules turn vLLM's own memory lines into the figure an operator changes:
                   (<util>, <asked> GiB)": lower it to at most free / total, rounded down to 0.01
     kv_too_small  "max seq len (<n>), (<need> GiB KV cache is needed, which is larger than the
                   available KV cache memory (<have> GiB)": lower max-model-len to vLLM's estimate,
-                  raise gpu-memory-utilization, or halve the KV bytes with fp8
+                  raise gpu-memory-utilization, or halve the KV bytes with fp8 (where the device can)
 
 A trial driver/kv_precheck.py pruned before boot has no such line: its kv_estimate gives the figures.
 Like every rule in diagnosis._RULES, each takes (facts, context) and returns a _Found or None.
@@ -165,7 +165,7 @@ def _kv_too_small(f: _Facts, ctx: object) -> _Found | None:
     fits = f.attrs.get("fits_max_model_len") or (int(m2.group(1)) if (m2 := _FITS.search(f.evidence)) else None)
     options = [f"lower max-model-len to at most {fits}" if fits else "lower max-model-len",
                "raise gpu-memory-utilization" + f.now("gpu-memory-utilization")]
-    if not str(f.knobs.get("kv-cache-dtype", "auto")).startswith("fp8"):
+    if ctx.fp8_kv and not str(f.knobs.get("kv-cache-dtype", "auto")).startswith("fp8"):
         options.append("use kv-cache-dtype fp8 (half the KV bytes per token)")
     return _Found(cause, ", or ".join(options), f.evidence)
 

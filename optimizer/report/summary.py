@@ -145,19 +145,21 @@ def finished_count(study: optuna.Study) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if "repeat_of" not in t.user_attrs)
 
 
-def repeat_streak(study: optuna.Study) -> int:
-    """How many of the last finished trials, in a row, were repeats."""
+def repeat_streak(study: optuna.Study, n_trials: int | None = None) -> int:
+    """How many of the last finished trials, in a row, were repeats. With `n_trials`, only repeats
+    told under a budget at least that large count: raising `n_trials` after the search converged
+    starts a new streak, so the search goes on."""
     streak = 0
     for t in sorted(study.get_trials(deepcopy=False, states=FINISHED), key=lambda t: -t.number):
-        if "repeat_of" not in t.user_attrs:
+        if "repeat_of" not in t.user_attrs or (n_trials is not None and t.user_attrs.get("budget", n_trials) < n_trials):
             break
         streak += 1
     return streak
 
 
 def search_over(study: optuna.Study, n_trials: int) -> bool:
-    """The budget is spent, or the sampler has converged (CONVERGED_AFTER repeats in a row)."""
-    return finished_count(study) >= n_trials or repeat_streak(study) >= CONVERGED_AFTER
+    """The budget is spent, or the sampler has converged (CONVERGED_AFTER repeats in a row under it)."""
+    return finished_count(study) >= n_trials or repeat_streak(study, n_trials) >= CONVERGED_AFTER
 
 
 def best_feasible(study, objective) -> float | None:

@@ -132,3 +132,23 @@ def test_repeats_are_not_counted_in_n_trials_and_a_run_of_them_ends_the_search(o
     fresh, _ = _launch(study, plan, {"max-num-seqs": 6})  # a new configuration boots and ends the streak
     _finish(study, fresh, 6.0)
     assert repeat_streak(study) == 0 and finished_count(study) == 3
+
+
+def test_raising_n_trials_after_the_search_converged_lets_it_go_on(opened):
+    from dataclasses import replace
+
+    from optimizer.driver.study import _Trials
+    from optimizer.report.summary import CONVERGED_AFTER, repeat_streak, search_over
+
+    study, plan, booted = opened
+    for seqs in (4, 8):
+        running, _ = _launch(study, plan, {"max-num-seqs": seqs})
+        _finish(study, running, float(seqs))
+    _Trials(study, plan, None, Progress(Console(file=io.StringIO())), None, 1).launch_while_room()
+    assert search_over(study, plan.cfg.n_trials)  # converged under its budget: a resume stops here
+    raised = replace(plan, cfg=plan.cfg.model_copy(update={"n_trials": plan.cfg.n_trials + 4}))
+    assert repeat_streak(study, raised.cfg.n_trials) == 0 and not search_over(study, raised.cfg.n_trials)
+    before = len(study.trials)
+    _Trials(study, raised, None, Progress(Console(file=io.StringIO())), None, 1).launch_while_room()
+    assert len(study.trials) == before + CONVERGED_AFTER and len(booted) == 2  # a new streak, all repeats here
+    assert search_over(study, raised.cfg.n_trials) and repeat_streak(study) == 2 * CONVERGED_AFTER

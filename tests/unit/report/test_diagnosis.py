@@ -185,6 +185,27 @@ def test_kv_too_small_offers_vllms_estimate_more_memory_and_fp8():
     assert d.kind == "kv_too_small" and "fp8" not in d.remedy and "17920" in d.remedy
 
 
+def test_kv_too_small_on_a_cpu_without_fp8_kv_does_not_offer_fp8():
+    study = study_for()
+    study.set_user_attr("fp8_kv", False)  # driver/plan.py stamps it from the device
+    args = ["--gpu-memory-utilization", "0.1167", "--max-model-len", "65536"]
+    d = diag(study, failed(study, startup("kv_too_small.log"), args=args))
+    assert d.remedy == "lower max-model-len to at most 17920, or raise gpu-memory-utilization (now 0.1167)"
+
+
+def test_the_drivers_remedy_for_kv_too_small_leaves_fp8_out_where_it_cannot_start():
+    from optimizer.engine.failures import without_fp8_remedy
+
+    failure = startup("kv_too_small.log")
+    assert failure.remedy.endswith(", or use kv-cache-dtype fp8")  # the log alone does not say which CPU
+    assert without_fp8_remedy(failure, fp8_kv=True) is failure
+    rewritten = without_fp8_remedy(failure, fp8_kv=False)
+    assert rewritten.remedy == "lower max-model-len to at most 17920, or raise gpu-memory-utilization"
+    assert (rewritten.kind, rewritten.evidence) == (failure.kind, failure.evidence)
+    other = Failure("crash", "boom", "read the server log")
+    assert without_fp8_remedy(other, fp8_kv=False) is other and without_fp8_remedy(None, False) is None
+
+
 def test_a_predicted_kv_too_small_names_the_tokens(tiny_model):
     plan = SimpleNamespace(model=load_model_info(str(tiny_model), "bfloat16"),
                            cfg=SimpleNamespace(engine=SimpleNamespace(device="cpu")))
@@ -198,6 +219,8 @@ def test_a_predicted_kv_too_small_names_the_tokens(tiny_model):
     assert d.cause == (f"predicted before boot: max-model-len 65536 needs {est.needed_tokens:,} KV tokens, "
                        f"the cache would hold {est.capacity_tokens:,}")
     assert f"lower max-model-len to at most {est.predicted_max_model_len}" in d.remedy
+    assert precheck.predicted_result(0, est).failure.remedy.endswith("or use kv-cache-dtype fp8")
+    assert "fp8" not in precheck.predicted_result(0, est, fp8_kv=False).failure.remedy
 
 
 @pytest.mark.parametrize("log, kind, cause", [
