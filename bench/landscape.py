@@ -9,11 +9,11 @@ at 64 sequences of ~1,600 tokens the bf16 cache cannot hold them all and vLLM pr
 fp8 (half the bytes per token) or prefix caching (shared documents stored once) can.
 
 Each point is one replay-mode run (no early stop) of the same open-loop Poisson workload. One
-JSON line per point in bench/data/landscape_rag.jsonl keeps its boot and replay seconds, its
+JSON line per point in bench/data/landscape_<name>.jsonl keeps its boot and replay seconds, its
 start-up steps with the compile cache's state, the server's view, and each request's send,
 first-token and end times, so any SLO can be scored from it later (goodput: requests per
 second that met the SLOs). The boots share one compile cache as `run`'s do, in a directory of
-the bench's own that starts empty (artifacts/bench-landscape/cache); the points run in an order
+the bench's own that starts empty (artifacts/<study>/cache); the points run in an order
 where each compile key (max-num-seqs, batched tokens, KV dtype) is booted twice in a row, so
 its first boot shows whether it compiled (a miss) and its second what a warm boot costs.
 Resumable: measured points are skipped.

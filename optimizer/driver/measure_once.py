@@ -22,6 +22,7 @@ from optimizer.driver.ray_runtime import ray_runtime, run_trial
 from optimizer.driver.resources import ray_resources
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.store.trial_files import store_trial
+from optimizer.engine.failures import without_fp8_remedy
 from optimizer.measure.slo import holds as slo_holds
 from optimizer.trial.channel import TrialBoard
 from optimizer.trial.spec import TrialSpec, lost_trial_result
@@ -48,6 +49,7 @@ def measure_once(plan: Plan, params: dict, key: int, log_dir: str, board, progre
     `within_slos`, missed a replay objective's SLOs)."""
     spec = make_spec(key, plan, params, log_dir, early_stop=False)
     result = run_task(spec, plan, board, progress, runstate)
+    result = replace(result, failure=without_fp8_remedy(result.failure, plan.device.fp8_kv))
     store_trial(plan.artifacts / log_dir, params, result, socket.gethostname())
     if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
         return None

@@ -132,6 +132,8 @@ def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
                                                n_startup_trials=4, multivariate=not plan.objective.multi)
     if not study.user_attrs.get("workload_hash"):
         _stamp(study, plan)
+    if study.user_attrs.get("fp8_kv") != plan.device.fp8_kv:  # the driver's CPU now: a study may move
+        study.set_user_attr("fp8_kv", plan.device.fp8_kv)  # whether remedies may suggest an fp8 KV cache
     return study, plan
 
 
@@ -172,7 +174,6 @@ def _stamp(study: optuna.Study, plan: Plan) -> None:
     if plan.workload.notes:
         study.set_user_attr("workload_notes", list(plan.workload.notes))
     study.set_user_attr("device", plan.device.kind)
-    study.set_user_attr("fp8_kv", plan.device.fp8_kv)  # whether remedies may suggest an fp8 KV cache
     for key, value in sorted(_stamp_of(plan).items(), key=lambda kv: kv[0] == "workload_hash"):
         study.set_user_attr(key, value)
 

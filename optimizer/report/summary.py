@@ -147,11 +147,11 @@ def finished_count(study: optuna.Study) -> int:
 
 def repeat_streak(study: optuna.Study, n_trials: int | None = None) -> int:
     """How many of the last finished trials, in a row, were repeats. With `n_trials`, only repeats
-    told under a budget at least that large count: raising `n_trials` after the search converged
-    starts a new streak, so the search goes on."""
+    told under a budget at least that large count (a repeat stored without one counts under none):
+    raising `n_trials` after the search converged starts a new streak, so the search goes on."""
     streak = 0
     for t in sorted(study.get_trials(deepcopy=False, states=FINISHED), key=lambda t: -t.number):
-        if "repeat_of" not in t.user_attrs or (n_trials is not None and t.user_attrs.get("budget", n_trials) < n_trials):
+        if "repeat_of" not in t.user_attrs or (n_trials is not None and t.user_attrs.get("budget", 0) < n_trials):
             break
         streak += 1
     return streak

@@ -152,3 +152,26 @@ def test_raising_n_trials_after_the_search_converged_lets_it_go_on(opened):
     _Trials(study, raised, None, Progress(Console(file=io.StringIO())), None, 1).launch_while_room()
     assert len(study.trials) == before + CONVERGED_AFTER and len(booted) == 2  # a new streak, all repeats here
     assert search_over(study, raised.cfg.n_trials) and repeat_streak(study) == 2 * CONVERGED_AFTER
+
+
+def test_a_repeat_stored_without_its_budget_does_not_hold_a_raised_search(opened):
+    from optimizer.report.summary import CONVERGED_AFTER, repeat_streak
+
+    study, plan, _ = opened
+    running, _ = _launch(study, plan, {"max-num-seqs": 4})
+    _finish(study, running, 4.0)
+    for _ in range(CONVERGED_AFTER):  # as a study before repeats kept their budget stored them
+        t = study.ask()
+        t.set_user_attr("repeat_of", running.trial.number)
+        study.tell(t, 4.0)
+    assert repeat_streak(study) == CONVERGED_AFTER and repeat_streak(study, plan.cfg.n_trials) == 0
+
+
+def test_every_open_stamps_whether_the_drivers_cpu_runs_fp8_kv(opened):
+    from dataclasses import replace
+
+    study, plan, _ = opened
+    assert study.user_attrs["fp8_kv"] is plan.device.fp8_kv
+    moved = replace(plan, device=replace(plan.device, fp8_kv=not plan.device.fp8_kv))  # resumed on another CPU
+    reopened, _ = open_study(moved)
+    assert reopened.user_attrs["fp8_kv"] is (not plan.device.fp8_kv)
