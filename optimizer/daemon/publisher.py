@@ -12,6 +12,7 @@ import time
 
 from optimizer.config.schema import PublishSpec, StudyConfig
 from optimizer.daemon import publish
+from optimizer.report.summary import finished_count
 
 
 class Publisher:
@@ -44,14 +45,15 @@ class Publisher:
     def publish(self, study, cfg: StudyConfig, model: str, generation: int) -> dict:
         """Decide, publish when the gate says so, record; returns the record. A generation already
         decided (a restarted daemon resuming a finished study) is not published again: a webhook
-        may restart a fleet."""
-        done = study.user_attrs.get(publish.ATTR)
-        if isinstance(done, dict) and done.get("generation") == generation:
+        may restart a fleet. One that measured more trials since (its n_trials was raised) is
+        decided again."""
+        done, trials = study.user_attrs.get(publish.ATTR), finished_count(study)
+        if isinstance(done, dict) and done.get("generation") == generation and done.get("trials", trials) >= trials:
             self._show({"decision": _decision(done)})
             return done
         ok, why = publish.decide(study, cfg)
         record = {"published": ok, "reason": why, "decided_at": time.time(), "generation": generation,
-                  "study": study.study_name}
+                  "study": study.study_name, "trials": trials}
         body = publish.payload(study, cfg, model, generation) if ok else None
         if body is not None:
             body["published_at"] = record["decided_at"]

@@ -3,6 +3,7 @@
 
 import io
 
+import optuna
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
@@ -69,3 +70,16 @@ def test_restore_reads_only_this_study_s_generations():
     state = StatusState()
     Publisher(PublishSpec(), state, Console(file=io.StringIO())).restore([("s-gpu", dict(study.user_attrs))], "s")
     assert "recommendation" not in state.snapshot()
+
+
+def test_a_generation_that_measured_more_trials_since_its_decision_is_decided_again(tmp_path):
+    study = finished_study()
+    Publisher(PublishSpec(), StatusState(), Console(file=io.StringIO())).publish(study, CFG, "/m", 1)
+    first = study.user_attrs["publish"]
+    t = study.ask()  # n_trials raised: the resumed generation measures one more
+    t.set_user_attr("metrics", {})
+    study.tell(t, state=optuna.trial.TrialState.PRUNED)
+    again = Publisher(PublishSpec(path=str(tmp_path / "vllm.yaml")), StatusState(), Console(file=io.StringIO()))
+    record = again.publish(study, CFG, "/m", 1)
+    assert record["trials"] == first["trials"] + 1 and record["decided_at"] > first["decided_at"]
+    assert (tmp_path / "vllm.yaml").exists()
