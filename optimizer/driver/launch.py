@@ -147,7 +147,8 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     trial.set_user_attr("kv_estimate", estimate.to_dict())
     if plan.cfg.precheck and not estimate.fits:
         trial.set_user_attr("precheck", "pruned")
-        state, result = outcome.tell(study, trial, precheck.predicted_result(trial.number, estimate, plan.device.fp8_kv), plan.objective)
+        predicted = precheck.predicted_result(trial.number, estimate, plan.device.fp8_kv)
+        state, result = outcome.tell(study, trial, predicted, plan.objective)
         progress.trial_done(study, trial.number, result, state, plan.objective)
         progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))
         return state, result.failure
