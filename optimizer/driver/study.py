@@ -28,7 +28,7 @@ from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.tell import finish
 from optimizer.errors import first_line
 from optimizer.outputs import gate as outputcheck
-from optimizer.report.summary import CONVERGED_AFTER, best_feasible, finished_count, repeat_streak, search_over
+from optimizer.report.summary import CONVERGED_AFTER, best_feasible, converged, finished_count, search_over
 from optimizer.trial.channel import TrialBoard
 from optimizer.trial.spec import lost_trial_result
 
@@ -77,7 +77,7 @@ def _run_trials(study: optuna.Study, plan: Plan, board, progress: Progress, runs
                 shutdown.check()
                 trials.launch_while_room()
                 if not trials.running:
-                    if repeat_streak(study, plan.cfg.n_trials) >= CONVERGED_AFTER:
+                    if converged(study, plan.cfg.n_trials):
                         progress.note(f"the sampler proposed {CONVERGED_AFTER} measured configurations in a row: "
                                       f"the search has converged, after {finished_count(study)} of "
                                       f"{plan.cfg.n_trials} trials")
@@ -107,7 +107,7 @@ class _Trials:
         """Start trials while a slot is free, the budget allows and the output gate does not hold."""
         study, plan = self.study, self.plan
         while (len(self.running) < self.slots and finished_count(study) + len(self.running) < plan.cfg.n_trials
-               and repeat_streak(study, plan.cfg.n_trials) < CONVERGED_AFTER
+               and not converged(study, plan.cfg.n_trials)
                and not shutdown.requested.is_set()
                and not outputcheck.hold_launches(study, plan.cfg, [r.trial for r in self.running])):
             slot = min(set(range(self.slots)) - {r.slot for r in self.running})

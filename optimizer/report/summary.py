@@ -157,9 +157,14 @@ def repeat_streak(study: optuna.Study, n_trials: int | None = None) -> int:
     return streak
 
 
+def converged(study: optuna.Study, n_trials: int) -> bool:
+    """The sampler has converged: CONVERGED_AFTER repeats in a row under this budget."""
+    return repeat_streak(study, n_trials) >= CONVERGED_AFTER
+
+
 def search_over(study: optuna.Study, n_trials: int) -> bool:
-    """The budget is spent, or the sampler has converged (CONVERGED_AFTER repeats in a row under it)."""
-    return finished_count(study) >= n_trials or repeat_streak(study, n_trials) >= CONVERGED_AFTER
+    """The budget is spent, or the sampler has converged."""
+    return finished_count(study) >= n_trials or converged(study, n_trials)
 
 
 def best_feasible(study, objective) -> float | None:
