@@ -120,7 +120,7 @@ def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repea
     CONVERGED_AFTER configurations in a row that it had been told (repeats cost no boot)."""
     import optuna
 
-    from optimizer.report.summary import CONVERGED_AFTER
+    from optimizer.verdict.trials import CONVERGED_AFTER
 
     study = optuna.create_study(direction="maximize", sampler=sampler)
     run, told, streak = Run(), {}, 0

@@ -58,7 +58,8 @@ def main() -> None:
 
 def _recommendation(study) -> None:
     """What the study recommends (the report's answer), the minimal-change rows and what the step cost."""
-    from optimizer.report.recommendation import attribution, gain_text, recommend
+    from optimizer.verdict.recommendation import recommend
+    from optimizer.report.recommendation_text import attribution, gain_text
 
     rec = recommend(study)
     if rec is None:

@@ -53,8 +53,8 @@ def main(ns: argparse.Namespace, console) -> int:
         raise ConfigError(f"--max-flip-rate {ns.max_flip_rate}: a rate between 0 and 1, e.g. 0.05")
     if not ns.candidate:
         raise ConfigError("regress: no --candidate given; e.g. --candidate 'kv-cache-dtype=fp8'")
+    candidates = [parse_candidate(c) for c in ns.candidate]  # exact knob names: vLLM abbreviates flags
     cfg = load(ns, overrides)
-    candidates = [parse_candidate(c) for c in ns.candidate]
     plan = prepare(cfg)
     # One driver per storage, and its servers tagged: a study on this storage never runs beside
     # these boots, and a killed `regress` leaves nothing the next start does not stop.

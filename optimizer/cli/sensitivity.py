@@ -42,7 +42,7 @@ def main(ns: argparse.Namespace, console) -> int:
         raise ConfigError(f"study '{cfg.study_name}' was run with another {mismatch[0].replace('_', ' ')} "
                           f"({mismatch[1]}); pass the config it ran with: the moves must measure what it measured")
     knobs = [k.strip() for k in ns.knobs.split(",") if k.strip()] if ns.knobs else None
-    to = parse_candidate(" ".join(ns.to)) if ns.to else None
+    to = parse_candidate(" ".join(ns.to), "--to") if ns.to else None
     prepared = sensitivity.prepare_run(f.study, plan, knobs, to)  # bad knobs are refused before Ray starts
     progress = Progress(console)
     with measuring(plan, progress) as measure:

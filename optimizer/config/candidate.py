@@ -1,5 +1,6 @@
 """Knobs written as text ('kv-cache-dtype=fp8 max-num-seqs=32', as `regress --candidate` and
-`sensitivity --to` take them) -> parameters typed as the search space types each knob.
+`sensitivity --to` take them) -> parameters typed as the search space types each knob. A name
+that is not exactly a knob's is refused (config/space.py, Knobs.named), never passed to vLLM.
 """
 
 from __future__ import annotations
@@ -9,32 +10,30 @@ from optimizer.config.space import KNOBS
 from optimizer.errors import ConfigError
 
 
-def parse_candidate(text: str) -> dict:
+def parse_candidate(text: str, flag: str = "--candidate") -> dict:
     """'kv-cache-dtype=fp8 max-num-seqs=32' -> {'kv-cache-dtype': 'fp8', 'max-num-seqs': 32}: typed as
-    the space types each knob (true/false for an on/off knob); raises ConfigError."""
+    the space types each knob (true/false for an on/off knob); raises ConfigError naming `flag`."""
     out = {}
     for item in text.replace(",", " ").split():
         key, eq, value = item.removeprefix("--").partition("=")
         if not eq or not key or not value:
-            raise ConfigError(f"--candidate '{text}': '{item}' is not knob=value; write e.g. 'kv-cache-dtype=fp8'")
-        out[key] = _typed(key, value, text)
+            raise ConfigError(f"{flag} '{text}': '{item}' is not knob=value; write e.g. 'kv-cache-dtype=fp8'")
+        out[key] = _typed(key, value, f"{flag} '{text}'")
     if not out:
-        raise ConfigError("--candidate '': give the knobs that differ from the baseline, e.g. 'kv-cache-dtype=fp8'")
+        raise ConfigError(f"{flag} '': give the knobs that differ from the baseline, e.g. 'kv-cache-dtype=fp8'")
     return out
 
 
-def _typed(key: str, value: str, text: str):
-    knob = KNOBS.get(key)
-    if knob is None:
-        return value  # a flag this project does not tune: passed to vLLM as written
+def _typed(key: str, value: str, where: str):
+    knob = KNOBS.named(key, where)
     if knob.kind == "bool":
         if value.lower() not in BOOLS:
-            raise ConfigError(f"--candidate '{text}': {key} is on or off; write {key}=true or {key}=false")
+            raise ConfigError(f"{where}: {key} is on or off; write {key}=true or {key}=false")
         return BOOLS[value.lower()]
     try:
         return from_cli_args([f"--{key}", value])[key]
     except ValueError:
-        raise ConfigError(f"--candidate '{text}': {key}={value} is not a {'whole number' if knob.kind == 'int' else 'number'}"
+        raise ConfigError(f"{where}: {key}={value} is not a {'whole number' if knob.kind == 'int' else 'number'}"
                           f"; write e.g. {key}={'32' if knob.kind == 'int' else '0.5'}") from None
 
 

@@ -1,5 +1,5 @@
 """A trial's parameters <-> vLLM's command-line flags: {'max-num-seqs': 8} <-> ['--max-num-seqs', '8'],
-in knob order, booleans as --flag / --no-flag.
+in knob order, booleans as --flag / --no-flag; only knobs by their exact names become flags.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ def engine_args_for(params: dict, device_kind: str) -> list[str]:
 
 
 def to_cli_args(params: dict) -> list[str]:
-    """vLLM flags for `params`, in knob order: {'max-num-seqs': 8} -> ['--max-num-seqs', '8']."""
+    """vLLM flags for `params`, in knob order: {'max-num-seqs': 8} -> ['--max-num-seqs', '8']. Knobs
+    by their exact names only (ConfigError otherwise): vLLM would read `--max-num-seq` as --max-num-seqs."""
+    for name in params:
+        KNOBS.named(name, "trial parameters")
     args = []
-    for name in sorted(params, key=lambda n: list(KNOBS).index(n) if n in KNOBS else len(KNOBS)):
+    for name in (n for n in KNOBS if n in params):
         value = params[name]
         if isinstance(value, bool):
             args.append(f"--{name}" if value else f"--no-{name}")

@@ -27,6 +27,7 @@ compiles. `ladder: false` in their range searches every whole number.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, replace
 
 from optimizer.config.model_info import ModelInfo
@@ -57,9 +58,28 @@ class Knob:
         return self.kind in ("categorical", "bool")
 
 
+class Knobs(dict):
+    """name -> Knob, and the one rule for a knob name from outside (space, baseline, enqueue, --candidate,
+    --to, a trial's flags, engine.extra_args): exact. vLLM would read `--max-num-seq` as `--max-num-seqs`."""
+
+    def named(self, name: str, where: str) -> Knob:
+        if name not in self:
+            close = [k for k in self if name and k.startswith(name)] or difflib.get_close_matches(name, self, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(f"{where}: unknown parameter '{name}'; {hint}known: {', '.join(self)}")
+        return self[name]
+
+    def check_flags(self, args: list[str], where: str) -> None:
+        """Refuses a flag that only starts a knob's name; other vLLM flags are vLLM's to check."""
+        for arg in (a for a in args if a.startswith("--")):
+            name = arg.removeprefix("--").partition("=")[0].removeprefix("no-")
+            for knob in (k for k in self if name and k.startswith(name) and k != name):
+                raise ConfigError(f"{where}: '{arg}' only starts --{knob} (vLLM takes it for that); write it in full")
+
+
 # In dependency order: a knob comes after the knobs its sampling depends on (REQUIRES), and
 # trials are sampled in this order whatever the order of the config's `space`.
-KNOBS: dict[str, Knob] = {
+KNOBS: Knobs = Knobs({
     k.name: k
     for k in (
         Knob("max-num-seqs", "int", log=True),
@@ -73,7 +93,7 @@ KNOBS: dict[str, Knob] = {
         Knob("tensor-parallel-size", "categorical"),
         Knob("attention-backend", "categorical"),
     )
-}
+})
 DEFAULT_KNOBS = ("max-num-seqs", "gpu-memory-utilization", "max-model-len", "kv-cache-dtype")
 GPU_ONLY = ("tensor-parallel-size", "attention-backend")
 # knob -> (knob, value): sampled only when that knob is absent or drawn with that value.
@@ -216,14 +236,13 @@ def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
 def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request: int) -> SearchSpace:
     """The concrete space for this study; raises ConfigError for unknown knobs or empty ranges."""
     for name in cfg.space:
-        if name not in KNOBS:
-            raise ConfigError(f"space: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
+        KNOBS.named(name, "space")
         _check_device(f"space.{name}", device)
     fixed = [("baseline", cfg.baseline or {})] + [(f"enqueue.{i}", p) for i, p in enumerate(cfg.enqueue)]
     for where, params in fixed:
         for name in params:
-            if name not in KNOBS:
-                raise ConfigError(f"{where}: unknown parameter '{name}'; known: {', '.join(KNOBS)}")
+            KNOBS.named(name, where)
+    KNOBS.check_flags(cfg.engine.extra_args, "engine.extra_args")
     dims, notes = [], []
     names = [n for n in KNOBS if n in cfg.space] or list(DEFAULT_KNOBS)
     for name in names:

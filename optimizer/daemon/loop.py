@@ -42,8 +42,8 @@ from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
 from optimizer.errors import ConfigError, OptimizerError
 from optimizer.report.console import print_report
-from optimizer.report.recommendation import recommend
-from optimizer.report.summary import knobs_of, ranked_feasible
+from optimizer.verdict.recommendation import recommend
+from optimizer.verdict.trials import knobs_of, ranked_feasible
 from optimizer.traffic import window as window_mod
 from optimizer.workload import drift
 from optimizer.workload.materialize import read_workload
@@ -92,7 +92,7 @@ def production_of(window) -> dict:
 
 def warm_starts(study, k: int) -> list[dict]:
     """The previous generation's best configurations, best first: its recommendation
-    (report/recommendation.py: the minimal change, else the confirmed winner), then the best
+    (verdict/recommendation.py: the minimal change, else the confirmed winner), then the best
     feasible COMPLETE trials; the values they ran with, distinct parameter sets only."""
     if k <= 0 or len(study.directions) > 1:
         return []

@@ -1,6 +1,6 @@
 """Publishing a generation's recommendation, only when it is worth deploying.
 
-The gate (`decide`): the study's recommendation (report/recommendation.py) is published when
+The gate (`decide`): the study's recommendation (verdict/recommendation.py) is published when
     - it was measured more than once against a re-measured baseline (the confirmation ran),
     - it changes something from the baseline (the current configuration),
     - its gain's 95% interval lies above 1 (beyond noise) and the gain is at least
@@ -30,8 +30,9 @@ from pathlib import Path
 import yaml
 
 from optimizer.config.schema import StudyConfig
-from optimizer.report.confirmed import baseline_trial
-from optimizer.report.recommendation import SINGLE, gain_text, recommend
+from optimizer.verdict.confirmed import baseline_trial
+from optimizer.verdict.recommendation import SINGLE, recommend
+from optimizer.report.recommendation_text import gain_text
 from optimizer.report.summary import serve_command, serve_yaml
 
 ATTR = "publish"

@@ -12,7 +12,7 @@ import time
 
 from optimizer.config.schema import PublishSpec, StudyConfig
 from optimizer.daemon import publish
-from optimizer.report.summary import finished_count
+from optimizer.verdict.trials import finished_count
 
 
 class Publisher:

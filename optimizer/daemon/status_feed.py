@@ -12,7 +12,8 @@ from sqlalchemy.engine import make_url
 
 from optimizer.daemon.status_api import TRIAL_STATES, StatusState
 from optimizer.driver.progress import Progress
-from optimizer.report.recommendation import attribution, recommend
+from optimizer.verdict.recommendation import recommend
+from optimizer.report.recommendation_text import attribution
 from optimizer.report.summary import serve_command
 
 
@@ -30,7 +31,7 @@ def trial_counts(study) -> dict[str, int]:
 
 
 def best_of(study, objective, model: str) -> dict | None:
-    """The study's recommendation as the status API shows it (report/recommendation.py: while trials
+    """The study's recommendation as the status API shows it (verdict/recommendation.py: while trials
     run, the best feasible single run; after the confirmation and the minimal-change step, what they
     chose, with its gain and what mattered). None for Pareto or none yet."""
     if getattr(objective, "multi", False):
@@ -44,7 +45,7 @@ def best_of(study, objective, model: str) -> dict | None:
             "gain": rec.gain, "what_mattered": [dict(zip(MATTERED, row)) for row in attribution(rec)]}
 
 
-MATTERED = ("knob", "baseline", "winner", "effect", "verdict")
+MATTERED = ("knob", "baseline", "winner", "effect", "verdict", "rests_on")
 
 
 class StatusProgress(Progress):

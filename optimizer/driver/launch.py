@@ -26,7 +26,7 @@ from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
-from optimizer.report.summary import FINISHED, best_feasible, finished_count
+from optimizer.verdict.trials import FINISHED, best_feasible, finished_count
 from optimizer.trial.spec import TrialSpec
 
 

@@ -1,7 +1,7 @@
 """The minimal-change step on real servers: after the confirmation, each knob the confirmed winner
 changed from the baseline is put back, one at a time, and measured (measure/reversion.py decides);
 what had no measurable effect goes back to the baseline's value, and the recommendation is the
-smallest measured change that carries the gain (report/recommendation.py).
+smallest measured change that carries the gain (verdict/recommendation.py).
 
 What a knob goes back to: the baseline's value; vLLM's own default (the flag dropped) for a knob
 the baseline does not set; for `max-model-len`, when the baseline's value is below the
@@ -29,9 +29,10 @@ from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.measure.reversion import minimal_change
-from optimizer.report import confirmed
-from optimizer.report.recommendation import ATTR, minimal_record
-from optimizer.report.summary import knobs_of
+from optimizer.verdict import confirmed
+from optimizer.verdict.evidence import config_key, evidence
+from optimizer.verdict.recommendation import ATTR, minimal_record
+from optimizer.verdict.trials import knobs_of
 
 MINIMAL_KEY = CONFIRM_KEY // 2  # board keys of these runs: above any trial number, below confirmation's
 
@@ -47,6 +48,19 @@ def _metrics_of(run: Path) -> dict | None:
 def run_dir(slot: int) -> str:
     """Where the runs of the step's `slot`-th configuration keep their files, under artifacts/<study>/."""
     return f"minimal/config-{slot}"
+
+
+def _first_run(key: str, record: dict, known: dict) -> str | None:
+    """Where the recommended configuration's first run keeps its files: a search trial's, or the step's own."""
+    if known.get(key):
+        label = known[key][0][1]
+        return f"trial-{label.split()[1]}" if " re-measure" not in label else None
+    return f"{run_dir(list(record['runs']).index(key))}/run-0" if key in record["runs"] else None
+
+
+def _row(row, sources: dict) -> dict:
+    """A row as stored, with the runs it rests on (trials of the search, re-measurements, its own runs)."""
+    return {**row.as_dict(), "runs_from": sources.get(config_key(row.config), [])[:len(row.values) + row.failed]}
 
 
 def minimal_pending(study: optuna.Study, plan: Plan) -> bool:
@@ -81,17 +95,21 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     started = time.monotonic() - ((old.get("wall_s") or 0.0) if record["runs"] else 0.0)  # resumed: time so far
     progress.minimizing(number, back, plan.cfg.confirm.minimal_boots)
 
-    base_runs = ((conf["runs"].get(str(base.number)) or {}).get("values") or []) if base is not None else []
+    known, sources = evidence(study), {}
 
     def measure(config: dict, k: int) -> float | None:
-        if config == baseline and k < len(base_runs):
-            return base_runs[k]  # every knob put back is the baseline: its own runs answer, no boot
-        key = json.dumps(sorted(config.items()))
+        key = config_key(config)
+        prior, used = known.get(key, []), sources.setdefault(key, [])
+        if k < len(prior):  # measured already, in the search or the confirmation: no boot
+            used.append(prior[k][1])
+            return prior[k][0]
         runs = record["runs"].get(key, [])
-        if k < len(runs):
-            return runs[k]  # measured before an interruption: not booted again
         slot = list(record["runs"]).index(key) if key in record["runs"] else len(record["runs"])
-        value = measure_once(plan, config, MINIMAL_KEY + slot * 10 + k, f"{run_dir(slot)}/run-{k}",
+        j = k - len(prior)
+        used.append(f"{run_dir(slot)}/run-{j}")
+        if j < len(runs):
+            return runs[j]  # measured before an interruption: not booted again
+        value = measure_once(plan, config, MINIMAL_KEY + slot * 10 + j, f"{run_dir(slot)}/run-{j}",
                              board, progress, runstate, within_slos=True)
         record["runs"][key] = [*runs, value]
         study.set_user_attr(ATTR, copy.deepcopy({**record, "wall_s": time.monotonic() - started}))
@@ -100,15 +118,16 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     values = conf["runs"][str(number)]["values"]
     outcome = minimal_change(winner, baseline, back, values, [e["values"] for e in conf["runs"].values()], measure,
                              maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
-                             max_runs=2, cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted)
+                             cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted,
+                             spent=lambda: sum(len(runs) for runs in record["runs"].values()))
     args = list(make_spec(number, plan, outcome.final, "-").vllm_args)
-    final_key = json.dumps(sorted(outcome.final.items()))
-    where = f"{run_dir(list(record['runs']).index(final_key))}/run-0" if final_key in record["runs"] else None
+    final_key = config_key(outcome.final)
+    where = _first_run(final_key, record, known)
     metrics = _metrics_of(plan.artifacts / where) if where else None
     boots = sum(len(runs) for runs in record["runs"].values())  # those its own runs answered are not boots
     record.update(done=True, candidates=conf.get("candidates"), repeats=conf.get("repeats"), boots=boots,
-                  wall_s=round(time.monotonic() - started, 1), rows=[r.as_dict() for r in outcome.rows],
-                  combined=outcome.combined.as_dict() if outcome.combined else None,
+                  wall_s=round(time.monotonic() - started, 1), rows=[_row(r, sources) for r in outcome.rows],
+                  combined=_row(outcome.combined, sources) if outcome.combined else None,
                   final={"knobs": outcome.final, "args": args, "values": outcome.final_values, "dir": where,
                          "metrics": metrics})
     study.set_user_attr(ATTR, record)

@@ -13,8 +13,10 @@ from optimizer.driver.store.database import masked
 from optimizer.engine.device import GIB
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import holds as slo_holds
-from optimizer.report.recommendation import effect_text, shown
-from optimizer.report.summary import best_feasible, finished_count, fmt_params
+from optimizer.report.confirmation_text import confirmation_lines
+from optimizer.report.recommendation_text import effect_text, shown
+from optimizer.report.summary import fmt_params
+from optimizer.verdict.trials import best_feasible, finished_count
 
 
 def best_line(study: optuna.Study, objective) -> str | None:
@@ -120,26 +122,22 @@ class Progress:
             self.console.print(f"  {self._who(number)}{elapsed:5.0f}s  {phase}   (best so far: {self._best})")
 
     def confirming(self, top: int, repeats: int) -> None:
-        self.console.print(f"[bold]Re-measuring[/] the {top} best configuration(s) {repeats} more time(s) each "
-                           "(full runs: single measurements move 10-15% on a busy machine)")
+        self.console.print(f"[bold]Re-measuring[/] the {top} best configuration(s) and the baseline up to {repeats} "
+                           "more time(s) each (full runs: single measurements move 10-15% on a busy machine; one "
+                           "already measurably worse than the leader is not booted again)")
 
     def confirm_value(self, number: int, k: int, value: float | None) -> None:
         self._phase.pop(number, None)
         shown = f"{value:.2f}" if value is not None else "failed"
         self.console.print(f"  trial {number} re-measure {k}: {shown}")
 
+    def confirm_settled(self, number: int, r: dict) -> None:
+        self.console.print(f"  trial {number}: not booted again, already measurably worse than the leader "
+                           f"({r['ratio']:.2f}x [{r['low']:.2f}, {r['high']:.2f}] of it)")
+
     def confirmed(self, record: dict, objective) -> None:
-        for n, i in sorted(record["intervals"].items(), key=lambda kv: kv[1]["mean"],
-                           reverse=objective.direction == "maximize"):
-            ci = (f"95% CI [{i['low']:.2f}, {i['high']:.2f}]" if i["low"] is not None else "no interval (one value)")
-            self.console.print(f"  trial {n}: mean {i['mean']:.2f} {objective.unit} over {i['n']} runs, {ci}")
-        if record["winner"] is None:
-            return
-        if record["clear"]:
-            self.console.print(f"  [green]winner: trial {record['winner']}[/] (its interval overlaps no other)")
-        else:
-            self.console.print(f"  [yellow]no clear winner[/]: trial {record['winner']} has the best mean, but its "
-                               "interval overlaps another's; any of the overlapping ones is as good as measured")
+        for line in confirmation_lines(record, objective):
+            self.console.print("  " + line)
 
     def minimizing(self, number: int, back: dict, cap: int) -> None:
         if back:

@@ -28,7 +28,7 @@ from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.tell import finish
 from optimizer.errors import first_line
 from optimizer.outputs import gate as outputcheck
-from optimizer.report.summary import CONVERGED_AFTER, best_feasible, converged, finished_count, search_over
+from optimizer.verdict.trials import CONVERGED_AFTER, best_feasible, converged, finished_count, search_over
 from optimizer.trial.channel import TrialBoard
 from optimizer.trial.spec import lost_trial_result
 

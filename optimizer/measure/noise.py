@@ -1,11 +1,18 @@
-"""Run-to-run noise: the 95% interval of repeated measurements of one configuration, the
-verdict it gives on a ranking (a clear winner, or intervals that overlap), and the ratio of two
-configurations with its interval.
+"""Run-to-run noise, and the one statistic every comparison in this project uses: values on a
+log scale, the noise of one run pooled over every configuration measured more than once.
 
 Ratios are taken on a log scale: a latency that doubles is as far from the reference as one that
-halves, and one stalled run (these machines stall 1-3 s at random) does not swamp the mean. The
+halves, one stalled run (these machines stall 1-3 s at random) does not swamp the mean, and an
+interval mapped back is a ratio or a range of positive values, never a negative bound. The
 noise of one run is pooled over every configuration measured more than once (the same spread
-for all, as the confirmation's repeated runs show within ~2x of each other).
+for all, as repeated runs show within ~2x of each other), so a configuration measured once
+still gets an interval from the others' repeats.
+
+- `estimate`: one configuration's geometric mean and the 95% range of that mean (or, with
+  `one_run`, where one more run lands);
+- `ratio`: two configurations' geometric means divided, with the 95% interval;
+- `rank`: the best of several, and whether it is clear: every other is measurably worse (the
+  interval of other / best lies wholly on the worse side of 1).
 """
 
 from __future__ import annotations
@@ -13,39 +20,6 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Interval:
-    trial: int
-    values: tuple[float, ...]
-    mean: float
-    low: float
-    high: float
-
-    def overlaps(self, other: "Interval") -> bool:
-        return self.low <= other.high and other.low <= self.high
-
-
-def interval(trial: int, values: list[float], one_run: bool = False) -> Interval:
-    """Mean and 95% t-interval of `values`: of their mean, or with `one_run` of where one more run
-    lands (a prediction interval, sqrt(1 + 1/n) instead of sqrt(1/n)). A single value: an interval
-    of zero width is not claimed; low/high are -inf/inf."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return Interval(trial, tuple(values), mean, -math.inf, math.inf)
-    spread = math.sqrt(1 + 1 / len(values)) if one_run else 1 / math.sqrt(len(values))
-    half = t95(len(values) - 1) * statistics.stdev(values) * spread
-    return Interval(trial, tuple(values), mean, mean - half, mean + half)
-
-
-def verdict(intervals: list[Interval], maximize: bool) -> tuple[Interval | None, bool]:
-    """The winner (best mean) and whether it is clear (its interval overlaps no other's)."""
-    if not intervals:
-        return None, False
-    ranked = sorted(intervals, key=lambda i: -i.mean if maximize else i.mean)
-    winner = ranked[0]
-    return winner, all(not winner.overlaps(other) for other in ranked[1:])
 
 
 @dataclass(frozen=True)
@@ -59,6 +33,9 @@ class Noise:
     def t(self) -> float:
         return t95(self.df)
 
+    def as_dict(self) -> dict:
+        return {"sd": self.sd, "df": self.df}
+
 
 def pooled(groups) -> Noise | None:
     """The noise of one run, pooled over `groups` (repeated runs of one configuration each; groups
@@ -71,6 +48,39 @@ def pooled(groups) -> Noise | None:
             squares += sum((x - mean) ** 2 for x in logs)
             df += len(logs) - 1
     return Noise(math.sqrt(squares / df), df) if df else None
+
+
+def geomean(values) -> float:
+    """The geometric mean of positive values (the centre every comparison here uses); one value is
+    itself, exactly."""
+    values = list(values)
+    return values[0] if len(set(values)) == 1 else math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One configuration's measured runs: their geometric mean and its 95% range (None bounds:
+    no repeated run anywhere, so no noise to judge by)."""
+
+    trial: int
+    values: tuple[float, ...]
+    mean: float
+    low: float | None
+    high: float | None
+
+    def as_dict(self) -> dict:
+        return {"mean": self.mean, "low": self.low, "high": self.high, "n": len(self.values)}
+
+
+def estimate(trial: int, values, noise: Noise | None, one_run: bool = False) -> Estimate:
+    """The geometric mean of `values` (positive) and the 95% range the pooled `noise` gives it: of the
+    mean, or with `one_run` of where one more run lands (sqrt(1/n + 1) instead of sqrt(1/n))."""
+    values = tuple(values)
+    mean = geomean(values)
+    if noise is None:
+        return Estimate(trial, values, mean, None, None)
+    half = noise.t * noise.sd * math.sqrt(1 / len(values) + (1 if one_run else 0))
+    return Estimate(trial, values, mean, mean * math.exp(-half), mean * math.exp(half))
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,36 @@ def ratio(values, reference, noise: Noise) -> Ratio:
     d = statistics.fmean(a) - statistics.fmean(b)
     half = noise.t * noise.sd * math.sqrt(1 / len(a) + 1 / len(b))
     return Ratio(math.exp(d), math.exp(d - half), math.exp(d + half))
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The best configuration, each other's ratio to it, and whether the best is clear."""
+
+    winner: int | None
+    clear: bool
+    ratios: dict  # trial -> Ratio (other / winner); empty without noise
+    alone: bool = False  # only one configuration was compared: clear by default, nothing beaten
+
+
+def rank(groups: dict, noise: Noise | None, maximize: bool) -> Ranking:
+    """The best of `groups` (trial -> positive values) by geometric mean; clear when every other is
+    measurably worse than it with the pooled `noise` (never clear without noise)."""
+    if not groups:
+        return Ranking(None, False, {})
+    order = sorted(groups, key=lambda n: geomean(groups[n]), reverse=maximize)
+    best = order[0]
+    if len(order) == 1:
+        return Ranking(best, True, {}, alone=True)
+    if noise is None:
+        return Ranking(best, False, {})
+    ratios = {n: ratio(groups[n], groups[best], noise) for n in order[1:]}
+    return Ranking(best, all(r.worse(maximize) for r in ratios.values()), ratios)
+
+
+def settled(values, leader, noise: Noise | None, maximize: bool) -> bool:
+    """`values` are already measurably worse than `leader`'s: more runs of them cannot make them win."""
+    return noise is not None and bool(values) and ratio(values, leader, noise).worse(maximize)
 
 
 def t95(df: int) -> float:

@@ -2,17 +2,20 @@
 baseline", run backwards from the winner.
 
 For each knob the winner changed, the winner is measured with that one knob put back (to the
-baseline's value, or to the value that fits the workload when the baseline's does not). A knob
-whose reversion is not measurably worse than the winner is reverted; one whose reversion is
-worse, judged on repeated runs (one bad run may be a stall), is kept. Then every reverted knob
-is put back at once and measured: kept if still within the noise of the winner, else only the
-cheapest single reversion stands (it was measured on its own) and the row says why.
+baseline's value, or to the value that fits the workload when the baseline's does not). Then
+every reverted knob is put back at once and measured: kept if still within the noise of the
+winner, else only the cheapest single reversion stands (it was measured on its own) and the row
+says why.
 
-"Measurably worse": the 95% interval of (reverted / winner) lies wholly on the worse side of 1.
-The noise is pooled over every configuration measured more than once (measure/noise.py), so
-one reverted run is judged against the prediction interval of one run, the band the
-confirmation already estimates. The caller's `measure(config, k)` returns the objective's
-value of the k-th run of `config`, or None when that run failed.
+Each verdict is sequential: it stops measuring as soon as it is made. After each run, with the
+95% interval of (reverted / winner) on the one statistic of measure/noise.py (log scale, the
+noise of one run pooled over every repeated run):
+- wholly on the worse side of 1: measurably worse, the knob is kept (no further run can undo it);
+- otherwise, when the measured effect is under TOLERANCE (15%): reverted;
+- otherwise (worse by more than 15% but within the noise): one more run, up to `max_runs`;
+  after the last, reverted unless measurably worse (the rule a fixed `max_runs` runs would apply).
+The caller's `measure(config, k)` returns the objective's value of the k-th run of `config`, or
+None when that run failed; it may answer from runs the study already made (driver/minimal.py).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Row:
     effect: Ratio | None = None  # reverted / winner
     verdict: str = UNMEASURED
     note: str = ""
+    config: dict = field(default_factory=dict)  # the configuration measured
 
     def as_dict(self) -> dict:
         return {"knob": self.knob, "baseline": self.baseline, "winner": self.winner, "reverted_to": self.reverted_to,
@@ -68,15 +72,22 @@ def with_reverted(config: dict, changes: dict) -> dict:
 class _Runs:
     """Measurements made so far, for the pooled noise and the boot cap."""
 
-    def __init__(self, groups: list[list[float]], measure: Callable[[dict, int], float | None], cap: int):
-        self.groups, self.measure, self.cap, self.boots = [list(g) for g in groups], measure, cap, 0
+    def __init__(self, groups: list[list[float]], measure: Callable[[dict, int], float | None], cap: int,
+                 spent: Callable[[], int] | None):
+        self.groups, self.measure, self.cap, self.calls = [list(g) for g in groups], measure, cap, 0
+        self.spent = spent or (lambda: self.calls)
+
+    @property
+    def boots(self) -> int:
+        return self.spent()
 
     def judge(self, row: Row, config: dict, reference: list[float], maximize: bool, max_runs: int) -> None:
-        """Measure `config` until the verdict is clear (at most `max_runs` runs), and set it on `row`."""
+        """Measure `config` until the verdict is made (module docstring), and set it on `row`."""
         self.groups.append(row.values)  # its repeated runs say something about the noise too
+        row.config = config
         while self.boots < self.cap:
             value = self.measure(config, len(row.values))
-            self.boots += 1
+            self.calls += 1
             if value is None or value <= 0:
                 row.failed, row.verdict = True, KEPT
                 row.note = "putting it back failed the run (or missed the SLOs)"
@@ -87,11 +98,9 @@ class _Runs:
                 row.verdict, row.note = UNMEASURED, "no repeated runs to judge the noise by"
                 return
             row.effect = ratio(row.values, reference, noise)
-            if not row.effect.worse(maximize):
-                row.verdict = REVERTED
-                return
-            if len(row.values) >= max_runs:
-                row.verdict = KEPT
+            verdict = decide(row.effect, maximize, last=len(row.values) >= max_runs)
+            if verdict:
+                row.verdict = verdict
                 return
         if not row.values:
             row.note = "the cap on extra boots was reached first"
@@ -99,12 +108,26 @@ class _Runs:
             row.verdict, row.note = KEPT, "the cap on extra boots was reached before a clear verdict"
 
 
+def decide(effect: Ratio, maximize: bool, last: bool) -> str:
+    """The verdict after a run (KEPT, REVERTED), or '' for one more run (module docstring)."""
+    if effect.worse(maximize):
+        return KEPT
+    loss = 1 / effect.ratio if maximize else effect.ratio
+    return REVERTED if last or loss <= 1 + TOLERANCE else ""
+
+
+# A measured effect under this is not worth another run to tell from noise (single runs move 10-15% here).
+TOLERANCE = 0.15
+
+
 def minimal_change(winner: dict, baseline: dict, revert_to: dict, winner_values: list[float],
                    groups: list[list[float]], measure: Callable[[dict, int], float | None], maximize: bool,
-                   max_runs: int = 2, cap: int = 8, on_row: Callable[[Row], None] = lambda row: None) -> Outcome:
+                   max_runs: int = 3, cap: int = 8, on_row: Callable[[Row], None] = lambda row: None,
+                   spent: Callable[[], int] | None = None) -> Outcome:
     """Run the reversions (module docstring). `revert_to[knob]` is what each changed knob goes back
-    to; `groups` are the repeated runs already made (confirmation), `winner_values` among them."""
-    runs = _Runs(groups, measure, cap)
+    to; `groups` are the repeated runs already made (confirmation), `winner_values` among them.
+    `cap` bounds the boots, `spent()` counts them (default: every call of `measure` is one)."""
+    runs = _Runs(groups, measure, cap, spent)
     rows = []
     for knob, back in revert_to.items():
         row = Row(knob, baseline.get(knob), winner.get(knob), back)

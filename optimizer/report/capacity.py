@@ -34,8 +34,8 @@ from optimizer.config.flags import split_flags
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
-from optimizer.report import confirmed
-from optimizer.report.recommendation import recommend
+from optimizer.verdict import confirmed
+from optimizer.verdict.recommendation import recommend
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 RATE_OBJECTIVES = ("goodput_rate", "output_throughput", "total_token_throughput", "request_throughput")
@@ -177,7 +177,7 @@ def _n(x: float) -> str:
 
 def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
                            slos: tuple[Slo, ...] = ()) -> Measurement:
-    """What a replica of the study's recommended configuration carries (report/recommendation.py: the
+    """What a replica of the study's recommended configuration carries (verdict/recommendation.py: the
     minimal change's own run when it changed the winner's flags, else the winner's trial), or of trial
     `trial_number`; with `slos` (--slo),
     only if the measured run met them. Raises ConfigError naming the problem and the fix."""
@@ -235,7 +235,7 @@ def _pick(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTrial:
     except ValueError:
         raise ConfigError(f"study '{name}': no trial met the SLOs, so none is safe to plan on; relax the SLOs, "
                           "or name a trial with --trial N") from None
-    rec = recommend(study)  # the one the study recommends (report/recommendation.py)
+    rec = recommend(study)  # the one the study recommends (verdict/recommendation.py)
     return rec.trial if rec is not None else best
 
 

@@ -1,6 +1,9 @@
 """The report printed at the end of a run (and by `report`): the table of trials, what the
 precheck and early stop saved, the best configuration as a deployable `vllm serve` command and
 `--config` YAML, and its gain over the baseline.
+
+Its tables wrap and never cut a cell to an ellipsis; knob names and values are never broken,
+at 80 columns (output that is not a terminal) too: rich narrows the other columns instead.
 """
 
 from __future__ import annotations
@@ -13,18 +16,11 @@ from rich.table import Table
 
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report.production import CAVEAT, production_table
-from optimizer.report.recommendation import attribution, gain_text
+from optimizer.report.confirmation_text import range_text, verdict_phrase
+from optimizer.report.recommendation_text import attribution, gain_text
 from optimizer.report.startup import startup_text, startup_totals
-from optimizer.report.summary import (
-    COMPLETE,
-    Summary,
-    feasible,
-    fmt_params,
-    knobs_of,
-    savings_text,
-    serve_command,
-    summarize_study,
-)
+from optimizer.report.summary import Summary, fmt_params, savings_text, serve_command, summarize_study
+from optimizer.verdict.trials import COMPLETE, feasible, knobs_of
 
 
 def print_report(study: optuna.Study, model: str, artifacts: Path, objective, console: Console) -> Summary:
@@ -56,28 +52,34 @@ def _print_production(study: optuna.Study, console: Console) -> None:
     if found is None:
         return
     title, rows, flags = found
-    table = Table(title=title)
-    for col in ("", "production", "baseline trial"):
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    console.print(_table(title, ("", "production", "baseline trial"), rows))
     console.print(CAVEAT + (f" {flags}" if flags else ""))
 
 
 def _trials_table(study: optuna.Study, objective) -> Table:
-    table = Table(title=f"Trials of study '{study.study_name}'")
-    for col in ("#", "role", "state", "parameters", objective.metric, "failure"):
-        table.add_column(col)
-    for t in study.get_trials(deepcopy=False):
-        failure = t.user_attrs.get("failure_kind", "")
-        if t.user_attrs.get("precheck") == "pruned":
-            failure += " (predicted)"
-        role = "baseline" if t.user_attrs.get("baseline") else ""
-        if "repeat_of" in t.user_attrs:
-            role = f"repeat of {t.user_attrs['repeat_of']}"
-        table.add_row(str(t.number), role, t.state.name,
-                      fmt_params(knobs_of(t)), _value(t), failure)
+    """One row per trial, one knob per line; the value, or the failure kind of a trial that has none."""
+    rows = [_trial_row(t) for t in study.get_trials(deepcopy=False)]
+    headers = ("#", "role", "state", "parameters", f"{objective.metric.replace(',', ', ')} or failure")
+    return _table(f"Trials of study '{study.study_name}'", headers, rows, whole=(3,))
+
+
+def _trial_row(t: optuna.trial.FrozenTrial) -> list[str]:
+    a = t.user_attrs
+    failure = a.get("failure_kind", "") + (" (predicted)" if a.get("precheck") == "pruned" else "")
+    role = f"repeat of {a['repeat_of']}" if "repeat_of" in a else "baseline" if a.get("baseline") else ""
+    knobs = "\n".join(fmt_params({k: v}) for k, v in knobs_of(t).items()) or fmt_params({})
+    return [str(t.number), role, t.state.name, knobs, " ".join(x for x in (_value(t), failure.strip()) if x)]
+
+
+def _table(title: str, headers: tuple[str, ...], rows: list, whole: tuple[int, ...] = ()) -> Table:
+    """Cells wrap at spaces and fold a word longer than their column, never end in an ellipsis. The
+    `whole` columns (knob names, values) are as wide as their longest word: rich narrows the others."""
+    table = Table(title=title)
+    for i, header in enumerate(headers):
+        words = [len(word) for cell in (header, *(row[i] for row in rows)) for word in str(cell).split()]
+        table.add_column(header, overflow="fold", width=max(words, default=1) if i in whole else None)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
@@ -98,17 +100,12 @@ def _print_best(s: Summary, objective, console: Console) -> None:
                   f"{objective.unit} ({runs})" + (f"; SLOs {describe_slos(objective.slos)} hold" if objective.slos else ""))
     ci = (s.confirmation.get("intervals") or {}).get(str(s.best.number))
     if ci and ci.get("low") is not None:
-        verdict = "a clear winner" if s.confirmation.get("clear") else \
-            "[yellow]no clear winner[/]: its interval overlaps another configuration's"
-        console.print(f"  trial {s.best.number} re-measured: mean {ci['mean']:.2f} {objective.unit} over {ci['n']} "
-                      f"runs, 95% CI [{ci['low']:.2f}, {ci['high']:.2f}]; {verdict}")
+        console.print(f"  trial {s.best.number} re-measured: {ci['mean']:.2f} {objective.unit} over {ci['n']} "
+                      f"run(s), {range_text(ci)}; {verdict_phrase(s.confirmation)}")
     if rec.rows:
-        table = Table(title="What mattered (each knob put back to the baseline's value, alone)")
-        for col in ("knob", "baseline", "winner", "put back: x the winner, 95% CI", "verdict"):
-            table.add_column(col)
-        for row in attribution(rec):
-            table.add_row(*row)
-        console.print(table)
+        console.print(_table("What mattered (each knob put back to the baseline's value, alone)",
+                             ("knob", "baseline", "winner", "put back: x the winner, 95% CI", "verdict", "rests on"),
+                             [list(row) for row in attribution(rec)], whole=(0, 1, 2, 4)))
 
 
 def _print_gain(s: Summary, objective, console: Console) -> None:

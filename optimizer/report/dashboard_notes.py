@@ -21,8 +21,8 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna_dashboard import save_note
 
 from optimizer.errors import first_line
-from optimizer.report.recommendation import attribution, gain_text
-from optimizer.report.summary import knobs_of
+from optimizer.report.recommendation_text import attribution, gain_text
+from optimizer.verdict.trials import knobs_of
 
 TRIAL_FILES = ("result.json", "requests.jsonl", "server.log")
 HEADLINE = (  # (metric key, label, unit) shown in a note
@@ -117,7 +117,7 @@ def save_study_note(study: optuna.Study, summary, report_html: Path | None) -> s
         lines.append(f"**Deploy**: `{summary.command}`")
         if rec.rows:
             lines.append("**What mattered** (each knob put back alone: x the winner, 95% CI)\n\n"
-                         "| knob | baseline | winner | put back | verdict |\n|---|---|---|---|---|\n"
+                         "| knob | baseline | winner | put back | verdict | rests on |\n|---|---|---|---|---|---|\n"
                          + "\n".join("| " + " | ".join(row) + " |" for row in attribution(rec)))
     elif summary.front:
         lines.append(f"**Pareto front**: trials {', '.join(str(t.number) for t in summary.front)}")

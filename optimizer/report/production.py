@@ -6,7 +6,7 @@ load: a reference for the order of magnitude, not a ratio to read a gain from.
 
 from __future__ import annotations
 
-from optimizer.report.confirmed import baseline_trial
+from optimizer.verdict.confirmed import baseline_trial
 
 CAVEAT = ("Production's numbers come from the watched servers' own histograms (within a bucket's width), on "
           "other machines under other load: a reference, not a measurement to compare ratios with.")

@@ -1,10 +1,12 @@
 """One-factor sensitivity: the best configuration re-measured with one knob moved at a time, the
 single-variable experiment operators run by hand, each effect shown against the noise band.
 
-The band is where one more run of the best configuration itself lands 95% of the time: a
-prediction interval (mean +- t s sqrt(1 + 1/n)) over every measurement of it (the search's run,
-the confirmation's re-measurements, and `repeats` more taken here). A moved knob, measured once,
-whose value falls inside the band did nothing measurable on this machine.
+The band is where one more run of the best configuration itself lands 95% of the time: on the
+one scale every comparison uses (measure/noise.py), the geometric mean of every measurement of it
+(the search's run, the confirmation's re-measurements, and `repeats` more taken here) times
+exp(+- t s sqrt(1 + 1/n)), with s the noise of one run pooled over every repeated run of the
+study. A moved knob, measured once, whose value falls inside the band did nothing measurable
+on this machine.
 
 A knob moves one step from the best's value: a numeric knob doubles (a log range) or moves by a
 quarter of its range, upward unless that leaves the range; a categorical knob takes the next
@@ -15,16 +17,14 @@ stop), stored under `artifacts/<study>/sensitivity/<knob>/`; the results go to t
 
 from __future__ import annotations
 
-import math
-
 import optuna
 
 from optimizer.config.flags import from_cli_args
 from optimizer.config.space import SearchSpace, active
 from optimizer.errors import ConfigError
-from optimizer.measure.noise import Interval, interval
-from optimizer.report.recommendation import recommend
-from optimizer.report.summary import knobs_of
+from optimizer.measure.noise import Estimate, estimate, pooled
+from optimizer.verdict.recommendation import recommend
+from optimizer.verdict.trials import knobs_of
 
 ATTR = "sensitivity"
 KEY = 2_000_000  # board keys of these runs: no trial or confirmation reaches them
@@ -33,7 +33,7 @@ KEY = 2_000_000  # board keys of these runs: no trial or confirmation reaches th
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     if len(study.directions) > 1:
         raise ConfigError("sensitivity: a Pareto study has no single best; it applies to single-objective studies")
-    rec = recommend(study)  # the one the study recommends (report/recommendation.py)
+    rec = recommend(study)  # the one the study recommends (verdict/recommendation.py)
     if rec is not None:
         return rec.trial
     try:
@@ -87,33 +87,29 @@ def moves(params: dict, space: SearchSpace, knobs: list[str] | None = None, to: 
     return out
 
 
-def band(values: list[float]) -> Interval:
-    """Where one more run of the best lands 95% of the time: a prediction interval, mean +- t s
-    sqrt(1 + 1/n), not the interval of the mean (which one run falls outside of far more often
-    than 5%, the more so the more runs). One value: no band (infinite bounds)."""
-    return interval(-1, values, one_run=True)
+def band(values: list[float], groups=()) -> Estimate:
+    """Where one more run of the best lands 95% of the time (module docstring), its noise pooled
+    over `values` and the study's other repeated runs (`groups`). No repeats anywhere: no band
+    (None bounds)."""
+    return estimate(-1, values, pooled([values, *groups]), one_run=True)
 
 
-def effect(name: str, old, new, value: float | None, noise: Interval, maximize: bool) -> dict:
+def effect(name: str, old, new, value: float | None, noise: Estimate, maximize: bool) -> dict:
     """One moved knob's row: its value, its ratio to the best's mean (> 1: better), and whether it
     left the noise band."""
     row = {"knob": name, "from": old, "to": new, "value": value, "n": len(noise.values),
-           "band_low": _finite(noise.low), "band_high": _finite(noise.high), "best_mean": noise.mean}
+           "band_low": noise.low, "band_high": noise.high, "best_mean": noise.mean}
     if value is None:
         return {**row, "ratio": None, "verdict": "failed"}
     ratio = None
     if noise.mean and (value or maximize):  # a zero latency has no ratio; a zero throughput has 0
         ratio = value / noise.mean if maximize else noise.mean / value
-    inside = noise.low <= value <= noise.high
     better = (value > noise.mean) == maximize
+    if noise.low is None:
+        return {**row, "ratio": ratio, "verdict": ("better" if better else "worse") + " (no band: nothing measured twice)"}
+    inside = noise.low <= value <= noise.high
     verdict = "within noise" if inside else ("better" if better else "worse")
-    if not math.isfinite(noise.low):
-        verdict = ("better" if better else "worse") + " (no band: one measurement of the best)"
     return {**row, "ratio": ratio, "verdict": verdict}
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def prepare_run(study: optuna.Study, plan, knobs=None, to=None) -> tuple[optuna.trial.FrozenTrial, dict, list]:
@@ -141,7 +137,8 @@ def run(study: optuna.Study, plan, progress, measure, prepared, repeats: int = 0
         if value is not None:
             values.append(value)
         progress.console.print(f"  best again: {value if value is None else round(value, 2)}")
-    noise = band(values)
+    others = ((study.user_attrs.get("confirmation") or {}).get("runs") or {})
+    noise = band(values, [e.get("values") or [] for n, e in others.items() if n != str(best.number)])
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     record = []
     for i, (name, old, new) in enumerate(planned):

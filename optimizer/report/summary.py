@@ -1,4 +1,4 @@
-"""The end of a run: a table of trials, the recommended configuration (report/recommendation.py)
+"""The end of a run: a table of trials, the recommended configuration (verdict/recommendation.py)
 as a deployable `vllm serve` command and `vllm serve --config` YAML, and its gain over the baseline.
 
 With SLO constraints only trials that met them are candidates (Optuna's own rule); a
@@ -17,10 +17,10 @@ import yaml
 
 from optimizer.config.flags import from_cli_args, split_flags
 from optimizer.config.space import KNOBS
-from optimizer.report import confirmed
-from optimizer.report.recommendation import Recommendation, recommend
+from optimizer.verdict import confirmed
+from optimizer.verdict.recommendation import Recommendation, recommend
+from optimizer.verdict.trials import COMPLETE, feasible, knobs_of, savings  # noqa: F401 - rep.feasible etc. for the report
 
-COMPLETE = optuna.trial.TrialState.COMPLETE
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,7 @@ class Summary:
     infeasible_only: bool = False  # trials completed, none met the SLO constraints
     savings: dict = field(default_factory=dict)
     confirmation: dict = field(default_factory=dict)  # re-measurements of the top configurations (driver/confirm.py)
-    recommendation: Recommendation | None = None  # what `command` and best.yaml deploy (report/recommendation.py)
-
-
-def knobs_of(t: optuna.trial.FrozenTrial) -> dict:
-    """The knobs a trial ran with: from its flags (a baseline's fixed ones included), else its params."""
-    return from_cli_args(list(t.user_attrs.get("vllm_args", []))) or t.params
+    recommendation: Recommendation | None = None  # what `command` and best.yaml deploy (verdict/recommendation.py)
 
 
 def serve_command(model: str, args: list[str]) -> str:
@@ -55,46 +50,11 @@ def serve_yaml(args: list[str]) -> dict:
     return out
 
 
-def gain(direction: optuna.study.StudyDirection, best: float, base: float) -> float:
-    """How many times better `best` is than `base` (1.0 = same)."""
-    if direction == optuna.study.StudyDirection.MAXIMIZE:
-        return best / base if base else float("inf")
-    return base / best if best else float("inf")
-
-
-def savings(study: optuna.Study) -> dict:
-    """What the run did not have to spend: boots the precheck avoided, repeats told without a boot
-    (driver/launch.py), replay cut short."""
-    trials = study.get_trials(deepcopy=False)
-    stopped = [t for t in trials if t.user_attrs.get("early_stop")]
-    probe_saved = sum((t.user_attrs.get("metrics") or {}).get("probe_saved_s") or 0.0 for t in trials)
-    return {"boots_avoided": sum(1 for t in trials if t.user_attrs.get("precheck") == "pruned"),
-            "repeats": sum(1 for t in trials if "repeat_of" in t.user_attrs),
-            "early_stopped": len(stopped),
-            "replay_saved_s": round(sum(t.user_attrs["early_stop"].get("saved_s", 0.0) for t in stopped)
-                                    + probe_saved, 1)}
-
-
 def savings_text(sv: dict) -> str:
     """The savings in one sentence (the console's and the written report's)."""
     repeats = f"{sv['repeats']} repeat(s) of a measured configuration told without a boot; " if sv.get("repeats") else ""
     return (f"Saved: {sv['boots_avoided']} boot(s) avoided by the KV precheck; {repeats}{sv['early_stopped']} "
             f"trial(s) stopped early; ~{sv['replay_saved_s']:.0f} s of replay not spent")
-
-
-def feasible(t: optuna.trial.FrozenTrial) -> bool:
-    return all(v <= 0 for v in (t.constraints or {}).values())
-
-
-def ranked_feasible(study: optuna.Study, maximize: bool | None = None) -> list[optuna.trial.FrozenTrial]:
-    """The COMPLETE trials that met their constraints, best first (ties in trial order), each
-    configuration once (not the repeats of a measured one); the direction is the study's unless
-    `maximize` says it."""
-    if maximize is None:
-        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if feasible(t) and "repeat_of" not in t.user_attrs]  # a repeat's value is its source's
-    return sorted(done, key=lambda t: t.value, reverse=maximize)
 
 
 def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary:
@@ -133,50 +93,7 @@ def _write(path: Path, data) -> Path | None:
     return path
 
 
-# The search is over when the sampler proposes this many configurations in a row that were
-# already measured: it has converged (on the measured landscape, bench/search_efficiency.py,
-# stopping there found what searching on found, after a median 20 of 48 boots).
-CONVERGED_AFTER = 8
-
-
-def finished_count(study: optuna.Study) -> int:
-    """Trials that count against the budget (`n_trials`): COMPLETE or PRUNED (FAIL is retried),
-    except repeats of a measured configuration (told without a boot: they measure nothing new)."""
-    return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if "repeat_of" not in t.user_attrs)
-
-
-def repeat_streak(study: optuna.Study, n_trials: int | None = None) -> int:
-    """How many of the last finished trials, in a row, were repeats. With `n_trials`, only repeats
-    told under a budget at least that large count (a repeat stored without one counts under none):
-    raising `n_trials` after the search converged starts a new streak, so the search goes on."""
-    streak = 0
-    for t in sorted(study.get_trials(deepcopy=False, states=FINISHED), key=lambda t: -t.number):
-        if "repeat_of" not in t.user_attrs or (n_trials is not None and t.user_attrs.get("budget", 0) < n_trials):
-            break
-        streak += 1
-    return streak
-
-
-def converged(study: optuna.Study, n_trials: int) -> bool:
-    """The sampler has converged: CONVERGED_AFTER repeats in a row under this budget."""
-    return repeat_streak(study, n_trials) >= CONVERGED_AFTER
-
-
-def search_over(study: optuna.Study, n_trials: int) -> bool:
-    """The budget is spent, or the sampler has converged."""
-    return finished_count(study) >= n_trials or converged(study, n_trials)
-
-
-def best_feasible(study, objective) -> float | None:
-    """The best value among COMPLETE trials that meet their constraints (None if there is none)."""
-    if getattr(objective, "multi", False):
-        return None
-    done = ranked_feasible(study, objective.direction == "maximize")
-    return done[0].value if done else None
-
-
 def fmt_params(params: dict) -> str:
     return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()) or "(vLLM defaults)"
 
 
-FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)

@@ -1,6 +1,6 @@
 """The written report of a study, for people who were not watching the console:
 
-    out_dir/report.md, report.html   1. headline: the recommendation (report/recommendation.py) vs the
+    out_dir/report.md, report.html   1. headline: the recommendation (verdict/recommendation.py) vs the
                                         baseline and the gain, with a 95% interval when both were
                                         re-measured (driver/confirm.py); what mattered (driver/minimal.py)
                                      2. deploy: the `vllm serve` command and `--config best.yaml`
@@ -30,7 +30,8 @@ from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
 from optimizer.report.production import CAVEAT, production_table
-from optimizer.report.recommendation import attribution, gain_text
+from optimizer.report.confirmation_text import noise_text, range_text, verdict_phrase
+from optimizer.report.recommendation_text import attribution, gain_text
 from optimizer.report.summary import fmt_params
 
 COMPLETE = rep.COMPLETE
@@ -100,10 +101,8 @@ def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, object
     intervals = s.confirmation.get("intervals") or {}  # empty when the confirmation is stale
     best_ci = _interval(intervals, s.best.number)
     if best_ci:
-        clear = s.confirmation.get("clear")
-        doc.para(f"Trial {s.best.number} re-measured: mean {best_ci['mean']:.2f} {objective.unit} over {best_ci['n']} "
-                 f"runs, 95% CI [{best_ci['low']:.2f}, {best_ci['high']:.2f}]; " + ("a clear winner." if clear else
-                 "no clear winner: its interval overlaps another configuration's."))
+        doc.para(f"Trial {s.best.number} re-measured: {best_ci['mean']:.2f} {objective.unit} over {best_ci['n']} "
+                 f"run(s), {range_text(best_ci)}; {verdict_phrase(s.confirmation)} ({noise_text(s.confirmation)}).")
     badge = _badge(study, s)
     if badge:
         doc.para(badge)
@@ -150,8 +149,9 @@ def _mattered(doc: _Doc, s: rep.Summary) -> None:
     doc.heading("What mattered")
     doc.para(f"Each knob trial {s.best.number} changed from the baseline, put back alone and measured: the effect is "
              "the reverted configuration's value over the winner's (95% CI). Reverted knobs stay at the baseline's "
-             "value in the recommendation; kept ones carried the gain.")
-    doc.table(["knob", "baseline", "winner", "put back: x the winner (95% CI)", "verdict"],
+             "value in the recommendation; kept ones carried the gain. Each verdict stops measuring once it is made, and a run "
+             "the study already had with exactly those flags (a search trial, a re-measurement) counts without a boot.")
+    doc.table(["knob", "baseline", "winner", "put back: x the winner (95% CI)", "verdict", "rests on (runs)"],
               [list(row) for row in attribution(rec)])
 
 
@@ -198,12 +198,12 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
     if not done:
         doc.para("No feasible trial completed.")
         return
-    front = {t.number for t in s.front}
+    front, keys = {t.number for t in s.front}, _beside(objective)
     rows, rec = [], s.recommendation
     if rec is not None and rec.changed_from_trial:  # the minimal change is not a trial: its own row, first
         m = rec.metrics or {}
         rows.append(["-", f"recommended (trial {s.best.number}, knobs put back)", fmt_params(from_cli_args(list(rec.args))),
-                     _num(rec.value), *(_num(m.get(k)) for k in KEY_METRICS)])
+                     _num(rec.value), *(_num(m.get(k)) for k in keys)])
     for t in done[:TOP]:
         mine = s.best is not None and t.number == s.best.number
         role = ("winner" if rec is not None and rec.changed_from_trial else "recommended") if mine else \
@@ -211,8 +211,8 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
         role = ", ".join(r for r in ("baseline" if t.user_attrs.get("baseline") else "", role) if r)
         m = t.user_attrs.get("metrics") or {}
         params = fmt_params(rep.knobs_of(t))
-        rows.append([str(t.number), role, params, _values(t), *(_num(m.get(k)) for k in KEY_METRICS)])
-    doc.table(["#", "role", "parameters", f"{objective.metric} ({objective.unit})", *KEY_METRICS], rows)
+        rows.append([str(t.number), role, params, _values(t), *(_num(m.get(k)) for k in keys)])
+    doc.table(["#", "role", "parameters", f"{objective.metric} ({objective.unit})", *keys], rows)
 
 
 def _failures(doc: _Doc, study: optuna.Study) -> None:
@@ -350,6 +350,12 @@ _CSS = ("body{font-family:system-ui,sans-serif;max-width:70rem;margin:2rem auto;
 def _interval(intervals: dict, number: int) -> dict | None:
     ci = intervals.get(str(number))
     return ci if ci and ci.get("low") is not None and ci.get("high") is not None else None
+
+
+def _beside(objective) -> tuple[str, ...]:
+    """KEY_METRICS less the objective's own, which has its column already (ttft_p95 is ttft_ms_p95)."""
+    own = objective.metric.split(",")
+    return tuple(k for k in KEY_METRICS if k not in own and k.replace("_ms_", "_") not in own)
 
 
 def _num(v) -> str:

@@ -27,7 +27,7 @@ import yaml
 from optuna_dashboard import get_note
 
 from optimizer.engine.tiny_model import write_tiny_model
-from optimizer.report.recommendation import MINIMAL, recommend
+from optimizer.verdict.recommendation import MINIMAL, recommend
 from optimizer.testing.memory import memory_fraction
 
 pytestmark = pytest.mark.integration

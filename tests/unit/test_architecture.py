@@ -73,11 +73,21 @@ def test_packages_import_each_other_one_way():
     assert not any("cli" in targets for pkg, targets in deps.items() if pkg not in ("cli", "__main__")), "nothing imports cli/ but __main__"
 
 
-@pytest.mark.parametrize("library, allowed", [("optuna", {"driver", "report"}), ("ray", {"driver", "trial"}),
+@pytest.mark.parametrize("library, allowed", [("optuna", {"driver", "report", "verdict"}), ("ray", {"driver", "trial"}),
                                               ("aiohttp", {"measure", "engine", "daemon"})])
 def test_only_some_packages_import(library, allowed):
     users = {m for m, p in MODULES.items() if any(i == library or i.startswith(library + ".") for i in _imports(p))}
     assert {_package(m) for m in users} <= allowed, sorted(m for m in users if _package(m) not in allowed)
+
+
+def test_what_a_study_says_imports_none_of_its_readers():
+    """verdict/ is read by driver/, daemon/ and report/ (and cli/); it imports none of them."""
+    users = {_package(m) for m, p in MODULES.items() if any(_package(t) == "verdict" for t in _imports(p)
+                                                            if t.startswith("optimizer."))} - {"verdict"}
+    assert {"driver", "daemon", "report"} <= users
+    imported = {_package(t) for m, p in MODULES.items() if _package(m) == "verdict"
+                for t in _imports(p) if t.startswith("optimizer.")}
+    assert not imported & {"driver", "daemon", "report", "trial", "cli"}, sorted(imported)
 
 
 def test_modules_stay_small_and_packages_say_what_they_hold():

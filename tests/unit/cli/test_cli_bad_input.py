@@ -168,3 +168,20 @@ def test_a_relative_artifacts_dir_in_a_ray_job_is_warned_about_and_the_flag_over
     assert quiet.getvalue() == ""
     ns = _parser().parse_args(["run", "--config", "c.yaml", "--artifacts-dir", "/data/a"])
     assert ns.artifacts_dir == "/data/a"
+
+
+def test_regress_refuses_a_knob_typo_before_anything_boots(workdir, capsys, tiny_model, monkeypatch):
+    # vLLM would read --max-num-seq as --max-num-seqs: refused here, never planned, never booted
+    from optimizer.cli import regress
+    from optimizer.driver import plan
+
+    def booted(*_):
+        raise AssertionError("regress went past the door")
+    monkeypatch.setattr(plan, "prepare", booted)
+    monkeypatch.setattr(regress, "answer", booted)
+    (workdir / "study.yaml").write_text(GOOD_SPACE)
+    code = main(["regress", "--config", "study.yaml", "--model", str(tiny_model), "--candidate", "kv-cache-dtype=fp8",
+                 "--candidate", "max-num-seq=8"])
+    assert_refused(code, capsys.readouterr().err.splitlines(), "--candidate 'max-num-seq=8'",
+                   "unknown parameter 'max-num-seq'", "did you mean 'max-num-seqs'?", "known: max-num-seqs, ")
+    assert sorted(p.name for p in workdir.iterdir()) == ["study.yaml"]

@@ -19,7 +19,7 @@ from optimizer.driver.recovery import queue_again, recover
 from optimizer.driver.store.database import open_storage
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.errors import ConfigError
-from optimizer.report import confirmed
+from optimizer.verdict import confirmed
 
 COMPLETE, FAIL, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED
 RUNNING, WAITING = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING

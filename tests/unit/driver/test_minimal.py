@@ -9,7 +9,7 @@ import optuna
 
 from optimizer.config.flags import from_cli_args
 from optimizer.driver import minimal
-from optimizer.report.recommendation import MINIMAL, recommend
+from optimizer.verdict.recommendation import MINIMAL, recommend
 
 WINNER_ARGS = ["--max-num-seqs", "36", "--gpu-memory-utilization", "0.23", "--max-model-len", "44288",
                "--kv-cache-dtype", "auto", "--load-format", "dummy"]
@@ -89,7 +89,10 @@ def test_the_step_keeps_what_mattered_reverts_the_rest_and_becomes_the_recommend
     assert verdicts == {"max-num-seqs": "kept", "gpu-memory-utilization": "reverted", "max-model-len": "reverted"}
     assert record["final"]["knobs"] == {"max-num-seqs": 36, "gpu-memory-utilization": 0.5, "max-model-len": 8192,
                                         "kv-cache-dtype": "auto"}
-    assert record["combined"]["verdict"] == "reverted" and record["boots"] == len(booted) == 5
+    # max-num-seqs put back measured 8x worse on its first run: kept without a second boot.
+    assert record["combined"]["verdict"] == "reverted" and record["boots"] == len(booted) == 4
+    assert [r["runs_from"] for r in record["rows"]] == [["minimal/config-0/run-0"], ["minimal/config-1/run-0"],
+                                                        ["minimal/config-2/run-0"]]
     assert not minimal.minimal_pending(study, plan())
     rec = recommend(study)
     assert rec.source == MINIMAL and rec.trial.number == 1 and rec.changed_from_trial
@@ -103,7 +106,7 @@ def test_an_interrupted_step_resumes_without_booting_again_what_it_measured(monk
         run_step(study, monkeypatch, booted, stop_after=3)
     except KeyboardInterrupt:
         pass
-    assert len(study.user_attrs["minimal"]["runs"]) == 2 and minimal.minimal_pending(study, plan())
+    assert len(study.user_attrs["minimal"]["runs"]) == 3 and minimal.minimal_pending(study, plan())
     again = []
     record = run_step(study, monkeypatch, again)
     assert len(again) == record["boots"] - 3  # the three stored runs were read back, not booted
@@ -118,5 +121,30 @@ def test_putting_every_knob_back_is_the_baseline_and_its_own_runs_answer_without
     # Each knob alone measured like the winner, so all three were reverted; together they are the
     # baseline, whose confirmation runs (2300-2550 ms) answer: that hurts, so only one reversion stands.
     assert len(booted) == record["boots"] == 3
-    assert record["combined"]["values"] == [2400.0, 2300.0] and record["combined"]["verdict"] == "kept"
+    # One of its runs (the baseline trial's 2400 ms) already says it: kept, nothing booted.
+    assert record["combined"]["values"] == [2400.0] and record["combined"]["verdict"] == "kept"
+    assert record["combined"]["runs_from"] == ["trial 0"]
     assert sum(r["verdict"] == "reverted" for r in record["rows"]) == 1
+
+
+def test_a_search_trial_with_the_reverted_flags_answers_for_the_reversion(monkeypatch):
+    """Evidence the study already has: trial 3 ran the winner with max-model-len at the baseline's 8192,
+    so that reversion is not booted; a trial with another flag changed too does not count."""
+    study, booted = finished_study(), []
+    reverted = [a if a != "44288" else "8192" for a in WINNER_ARGS]
+    other = [a if a != "0.23" else "0.3" for a in reverted]  # also a different memory fraction
+    for args, value in ((reverted, 335.0), (other, 5000.0)):  # neither in the top 2: the confirmation stands
+        fixed = from_cli_args(args)
+        study.enqueue_trial(fixed)
+        t = study.ask()
+        t.suggest_int("max-num-seqs", 1, 256)
+        t.suggest_float("gpu-memory-utilization", 0.05, 0.9)
+        t.suggest_int("max-model-len", 1024, 65536)
+        t.suggest_categorical("kv-cache-dtype", ["auto", "fp8"])
+        t.set_user_attr("vllm_args", args)
+        study.tell(t, value)
+    record = run_step(study, monkeypatch, booted)
+    rows = {r["knob"]: r for r in record["rows"]}
+    assert rows["max-model-len"]["runs_from"] == ["trial 3"] and rows["max-model-len"]["values"] == [335.0]
+    assert rows["max-model-len"]["verdict"] == "reverted"
+    assert len(booted) == record["boots"] == 3  # max-num-seqs, the memory fraction, both reverted together

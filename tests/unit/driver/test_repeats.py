@@ -13,7 +13,7 @@ from optimizer.driver import launch as launch_mod
 from optimizer.driver.launch import Running, launch, repeated_trial
 from optimizer.driver.plan import open_study, prepare
 from optimizer.driver.progress import Progress
-from optimizer.report.summary import ranked_feasible
+from optimizer.verdict.trials import ranked_feasible
 
 COMPLETE, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED
 
@@ -101,7 +101,8 @@ def test_a_failed_trial_and_the_baseline_are_booted_again(opened):
 
 def test_the_reports_name_a_repeat_and_count_it_as_saved(opened, tmp_path):
     from optimizer.report.console import print_report
-    from optimizer.report.summary import savings, savings_text
+    from optimizer.report.summary import savings_text
+    from optimizer.verdict.trials import savings
 
     study, plan, _ = opened
     first, _ = _launch(study, plan, {"max-num-seqs": 8})
@@ -115,7 +116,7 @@ def test_the_reports_name_a_repeat_and_count_it_as_saved(opened, tmp_path):
 
 def test_repeats_are_not_counted_in_n_trials_and_a_run_of_them_ends_the_search(opened):
     from optimizer.driver.study import _Trials
-    from optimizer.report.summary import CONVERGED_AFTER, finished_count, repeat_streak, search_over
+    from optimizer.verdict.trials import CONVERGED_AFTER, finished_count, repeat_streak, search_over
 
     study, plan, booted = opened  # max-num-seqs 4..8 on the ladder: two configurations in all
     for seqs in (4, 8):
@@ -138,7 +139,7 @@ def test_raising_n_trials_after_the_search_converged_lets_it_go_on(opened):
     from dataclasses import replace
 
     from optimizer.driver.study import _Trials
-    from optimizer.report.summary import CONVERGED_AFTER, repeat_streak, search_over
+    from optimizer.verdict.trials import CONVERGED_AFTER, repeat_streak, search_over
 
     study, plan, booted = opened
     for seqs in (4, 8):
@@ -155,7 +156,7 @@ def test_raising_n_trials_after_the_search_converged_lets_it_go_on(opened):
 
 
 def test_a_repeat_stored_without_its_budget_does_not_hold_a_raised_search(opened):
-    from optimizer.report.summary import CONVERGED_AFTER, repeat_streak
+    from optimizer.verdict.trials import CONVERGED_AFTER, repeat_streak
 
     study, plan, _ = opened
     running, _ = _launch(study, plan, {"max-num-seqs": 4})

@@ -12,7 +12,7 @@ from optimizer.cli.entry import parser
 from optimizer.driver import confirm
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import parse_slos
-from optimizer.report import confirmed
+from optimizer.verdict import confirmed
 from optimizer.report.capacity import (
     Measurement,
     describe,
@@ -227,8 +227,8 @@ def test_a_confirmed_winner_is_planned_on_its_re_measured_mean():
     assert study.best_trial.number == 1 and confirmed.current_winner(study) == 2
     m = measurement_from_study(study)
     assert (m.trial, m.runs, m.remeasured) == (2, 3, True)
-    # trial 2's output_throughput mean is (2500 + 2700 + 2800) / 3; its total tokens/s scale with it
-    assert m.value == pytest.approx(10000.0 * (8000 / 3) / 2500.0)
+    # trial 2's output_throughput is the geometric mean of 2500, 2700, 2800; its total tokens/s scale with it
+    assert m.value == pytest.approx(10000.0 * (2500.0 * 2700.0 * 2800.0) ** (1 / 3) / 2500.0)
     assert m.tokens_per_request == 2000.0
 
 

@@ -1,4 +1,4 @@
-"""The single-winner rule: every surface names the one recommendation (report/recommendation.py)."""
+"""The single-winner rule: every surface names the one recommendation (verdict/recommendation.py)."""
 
 import yaml
 from optuna_dashboard import get_note
@@ -7,7 +7,8 @@ from optimizer.daemon.loop import warm_starts
 from optimizer.daemon.status_feed import best_of
 from optimizer.report import capacity, sensitivity
 from optimizer.report.dashboard_notes import save_study_note
-from optimizer.report.recommendation import CONFIRMED, MINIMAL, gain_text, recommend
+from optimizer.verdict.recommendation import CONFIRMED, MINIMAL, recommend
+from optimizer.report.recommendation_text import gain_text
 from optimizer.report.summary import serve_command, serve_yaml, summarize_study
 from tests.unit.driver.test_minimal import finished_study
 

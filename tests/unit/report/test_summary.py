@@ -4,7 +4,8 @@ import optuna
 import pytest
 import yaml
 
-from optimizer.report.summary import gain, serve_command, serve_yaml, summarize_study
+from optimizer.report.summary import serve_command, serve_yaml, summarize_study
+from optimizer.verdict.trials import gain
 
 ARGS = ["--max-num-seqs", "24", "--gpu-memory-utilization", "0.37", "--max-model-len", "8192",
         "--kv-cache-dtype", "fp8", "--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16"]

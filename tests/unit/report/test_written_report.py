@@ -14,10 +14,12 @@ import yaml
 
 from objectives import LatencyObjective, ParetoObjective, ThroughputObjective
 from optimizer.measure.replay import RequestRecord
+from optimizer.measure.noise import pooled
 from optimizer.measure.slo import parse_slos
 from optimizer.report.pictures import TOO_FEW, log_axis, non_dominated, read_ttft_ms
 from optimizer.report.summary import serve_command, serve_yaml
 from optimizer.report.written import write_report
+from optimizer.verdict.confirmed import decide
 
 MODEL = "/models/tiny"
 BEST_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.3", "--max-model-len", "2048",
@@ -165,7 +167,27 @@ def test_top_table_holds_feasible_complete_trials_best_first(tmp_path, study_dir
     rows = [line for line in top.splitlines() if line.startswith("| ") and not line.startswith("| #")]
     assert [r.split(" | ")[0].strip("| ") for r in rows] == ["1", "6", "2", "0"]  # trial 4 missed the SLO
     assert "| 1 | recommended | max-num-seqs=16 gpu-memory-utilization=0.3 max-model-len=2048" in rows[0]
-    assert "| 120.00 | 120.0 | 21.5 | 420.0 |" in rows[0]
+    assert "| 120.00 | 21.5 | 420.0 |" in rows[0]  # p95 TTFT once: it is the objective's column
+
+
+def _top_header(md: str) -> list[str]:
+    top = md[md.index("## Top configurations"):md.index("## Pictures")]
+    return next(line for line in top.splitlines() if line.startswith("| #")).strip("| ").split(" | ")
+
+
+def test_the_top_table_shows_the_objective_once(tmp_path, study_dir):
+    latency = _markdown(latency_study(tmp_path), study_dir, tmp_path / "out")
+    assert _top_header(latency) == ["#", "role", "parameters", "ttft_p95 (ms)", "tpot_ms_p95", "output_throughput"]
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/thr.db", direction="maximize")
+    study.add_trial(_complete(300.0, _args(8, 0.3), _metrics(250.0, 300.0), baseline=True))
+    study.add_trial(_complete(420.0, _args(16, 0.3), _metrics(120.0, 420.0)))
+    throughput = write_report(study, MODEL, tmp_path / "art", ThroughputObjective(), tmp_path / "thr")
+    header = _top_header(throughput.markdown.read_text())
+    assert header == ["#", "role", "parameters", "output_throughput (tok/s)", "ttft_ms_p95", "tpot_ms_p95"]
+    pareto = optuna.create_study(storage=f"sqlite:///{tmp_path}/par.db", directions=["maximize", "minimize"])
+    pareto.add_trial(_complete([420.0, 120.0], _args(16, 0.3), _metrics(120.0, 420.0), baseline=True))
+    front = write_report(pareto, MODEL, tmp_path / "art", ParetoObjective(), tmp_path / "par")
+    assert _top_header(front.markdown.read_text())[3:] == ["output_throughput,ttft_p95 (tok/s, ms)", "tpot_ms_p95"]
 
 
 def test_failure_table_lists_pruned_failed_and_infeasible_trials(tmp_path, study_dir):
@@ -187,13 +209,11 @@ def test_failure_table_carries_the_diagnosis_cause_and_remedy(tmp_path, study_di
     assert "| 2 | COMPLETE | weak | 180 ms vs 250 ms | no better than the baseline | drop it |" in md
 
 
-CONFIRMED = {"runs": {"1": {"values": [120.0, 118.0, 126.0], "failed": 0},
-                     "6": {"values": [150.0, 149.0, 156.0], "failed": 0},
-                     "0": {"values": [250.0, 244.0, 262.0], "failed": 0}},
-             "repeats": 2, "top": 2, "candidates": ["1", "6"], "baseline": 0, "disqualified": [],
-             "intervals": {"1": {"mean": 121.33, "low": 111.0, "high": 131.0, "n": 3},
-                           "6": {"mean": 151.67, "low": 143.0, "high": 160.0, "n": 3}},
-             "winner": 1, "clear": True}
+_RUNS = {"1": {"values": [120.0, 118.0, 126.0], "failed": 0},
+         "6": {"values": [150.0, 149.0, 156.0], "failed": 0},
+         "0": {"values": [250.0, 244.0, 262.0], "failed": 0}}
+CONFIRMED = {"runs": _RUNS, "repeats": 2, "top": 2, "candidates": ["1", "6"], "baseline": 0,
+             **decide(_RUNS, ["1", "6"], pooled(e["values"] for e in _RUNS.values()), maximize=False)}
 MINIMAL_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.3", "--load-format", "dummy"]
 
 
@@ -211,8 +231,11 @@ def _minimal(study, winner=1):
 
 def test_the_confirmed_winner_is_recommended_with_the_gain_over_the_re_measured_baseline(tmp_path, study_dir):
     md = _markdown(latency_study(tmp_path, CONFIRMED), study_dir, tmp_path / "out")
-    assert "Recommended (confirmed winner): trial 1, ttft_p95 = 121.33 ms (mean of 3 runs)" in md
-    assert "Trial 1 re-measured: mean 121.33 ms over 3 runs, 95% CI [111.00, 131.00]; a clear winner." in md
+    ci = CONFIRMED["intervals"]["1"]
+    assert ci["mean"] == pytest.approx((120.0 * 118.0 * 126.0) ** (1 / 3)) and 0 < ci["low"] < ci["mean"] < ci["high"]
+    assert f"Recommended (confirmed winner): trial 1, ttft_p95 = {ci['mean']:.2f} ms (mean of 3 runs)" in md
+    assert (f"Trial 1 re-measured: {ci['mean']:.2f} ms over 3 run(s), 95% range [{ci['low']:.2f}, {ci['high']:.2f}]; "
+            "a clear winner: every other candidate measured worse beyond the noise") in md
     gain = md[md.index("Gain over the baseline: "):].splitlines()[0]
     ratio, low, high = map(float, re.match(r"Gain over the baseline: ([\d.]+)x \(95% CI ([\d.]+)-([\d.]+)x\)",
                                            gain).groups())
@@ -308,7 +331,7 @@ def test_sensitivity_table_when_the_study_has_one(tmp_path, study_dir):
     study.set_user_attr("sensitivity", [{**row, "trial": 1}])
     md = _markdown(study, study_dir, tmp_path / "out")
     assert "## Sensitivity" in md and "Trial 1 re-measured with one knob moved at a time" in md
-    assert "| max-num-seqs | 16 | 32 | 141.5 | 0.85 | 110.1 to 129.9 | 3 | worse |" in md
+    assert "| max-num-seqs | 16 | 32 | 141.5 | 0.85 | 110.5 to 130.3 | 3 | worse |" in md
     assert "Saved: 0 boot(s) avoided by the KV precheck; 0 trial(s) stopped early; ~0 s of replay not spent." in md
 
 

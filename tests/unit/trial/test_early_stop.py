@@ -15,7 +15,7 @@ from objectives import get_objective
 from optimizer.measure import slo
 from optimizer.measure.metrics import percentile, summarize
 from optimizer.measure.replay import ReplayResult, RequestRecord
-from optimizer.report.summary import best_feasible
+from optimizer.verdict.trials import best_feasible
 from optimizer.trial import early_stop as earlystop
 from optimizer.trial.stages import partial_metrics
 from optimizer.workload import Request

@@ -1,10 +1,13 @@
-"""What a stored confirmation says: the top configurations it re-measured, whether it still
-describes the study, and its winner. (driver/confirm.py does the re-measuring.)
+"""What a confirmation says: the top configurations it re-measures, its verdict on their runs (the
+one statistic of measure/noise.py), whether a stored one still describes the study, and its
+winner. (driver/confirm.py does the re-measuring.)
 """
 
 from __future__ import annotations
 
 import optuna
+
+from optimizer.measure.noise import estimate, pooled, rank
 
 ATTR = "confirmation"
 
@@ -48,3 +51,27 @@ def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
         if t.user_attrs.get("baseline") and t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL:
             return t
     return None
+
+
+def noise_of(study: optuna.Study, runs: dict | None = None):
+    """The noise of one run, pooled over every configuration measured more than once: the
+    confirmation's runs (or `runs`, while it is being made) and the minimal-change step's."""
+    conf_runs = runs if runs is not None else (study.user_attrs.get(ATTR) or {}).get("runs") or {}
+    groups = [e.get("values") or [] for e in conf_runs.values()]
+    minimal = study.user_attrs.get("minimal") or {}
+    groups += [[v for v in values if v is not None] for values in (minimal.get("runs") or {}).values()]
+    return pooled(groups)
+
+
+def decide(runs: dict, names: list[str], noise, maximize: bool) -> dict:
+    """The confirmation's verdict on its `runs` (trial -> {"values", "failed"}): each candidate's
+    geometric mean with its 95% range, the winner (best mean among those with no failed run), each
+    other's ratio to it, and whether it is clear (measure/noise.py: every other measurably worse)."""
+    ok = {n: runs[n]["values"] for n in names if not runs[n]["failed"]}
+    ranking = rank(ok, noise, maximize)
+    return {"intervals": {n: estimate(int(n), v, noise).as_dict() for n, v in ok.items()},
+            "ratios": {n: r.as_dict() for n, r in ranking.ratios.items()},
+            "noise": noise.as_dict() if noise else None,
+            "disqualified": [int(n) for n in names if runs[n]["failed"]],
+            "winner": int(ranking.winner) if ranking.winner is not None else None,
+            "clear": ranking.clear, "alone": ranking.alone}

@@ -13,13 +13,12 @@ winner (driver/confirm.py), and the 95% interval pools the noise of every repeat
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, replace
 
 import optuna
 
-from optimizer.measure.noise import pooled, ratio
-from optimizer.report import confirmed
+from optimizer.measure.noise import geomean, ratio
+from optimizer.verdict import confirmed
 
 ATTR = "minimal"  # the study attribute the minimal-change step writes
 MINIMAL, CONFIRMED, SINGLE = "minimal change", "confirmed winner", "best single run"
@@ -39,7 +38,8 @@ class Recommendation:
 
     @property
     def value(self) -> float:
-        return statistics.fmean(self.values)
+        """The geometric mean of its runs (the centre every comparison uses: measure/noise.py)."""
+        return geomean(self.values)
 
     @property
     def changed_from_trial(self) -> bool:
@@ -83,7 +83,7 @@ def recommend(study: optuna.Study) -> Recommendation | None:
                              tuple(conf["runs"][str(winner)]["values"]), CONFIRMED)
     else:
         rec = Recommendation(best, tuple(best.user_attrs.get("vllm_args") or ()), (best.value,), SINGLE)
-    return _with_gain(study, rec, conf, record)
+    return _with_gain(study, rec, conf)
 
 
 def baseline_values(study: optuna.Study, conf: dict) -> list[float]:
@@ -95,15 +95,13 @@ def baseline_values(study: optuna.Study, conf: dict) -> list[float]:
     return list(entry["values"]) if entry and entry.get("values") else [base.value]
 
 
-def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict, record: dict | None) -> Recommendation:
+def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict) -> Recommendation:
     base = baseline_values(study, conf)
     if not base or min(base) <= 0 or min(rec.values) <= 0:
         return rec
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    groups = [e["values"] for e in (conf.get("runs") or {}).values()]
-    groups += [[v for v in values if v is not None] for values in ((record or {}).get("runs") or {}).values()]
-    noise = pooled(groups)
-    point = statistics.fmean(rec.values) / statistics.fmean(base)
+    noise = confirmed.noise_of(study)
+    point = geomean(rec.values) / geomean(base)
     g = {"ratio": point if maximize else 1 / point, "low": None, "high": None,
          "runs": [len(rec.values), len(base)]}
     if noise is not None:
@@ -111,44 +109,3 @@ def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict, record: dic
         g.update(ratio=r.ratio, low=r.low, high=r.high) if maximize else \
             g.update(ratio=1 / r.ratio, low=1 / r.high, high=1 / r.low)
     return replace(rec, gain=g)
-
-
-def shown(value) -> str:
-    """A knob's value as a table shows it (None: vLLM's default)."""
-    return "(vLLM default)" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def effect_text(row: dict) -> str:
-    """"1.03x [0.80, 1.32] over 1 run" (reverted / winner), or why there is no figure."""
-    e = row.get("effect")
-    runs = len(row.get("values") or [])
-    if row.get("failed"):
-        return "the run failed" + (f" after {runs} good run(s)" if runs else "")
-    if not e:
-        return "not measured"
-    return f"{e['ratio']:.2f}x [{e['low']:.2f}, {e['high']:.2f}] over {runs} run{'s' if runs != 1 else ''}"
-
-
-def attribution(rec: Recommendation) -> list[tuple[str, str, str, str, str]]:
-    """What mattered, one row per knob the winner changed: knob, baseline, winner, the effect of putting
-    it back (reverted / winner, 95% CI), verdict (and why, when it needs saying)."""
-    out = []
-    for row in rec.rows:
-        verdict = row["verdict"] + (f" ({row['note']})" if row.get("note") and row["verdict"] != "reverted" else "")
-        back = row["reverted_to"]
-        baseline = shown(row["baseline"]) + ("" if back == row["baseline"] else f" (fits: {shown(back)})")
-        out.append((row["knob"], baseline, shown(row["winner"]), effect_text(row), verdict))
-    if rec.combined:
-        c = rec.combined
-        out.append(("all reverted together", "", "", effect_text(c), c["verdict"] + (f" ({c['note']})" if c.get("note") else "")))
-    return out
-
-
-def gain_text(gain: dict | None) -> str:
-    """"4.29x (95% CI 3.10-5.94x)", "no measurable gain: 1.05x (95% CI 0.88-1.25x)", or the point alone."""
-    if not gain:
-        return "no gain to report"
-    if gain.get("low") is None:
-        return f"{gain['ratio']:.2f}x (one run each side: no interval)"
-    ci = f"{gain['ratio']:.2f}x (95% CI {gain['low']:.2f}-{gain['high']:.2f}x)"
-    return ci if gain["low"] > 1 else f"no measurable gain: {ci}"
