@@ -80,6 +80,9 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated strategies (default: all of them)")
     p.add_argument("--gp-seeds", type=int, default=0, help="seeds for GPSampler (default: --seeds)")
     p.add_argument("--first-seed", type=int, default=0, help="the seeds run are K, K+1, ... (default 0)")
+    p.add_argument("--every-baseline", action="store_true",
+                   help="run the strategies that start from a baseline (ours_base, screen) from every grid point "
+                        "in turn, --seeds seeds each, and print their reach over all of them")
     ns = p.parse_args()
     only = [name for name in ns.only.split(",") if name] or list(st.STRATEGIES)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -93,6 +96,8 @@ def main() -> None:
     print(f"landscape {ns.landscape}: {n} points, SLOs TTFT <= {ns.ttft_ms:g} ms and TPOT <= {ns.tpot_ms:g} ms; best goodput "
           f"{land.best:.2f} req/s at {ranked[0].params}; {sum(1 for q in ranked if q.score >= target)} point(s) "
           f"within 95%; the whole grid costs {sum(q.boot_cold_s + q.replay_s for q in ranked) / 60:.0f} min cold")
+    if ns.every_baseline:
+        return _every_baseline(land, target, ns.seeds, [name for name in only if name in BASED])
     marks = [max(1, round(n * f)) for f in (0.1, 0.2, 0.3)]
     print(f"{'strategy':10s} {'boots to 95%':>16s} {'minutes to 95%':>16s} {'reached':>8s}  best after "
           + " / ".join(f"{m} boots" for m in marks) + " (median, worst)")
@@ -114,6 +119,22 @@ def main() -> None:
         asks = (f"; {statistics.median(r.asks / len(r.boots) for r in runs):.1f} asks a boot, stopped after "
                 f"{statistics.median(len(r.boots) for r in runs):.0f} boots (median)") if runs[0].asks else ""
         print(f"{'':10s} 95% within 20% of the grid's boots ({0.2 * n:.0f}): {within}/{seeds} seeds{asks}")
+
+
+BASED = ("ours_base", "screen")  # the strategies that start from a baseline
+
+
+def _every_baseline(land: st.Landscape, target: float, seeds: int, names: list[str]) -> None:
+    """Each strategy from every grid point as the baseline: the share of (baseline, seed) runs that
+    reached 95% of the best, and the median and 90th percentile of boots to get there."""
+    print(f"from every one of the {len(land.points)} points as the baseline, {seeds} seeds each:")
+    for name in names:
+        boots = [st.STRATEGIES[name](land, seed, len(land.points), baseline=p.params).to_target(target)[0]
+                 for p in land.points.values() for seed in range(seeds)]
+        hit = sorted(b for b in boots if math.isfinite(b))
+        p90 = sorted(boots)[int(0.9 * (len(boots) - 1))]
+        print(f"{name:10s} reached 95% in {len(hit)}/{len(boots)} runs; boots to it: median "
+              f"{_fmt(statistics.median(boots), '{:.0f}')}, 90th percentile {_fmt(p90, '{:.0f}')}")
 
 
 def _pair(values: list, fmt: str) -> str:

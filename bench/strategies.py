@@ -16,6 +16,12 @@ The strategies:
                   the search: it has converged), and early stop
                   (a point that cannot come within the margin of the best is cut after the
                   first of 4 stages: a quarter of its replay)
+    screen        as `run` searches by default (`search.screen`): the baseline, then each knob moved
+                  alone from it (an integer knob doubled, or halved at the top of its range; a
+                  choice the next one), then TPE as `ours` over the knobs whose move changed the
+                  score by more than 15% (verdict/screening.py's rule), the others held at the
+                  baseline's values; the baseline and the screening points are told to TPE first
+    ours_base     `ours` with the baseline as its first trial, as `run` queues it
     ours_indep    the same with independent TPE (one density per knob, Optuna 4's default and
                   Optuna 5's for several objectives: it cannot model how knobs interact)
     gp            the same, with Optuna's GPSampler (4 start-up trials)
@@ -35,6 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 COMPILE_KEY = ("max-num-seqs", "max-num-batched-tokens", "kv-cache-dtype")
 INT_KNOBS = ("max-num-seqs", "max-num-batched-tokens")
@@ -115,20 +122,26 @@ def compile_key(params: dict) -> tuple:
 
 
 def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repeat_skip: bool, early_stop: bool,
-                   fail_starts: bool = False) -> Run:
+                   fail_starts: bool = False, first: tuple = (), held: Callable[[int], dict] = lambda streak: {}) -> Run:
     """Ask, boot, tell until `max_boots` boots, or, as `run` does, until the sampler proposed
-    CONVERGED_AFTER configurations in a row that it had been told (repeats cost no boot)."""
+    CONVERGED_AFTER configurations in a row that it had been told (repeats cost no boot).
+    `first`: points enqueued before the sampler's own; `held(streak)`: knobs not drawn, at these values."""
     import optuna
 
     from optimizer.verdict.trials import CONVERGED_AFTER
 
     study = optuna.create_study(direction="maximize", sampler=sampler)
+    for params in first:
+        study.enqueue_trial(params)
     run, told, streak = Run(), {}, 0
     while len(run.boots) < max_boots and streak < CONVERGED_AFTER:
         run.asks += 1
         trial = study.ask()
-        drawn = {}
+        fixed = {} if len(study.trials) <= len(first) else held(streak)
+        drawn = dict(fixed)
         for k, values in land.grid.items():
+            if k in fixed:
+                continue
             if k in INT_KNOBS:
                 drawn[k] = trial.suggest_int(k, min(values), max(values), log=True)
             else:
@@ -166,6 +179,66 @@ def ours(land: Landscape, seed: int, max_boots: int) -> Run:
 
     sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=4)
     return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
+
+
+# The baseline an operator might run today on the landscape: a cautious max-num-seqs, the middle
+# batched-token budget, vLLM's defaults for the rest.
+BASELINE = {"max-num-seqs": 16, "max-num-batched-tokens": 1024, "kv-cache-dtype": "auto", "enable-prefix-caching": True}
+
+
+def ours_base(land: Landscape, seed: int, max_boots: int, baseline: dict | None = None) -> Run:
+    import optuna
+
+    sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=4)
+    return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True,
+                          first=(dict(baseline or BASELINE),))
+
+
+def screening_points(land: Landscape, baseline: dict) -> list[dict]:
+    """The baseline, then each knob moved alone one step: an integer knob to the next grid value up
+    (down at the top of its range; the grid's steps are 2-4x, as `run`'s doubling), a choice to
+    the next one."""
+    out = [dict(baseline)]
+    for k, values in land.grid.items():
+        if k in INT_KNOBS:
+            above = [v for v in values if v > baseline[k]]
+            new = min(above) if above else max(v for v in values if v < baseline[k])
+        else:
+            new = values[(values.index(baseline[k]) + 1) % len(values)]
+        out.append({**baseline, k: new})
+    return out
+
+
+RELEASE_AFTER = 4
+
+
+def screen(land: Landscape, seed: int, max_boots: int, baseline: dict | None = None) -> Run:
+    import optuna
+
+    from optimizer.verdict.screening import shows_effect
+
+    baseline = dict(baseline or BASELINE)
+    points = screening_points(land, baseline)
+
+    released = []
+
+    def held(streak: int) -> dict:
+        if streak >= RELEASE_AFTER or released:  # nothing new among the screened knobs: move them all
+            released.append(True)
+            return {}
+        base = land.at(baseline).score
+        out = {}
+        for p in points[1:]:
+            knob = next(k for k in p if p[k] != baseline[k])
+            score = land.at(p).score
+            stopped = base > 0 and 0 < score < base / (1 + EARLY_STOP_MARGIN)
+            if base > 0 and (score <= 0 or not shows_effect(score / base, stopped_early=stopped)):
+                out[knob] = baseline[knob]
+        return out
+
+    sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=4)
+    return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True,
+                          first=tuple(points), held=held)
 
 
 def ours_indep(land: Landscape, seed: int, max_boots: int) -> Run:
@@ -219,5 +292,5 @@ def sweep(land: Landscape, seed: int, max_boots: int) -> Run:
     return run
 
 
-STRATEGIES = {"ours": ours, "ours_indep": ours_indep, "gp": gp, "random": random_search, "auto_tune": auto_tune, "sweep": sweep, "atv": atv}
+STRATEGIES = {"ours": ours, "ours_base": ours_base, "screen": screen, "ours_indep": ours_indep, "gp": gp, "random": random_search, "auto_tune": auto_tune, "sweep": sweep, "atv": atv}
 DETERMINISTIC = ("auto_tune", "sweep")  # the same run for every seed

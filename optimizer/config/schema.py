@@ -211,6 +211,13 @@ class DaemonSpec(_Strict):
     status_port: int = Field(8321, ge=0, le=65535)
 
 
+class SearchSpec(_Strict):
+    """How the search moves knobs (driver/launch.py; docs/search.md#screening-first)."""
+
+    screen: bool = Field(True, description="first move each knob alone from the baseline, then let the sampler "
+                         "search only the knobs that moved the objective (false: the sampler over every knob)")
+
+
 class StudyConfig(_Strict):
     study_name: str = "vllm-tuning"
     storage: str = "sqlite:///trials.db"
@@ -230,6 +237,7 @@ class StudyConfig(_Strict):
     replay: ReplaySpec = Field(default_factory=ReplaySpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     early_stop: EarlyStopSpec = Field(default_factory=EarlyStopSpec)
+    search: SearchSpec = Field(default_factory=SearchSpec)
     confirm: ConfirmSpec = Field(default_factory=ConfirmSpec)
     precheck: bool = Field(True, description="predict KV-cache fit before booting; prune what cannot fit (config/kv_fit.py)")
     ray: RaySpec = Field(default_factory=RaySpec)

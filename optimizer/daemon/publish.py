@@ -32,7 +32,7 @@ import yaml
 from optimizer.config.schema import StudyConfig
 from optimizer.verdict.confirmed import baseline_trial
 from optimizer.verdict.recommendation import SINGLE, recommend
-from optimizer.report.recommendation_text import gain_text
+from optimizer.report.verdict_text import gain_text
 from optimizer.report.summary import serve_command, serve_yaml
 
 ATTR = "publish"

@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 from optimizer.daemon.status_api import TRIAL_STATES, StatusState
 from optimizer.driver.progress import Progress
 from optimizer.verdict.recommendation import recommend
-from optimizer.report.recommendation_text import attribution
+from optimizer.report.verdict_text import attribution
 from optimizer.report.summary import serve_command
 
 

@@ -1,7 +1,9 @@
 """The study driver, the only writer to the study: plan (validate, open) -> launch (ask, start a
 Ray task) -> poll (phases, checkpoints, servers) -> tell (outcome -> Optuna state) -> confirm
-(re-measure the top). study.py is the loop; store/ is where the study lives.
+(re-measure the top) -> minimal (put back what had no effect). study.py is the loop; store/ is
+where the study lives.
 
-Imports anything below it (config, trial, engine, measure, workload, outputs, report). With
-trial/ the only package that imports ray; with report/ the only one that imports optuna.
+Imports anything below it (config, trial, engine, measure, workload, outputs, verdict, report).
+With trial/ the only package that imports ray; with verdict/ and report/ the only ones that
+import optuna.
 """

@@ -26,16 +26,30 @@ from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
+from optimizer.verdict.screening import SCREEN, held, screening
 from optimizer.verdict.trials import FINISHED, best_feasible, finished_count
 from optimizer.trial.spec import TrialSpec
 
 
-def trial_params(trial: optuna.Trial, plan: Plan) -> dict:
-    if trial.user_attrs.get("baseline"):
-        fixed = baseline_params(plan)
+def trial_params(trial: optuna.Trial, plan: Plan, held: set[str] = frozenset()) -> dict:
+    """The knobs a trial runs: the baseline's (a screening trial: with its one knob moved), or the
+    sampler's draws with the `held` knobs at the baseline's value (verdict/screening.py)."""
+    if trial.user_attrs.get("baseline") or SCREEN in trial.user_attrs:
+        fixed = {**baseline_params(plan), **(getattr(trial, "_fixed_params", None) or {})}
         params = space_mod.suggest(trial, plan.space, only=set(fixed))
         return {**fixed, **params}  # baseline knobs outside the space still reach vLLM
-    return space_mod.suggest(trial, plan.space)
+    base = baseline_params(plan)
+    kept = {k: base[k] for k in held if base.get(k) is not None}
+    return {**kept, **space_mod.suggest(trial, plan.space, only={d.knob.name for d in plan.space.dims} - set(kept))}
+
+
+def _screened(study: optuna.Study, plan: Plan, progress: Progress) -> set[str]:
+    """The knobs screening held at the baseline's value; said once, when screening is done."""
+    found = screening(study)
+    if found is not None and "screening" not in study.user_attrs:
+        study.set_user_attr("screening", found)
+        progress.screened(found, baseline_params(plan))
+    return held(study)
 
 
 def spec_for(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:
@@ -128,7 +142,7 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     """Ask Optuna for a trial and start its task; a repeat of a finished trial, or a trial the KV
     precheck rules out, is told at once (returns its state and failure instead)."""
     trial = study.ask()
-    params = trial_params(trial, plan)
+    params = trial_params(trial, plan, _screened(study, plan, progress))
     best = best_feasible(study, plan.objective)
     spec = spec_for(trial, plan, params, best)
     slot, cores = bind
@@ -141,7 +155,8 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
         progress.repeated(study, trial.number, params, source.number, state)
         return state, None
     position = finished_count(study) + running + 1
-    progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")))
+    progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")),
+                           trial.user_attrs.get(SCREEN))
     device = precheck.device_now(plan.cfg.engine.device)  # read once: the prediction and the learning
     estimate = precheck.predict(study, plan, spec.vllm_args, device)
     trial.set_user_attr("kv_estimate", estimate.to_dict())

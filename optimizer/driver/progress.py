@@ -13,8 +13,7 @@ from optimizer.driver.store.database import masked
 from optimizer.engine.device import GIB
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import holds as slo_holds
-from optimizer.report.confirmation_text import confirmation_lines
-from optimizer.report.recommendation_text import effect_text, shown
+from optimizer.report.verdict_text import confirmation_lines, effect_text, screening_lines, shown
 from optimizer.report.summary import fmt_params
 from optimizer.verdict.trials import best_feasible, finished_count
 
@@ -72,6 +71,8 @@ class Progress:
         for note in plan.space.notes:
             c.print(f"  note: {note}")
         es, cf = cfg.early_stop, cfg.confirm
+        c.print("  search: " + ("each knob moved alone from the baseline first, then TPE over the knobs that moved "
+                                "the objective" if cfg.search.screen else "TPE over every knob"))
         c.print(f"  KV precheck {'on' if cfg.precheck else 'off (--no-precheck)'}; early stop "
                 + (f"after each of {es.stages} stages" if es.enabled else "off")
                 + (f"; then the {cf.top} best and the baseline re-measured {cf.repeats}x" if cf.top and cf.repeats else "")
@@ -107,9 +108,16 @@ class Progress:
     def heartbeat(self) -> None:
         """The driver's loop is alive (the daemon's status API reads it)."""
 
-    def trial_started(self, number: int, position: int, total: int, params: dict, baseline: bool) -> None:
-        role = " baseline" if baseline else ""
+    def trial_started(self, number: int, position: int, total: int, params: dict, baseline: bool,
+                      screen: str | None = None) -> None:
+        role = " baseline" if baseline else f" screening {screen}" if screen else ""
         self.console.print(f"[bold]trial {number}[/] ({position}/{total}){role}: {fmt_params(params)}")
+
+    def screened(self, found: dict, baseline: dict) -> None:
+        """What moving each knob alone did, and which knobs the sampler searches from now on."""
+        self.console.print("[bold]Screening[/] (each knob moved alone from the baseline):")
+        for line in screening_lines(found, baseline):
+            self.console.print("  " + line)
 
     def repeated(self, study: optuna.Study, number: int, params: dict, source: int, state) -> None:
         """A trial that repeated a finished one's exact flags: told its outcome, not booted, not counted."""

@@ -11,10 +11,12 @@ import optuna
 
 from optimizer import shutdown
 from optimizer.config import flags
+from optimizer.config.screening import screening_moves
 from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.trial_files import is_disk_failure, writable
 from optimizer.errors import OptimizerError
+from optimizer.verdict.screening import SCREEN
 
 MAX_CONSECUTIVE_INFRA = 3
 
@@ -51,10 +53,15 @@ def recover(study: optuna.Study, previous: dict | None = None) -> int:
 
 
 def ensure_baseline(study: optuna.Study, plan: Plan) -> None:
-    """Queue the baseline first, then the configured warm starts (once per study)."""
+    """Queue the baseline first, then (with `search.screen`) each knob moved alone from it
+    (config/screening.py), then the configured warm starts (once per study)."""
     if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
         return
-    study.enqueue_trial(baseline_params(plan), user_attrs={"baseline": True})
+    base = baseline_params(plan)
+    study.enqueue_trial(base, user_attrs={"baseline": True})
+    if plan.cfg.search.screen:
+        for knob, value in screening_moves(base, plan.space):
+            study.enqueue_trial({**base, knob: value}, user_attrs={SCREEN: knob})
     for params in plan.cfg.enqueue:
         study.enqueue_trial(dict(params), user_attrs={"enqueued": True}, skip_if_exists=True)
 

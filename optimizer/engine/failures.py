@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from optimizer.engine.lifeline import NOTE_PREFIX as LIFELINE_PREFIX
+
 KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra",
          "replay_invalid", "early_stopped", "output_changed")
 RETRIED = ("infra", "replay_invalid")  # told FAIL: says nothing about the configuration
@@ -116,8 +118,8 @@ NOTE_PREFIX = "# note: "  # header lines after it: what the trial checked before
 
 def log_lines(log: str) -> list[str]:
     """The server's own lines (the launch line names flags such as --max-model-len, the notes name
-    GPU memory: never evidence)."""
-    return [line for line in log.splitlines() if not line.startswith((LAUNCH_PREFIX, NOTE_PREFIX))]
+    GPU memory, the guard's lines (engine/lifeline.py) come after the server's last: never evidence)."""
+    return [line for line in log.splitlines() if not line.startswith((LAUNCH_PREFIX, NOTE_PREFIX, LIFELINE_PREFIX))]
 
 
 def classify_startup(log: str, returncode: int | None, timed_out: bool) -> Failure:

@@ -40,6 +40,7 @@ import time
 
 GRACE_S = 2.0  # SIGTERM -> SIGKILL once the owner is gone: nobody waits on the server's answers
 POLL_S = 0.2  # how often the API server's own exit is looked at (the owner's death is seen at once)
+NOTE_PREFIX = "# lifeline: "  # the watcher's lines in the server log, never the server's own (engine/failures.py)
 
 
 def members(pgid: int, spare: tuple[int, ...] = ()) -> list[int]:
@@ -93,7 +94,12 @@ def owner_gone(fd: int) -> bool:
 def watch(owner_fd: int, guard_fd: int, owner: int, pgid: int, grace: float) -> None:
     """The watcher's life: wait for the owner's end or the guard's to close, then stop what is
     left of the group. The guard (pid = pgid) is spared the SIGTERM: it would pass it on a second
-    time; it exits by itself once the API server has."""
+    time; it exits by itself once the API server has.
+
+    The guard's end closes while the kernel tears the guard down, a moment before it becomes a
+    zombie: the guard itself is then still listed, and is not something it left behind. Counting
+    it made a server that ended whole look like one that left processes: the notes below, written
+    after the server's last line, were then read as its failure's evidence."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     closed: set[int] = set()
@@ -102,7 +108,7 @@ def watch(owner_fd: int, guard_fd: int, owner: int, pgid: int, grace: float) -> 
         closed = {fd for fd in readable if os.read(fd, 64) == b""}
     if owner_fd in closed:
         who = f"the owner (pid {owner}) died"
-    elif members(pgid):
+    elif members(pgid, spare=(pgid,)):
         who = "the guard ended (its API server exited, or it was killed) with processes left"
     else:
         os._exit(0)  # the server ended whole: nothing to stop
@@ -127,8 +133,12 @@ def exit_like(returncode: int) -> None:
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(f"# lifeline: {text}\n")
-    sys.stderr.flush()
+    """One whole line in one write (the server's processes write to the same open log file); a write
+    that fails (a full disk) never keeps the watcher from stopping the group."""
+    try:
+        os.write(2, f"{NOTE_PREFIX}{text}\n".encode(errors="replace"))
+    except OSError:
+        pass
 
 
 def main(argv: list[str]) -> None:

@@ -16,8 +16,7 @@ from rich.table import Table
 
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report.production import CAVEAT, production_table
-from optimizer.report.confirmation_text import range_text, verdict_phrase
-from optimizer.report.recommendation_text import attribution, gain_text
+from optimizer.report.verdict_text import attribution, gain_text, range_text, verdict_phrase
 from optimizer.report.startup import startup_text, startup_totals
 from optimizer.report.summary import Summary, fmt_params, savings_text, serve_command, summarize_study
 from optimizer.verdict.trials import COMPLETE, feasible, knobs_of

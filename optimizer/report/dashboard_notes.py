@@ -21,7 +21,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna_dashboard import save_note
 
 from optimizer.errors import first_line
-from optimizer.report.recommendation_text import attribution, gain_text
+from optimizer.report.verdict_text import attribution, gain_text
 from optimizer.verdict.trials import knobs_of
 
 TRIAL_FILES = ("result.json", "requests.jsonl", "server.log")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import optuna
 
 from optimizer.config.flags import from_cli_args
+from optimizer.config.screening import moved
 from optimizer.config.space import SearchSpace, active
 from optimizer.errors import ConfigError
 from optimizer.measure.noise import Estimate, estimate, pooled
@@ -41,28 +42,6 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial:
     except ValueError:
         raise ConfigError(f"sensitivity: study '{study.study_name}' has no completed trial that met its SLOs; "
                           "run the study first") from None
-
-
-def moved(value, dim) -> object | None:
-    """The knob's value one step away from `value` within its dimension (None: nowhere to go)."""
-    if dim.choices is not None:
-        choices = list(dim.choices)
-        if len(choices) < 2:
-            return None
-        i = choices.index(value) if value in choices else -1
-        return choices[(i + 1) % len(choices)]
-    low, high = dim.low, dim.high
-    if dim.knob.kind == "bool":
-        return not value
-    if dim.log:
-        up, down = value * 2, value / 2
-    else:
-        step = (high - low) / 4
-        up, down = value + step, value - step
-    new = up if up <= high else down
-    if new < low:
-        return None
-    return int(round(new)) if dim.knob.kind == "int" else round(new, 2)
 
 
 def moves(params: dict, space: SearchSpace, knobs: list[str] | None = None, to: dict | None = None) -> list[tuple]:

@@ -30,8 +30,7 @@ from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
 from optimizer.report.production import CAVEAT, production_table
-from optimizer.report.confirmation_text import noise_text, range_text, verdict_phrase
-from optimizer.report.recommendation_text import attribution, gain_text
+from optimizer.report.verdict_text import attribution, gain_text, noise_text, range_text, verdict_phrase
 from optimizer.report.summary import fmt_params
 
 COMPLETE = rep.COMPLETE

@@ -152,8 +152,9 @@ def test_winner_is_re_measured_with_an_interval(finished_study):
     first, again = record["runs"]["0"]["values"]
     assert first == study.trials[0].value and again > 0
     ci = record["intervals"]["0"]
-    assert ci["low"] <= ci["mean"] <= ci["high"] and ci["n"] == 2
-    assert "re-measured: mean" in run.stdout
+    assert 0 < ci["low"] <= ci["mean"] <= ci["high"] and ci["n"] == 2  # a log-scale range: never negative
+    assert ci["mean"] == pytest.approx((first * again) ** 0.5)  # the geometric mean
+    assert "trial 0 re-measured: " in run.stdout and "the only configuration re-measured" in run.stdout
     assert (root / "artifacts" / "e2e" / "trial-0" / "confirm-1" / "server.log").exists()
 
 
@@ -279,7 +280,7 @@ def test_sensitivity_moves_one_knob_and_judges_it_against_the_noise_band(finishe
     (row,) = study.user_attrs["sensitivity"]
     values = study.user_attrs["confirmation"]["runs"]["0"]["values"]
     assert row["knob"] == "max-num-seqs" and row["from"] == 16 and row["to"] in (32, 8)
-    assert row["n"] == len(values) == 2 and row["best_mean"] == pytest.approx(sum(values) / 2)
+    assert row["n"] == len(values) == 2 and row["best_mean"] == pytest.approx((values[0] * values[1]) ** 0.5)
     assert row["value"] > 0 and row["verdict"] in ("within noise", "better", "worse")
     assert row["ratio"] == pytest.approx(row["best_mean"] / row["value"])  # latency: lower is better
     assert f"max-num-seqs 16 -> {row['to']}" in sensitivity_run.stdout
@@ -297,7 +298,7 @@ def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(fi
     best = study.trials[0]
     record = study.user_attrs["confirmation"]
     assert f"Recommended (confirmed winner): trial 0, ttft_p95 = {record['intervals']['0']['mean']:.2f} ms" in md
-    assert f"Trial 0 re-measured: mean {record['intervals']['0']['mean']:.2f} ms over 2 runs" in md
+    assert f"Trial 0 re-measured: {record['intervals']['0']['mean']:.2f} ms over 2 run(s)" in md
     assert "The baseline is the best configuration found" in md  # the only completed trial
     assert "kv_too_small" in md and "early_stopped" in md  # the failure table
     assert "max-num-seqs" in md and "Sensitivity" in md

@@ -115,6 +115,17 @@ def test_runtime_other_death_is_a_crash_with_the_last_line():
     assert classify_runtime((LOGS / "bad_kv_dtype.log").read_text(), 0).kind == "crash"
 
 
+def test_the_guards_lines_after_the_servers_last_are_never_its_evidence():
+    # engine/lifeline.py writes to the same log after the server ended (it stopped what was left)
+    guard = ("# lifeline: the guard ended (its API server exited, or it was killed) with processes left; "
+             "stopping the server's process group 42\n# lifeline: process group 42 gone 0.0 s later\n")
+    assert classify_startup("INFO starting\nchild says why\n" + guard, 3, False).evidence == "child says why"
+    assert classify_runtime("INFO serving\nRuntimeError: engine loop died\n" + guard, 1).evidence == \
+        "RuntimeError: engine loop died"
+    assert classify_startup("INFO loading weights\n" + guard, -9, False).evidence.endswith(
+        "last line: INFO loading weights")
+
+
 def test_every_kind_returned_is_declared():
     kinds = {startup(p.name).kind for p in LOGS.glob("*.log")}
     kinds |= {classify_runtime("Killed", None).kind, classify_startup("", None, True).kind}

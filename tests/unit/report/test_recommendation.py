@@ -8,7 +8,7 @@ from optimizer.daemon.status_feed import best_of
 from optimizer.report import capacity, sensitivity
 from optimizer.report.dashboard_notes import save_study_note
 from optimizer.verdict.recommendation import CONFIRMED, MINIMAL, recommend
-from optimizer.report.recommendation_text import gain_text
+from optimizer.report.verdict_text import gain_text
 from optimizer.report.summary import serve_command, serve_yaml, summarize_study
 from tests.unit.driver.test_minimal import finished_study
 

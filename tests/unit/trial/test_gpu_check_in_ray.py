@@ -271,7 +271,7 @@ def test_a_trial_server_inherits_rays_gpus_and_its_log_records_them(smi, tmp_pat
     log = text.splitlines()
     assert log[1].startswith("# note: GPUs 2 from Ray; free memory before start")
     assert "GPU 2 (GPU-cccc-2222)" in log[1]
-    assert "child sees CUDA_VISIBLE_DEVICES=2" in log
+    assert log[2:] == ["child sees CUDA_VISIBLE_DEVICES=2"]  # it ended whole: its guard had nothing to add
     # the stand-in exits: a crash, whose evidence is the server's own line; the note (it names
     # memory) is never read as vLLM's output
     assert result.failure.kind == "crash" and result.failure.evidence == "child sees CUDA_VISIBLE_DEVICES=2"

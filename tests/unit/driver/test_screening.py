@@ -1,0 +1,133 @@
+"""The screening phase: each knob of the space moved alone from the baseline, in the space's order,
+then the sampler over the knobs that moved the objective, the others held at the baseline's value."""
+
+import io
+
+import optuna
+import pytest
+from rich.console import Console
+
+from optimizer.config.schema import build_config
+from optimizer.config.screening import screening_moves
+from optimizer.driver import launch as launch_mod
+from optimizer.driver.launch import Running, launch
+from optimizer.driver.plan import open_study, prepare
+from optimizer.driver.progress import Progress
+from optimizer.driver.recovery import ensure_baseline
+from optimizer.verdict.screening import SCREEN, held, screening, shows_effect
+
+COMPLETE, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED
+BASE = {"max-num-seqs": 16, "max-model-len": 2048, "kv-cache-dtype": "auto"}
+
+
+@pytest.fixture
+def opened(tmp_path, tiny_model, monkeypatch):
+    def make(screen=True):
+        cfg = build_config({
+            "study_name": "scr", "storage": f"sqlite:///{tmp_path / f'{screen}.db'}", "precheck": False,
+            "artifacts_dir": str(tmp_path / "artifacts"), "model": {"path": str(tiny_model)},
+            "space": {"max-num-seqs": {"low": 4, "high": 64, "log": True}, "max-model-len": {"low": 1024, "high": 8192},
+                      "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
+            "baseline": BASE, "search": {"screen": screen}, "n_trials": 8,
+            "objective": {"name": "latency", "metric": "ttft_p95"},
+            "workload": {"requests": 4, "warmup_requests": 1, "short_input": [8, 16], "long_input": [32, 64],
+                         "output": [4, 8]},
+        })
+        study, plan = open_study(prepare(cfg))
+        ensure_baseline(study, plan)
+        return study, plan
+    booted = []
+
+    class Task:  # stands for the Ray task: records what would have booted
+        @staticmethod
+        def options(**_):
+            return Task
+
+        @staticmethod
+        def remote(spec, board):
+            booted.append(spec.params)
+            return "ref"
+
+    monkeypatch.setattr(launch_mod, "run_trial", Task)
+    return make, booted
+
+
+def _next(study, plan, out=None):
+    return launch(study, plan, None, Progress(Console(file=out or io.StringIO(), width=200)), None, 0)
+
+
+def test_each_knob_is_moved_alone_from_the_baseline_in_the_spaces_order(opened):
+    make, booted = opened
+    study, plan = make()
+    moves = screening_moves(BASE, plan.space)
+    kv = [("kv-cache-dtype", "fp8")] if plan.device.fp8_kv else []  # left out where the CPU cannot run fp8
+    assert moves == [("max-num-seqs", 32), ("max-model-len", 4096)] + kv  # doubled on a log range, or a quarter up
+    for _ in range(1 + len(moves)):
+        r = _next(study, plan)
+        assert isinstance(r, Running)
+        study.tell(r.trial, 100.0)
+    assert booted[0] == BASE
+    assert booted[1:] == [{**BASE, knob: value} for knob, value in moves]
+    assert [t.user_attrs.get(SCREEN) for t in study.trials] == [None] + [k for k, _ in moves]
+
+
+def test_the_sampler_then_moves_only_the_knobs_that_moved_the_objective(opened):
+    make, booted = opened
+    study, plan = make()
+    n = 1 + len(screening_moves(BASE, plan.space))
+    values = {0: 1000.0, 1: 200.0, 2: 1050.0, 3: 990.0}  # only max-num-seqs moved p95 TTFT (5x)
+    for i in range(n):
+        r = _next(study, plan)
+        study.tell(r.trial, values[i])
+    out = io.StringIO()
+    r = _next(study, plan, out)
+    while not isinstance(r, Running):  # a draw of a measured configuration is told without a boot
+        r = _next(study, plan, out)
+    assert held(study) == {"max-model-len"} | ({"kv-cache-dtype"} if plan.device.fp8_kv else set())
+    assert r.params["max-model-len"] == 2048 and r.params["kv-cache-dtype"] == "auto"
+    assert "max-model-len" not in r.trial.params  # not drawn: held at the baseline's value
+    text = out.getvalue()
+    assert "Screening" in text and "max-num-seqs 16 -> 32" in text and "0.20x the baseline" in text
+    assert "held at 2048" in text and "the sampler now moves max-num-seqs" in text
+    assert study.user_attrs["screening"]["max-num-seqs"]["searched"] is True
+    for _ in range(6):  # every later draw keeps the held knobs at the baseline's values
+        r = _next(study, plan)
+        if isinstance(r, Running):
+            assert r.params["max-model-len"] == 2048
+            study.tell(r.trial, 300.0)
+
+
+def test_without_screening_the_sampler_moves_every_knob_from_the_start(opened):
+    make, booted = opened
+    study, plan = make(screen=False)
+    assert all(SCREEN not in t.user_attrs for t in study.trials)
+    r = _next(study, plan)
+    study.tell(r.trial, 100.0)
+    assert screening(study) is None and held(study) == set()
+    r = _next(study, plan)
+    assert "max-model-len" in r.trial.params
+
+
+def test_the_screening_rule():
+    assert shows_effect(0.5) and shows_effect(1.3) and not shows_effect(1.1) and not shows_effect(0.9)
+    assert shows_effect(None, stopped_early=True) and shows_effect(1.0, missed_slos=True)
+    assert not shows_effect(None)
+
+
+def test_a_move_that_could_not_run_is_held_and_one_stopped_early_is_searched(opened):
+    make, _ = opened
+    study, plan = make()
+    n = 1 + len(screening_moves(BASE, plan.space))
+    for i in range(n):
+        r = _next(study, plan)
+        if i == 1:
+            r.trial.set_user_attr("failure_kind", "early_stopped")
+            study.tell(r.trial, state=PRUNED)
+        elif i == 2:
+            r.trial.set_user_attr("failure_kind", "kv_too_small")
+            study.tell(r.trial, state=PRUNED)
+        else:
+            study.tell(r.trial, 1000.0)
+    found = screening(study)
+    assert found["max-num-seqs"]["searched"] and "stopped early" in found["max-num-seqs"]["why"]
+    assert not found["max-model-len"]["searched"] and "kv_too_small" in found["max-model-len"]["why"]
