@@ -20,7 +20,8 @@ The strategies:
                   alone from it (an integer knob doubled, or halved at the top of its range; a
                   choice the next one), then TPE as `ours` over the knobs whose move changed the
                   score by more than 15% (verdict/screening.py's rule), the others held at the
-                  baseline's values; the baseline and the screening points are told to TPE first
+                  baseline's values until TPE proposes 4 measured points in a row (then every
+                  knob is free); the baseline and the screening points are told to TPE first
     ours_base     `ours` with the baseline as its first trial, as `run` queues it
     ours_indep    the same with independent TPE (one density per knob, Optuna 4's default and
                   Optuna 5's for several objectives: it cannot model how knobs interact)
@@ -209,13 +210,36 @@ def screening_points(land: Landscape, baseline: dict) -> list[dict]:
     return out
 
 
-RELEASE_AFTER = 4
+def minimal_boots(land: Landscape, run: Run, baseline: dict) -> tuple[int, dict]:
+    """The minimal-change step after `run`, on the landscape's scores (no noise: a reversion within
+    15% of the winner is reverted, as measure/reversion.py's tolerance): its boots (a reversion the
+    search already booted costs none) and the configuration it recommends."""
+    from optimizer.measure.reversion import TOLERANCE
+
+    winner = max(run.booted, key=lambda p: land.at(p).score)
+    seen, boots = {key(p) for p in run.booted}, 0
+
+    def measured(p: dict) -> float:
+        nonlocal boots
+        if key(p) not in seen:
+            seen.add(key(p))
+            boots += 1
+        return land.at(p).score
+
+    best = land.at(winner).score
+    reverted = [k for k in winner if winner[k] != baseline[k]
+                and measured({**winner, k: baseline[k]}) * (1 + TOLERANCE) >= best]
+    final = {**winner, **{k: baseline[k] for k in reverted}}
+    if len(reverted) > 1 and measured(final) * (1 + TOLERANCE) < best:
+        cheapest = max(reverted, key=lambda k: land.at({**winner, k: baseline[k]}).score)
+        final = {**winner, cheapest: baseline[cheapest]}
+    return boots, final
 
 
 def screen(land: Landscape, seed: int, max_boots: int, baseline: dict | None = None) -> Run:
     import optuna
 
-    from optimizer.verdict.screening import shows_effect
+    from optimizer.verdict.screening import RELEASE_AFTER, shows_effect
 
     baseline = dict(baseline or BASELINE)
     points = screening_points(land, baseline)

@@ -26,8 +26,8 @@ from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
-from optimizer.verdict.screening import SCREEN, held, screening
-from optimizer.verdict.trials import FINISHED, best_feasible, finished_count
+from optimizer.verdict.screening import RELEASE_AFTER, RELEASED, SCREEN, held, screening
+from optimizer.verdict.trials import FINISHED, best_feasible, finished_count, repeat_streak
 from optimizer.trial.spec import TrialSpec
 
 
@@ -44,12 +44,19 @@ def trial_params(trial: optuna.Trial, plan: Plan, held: set[str] = frozenset()) 
 
 
 def _screened(study: optuna.Study, plan: Plan, progress: Progress) -> set[str]:
-    """The knobs screening held at the baseline's value; said once, when screening is done."""
+    """The knobs screening held at the baseline's value; said once when screening is done, and
+    once when the sampler has nothing new to try among the others (all released)."""
     found = screening(study)
     if found is not None and "screening" not in study.user_attrs:
         study.set_user_attr("screening", found)
         progress.screened(found, baseline_params(plan))
-    return held(study)
+    kept = held(study)
+    if kept and repeat_streak(study, plan.cfg.n_trials) >= RELEASE_AFTER:
+        study.set_user_attr(RELEASED, len(study.trials))
+        progress.note(f"the sampler proposed {RELEASE_AFTER} measured configurations in a row among the knobs it "
+                      f"moves: from now on it moves the held ones too ({', '.join(sorted(kept))})")
+        return set()
+    return kept
 
 
 def spec_for(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:

@@ -7,7 +7,9 @@ its run was stopped early (it could not come within the margin of the best so fa
 missed the SLOs (the knob moves the constraint). It is held at the baseline's value when its
 run measured within the tolerance, or when the moved configuration could not run at all (the
 KV cache did not fit, the server refused it): the sampler is not sent where the only evidence is
-a refusal. Without a measured baseline every knob is searched. This is a choice of which knobs
+a refusal. Without a measured baseline every knob is searched. Once the sampler proposes
+RELEASE_AFTER measured configurations in a row among the knobs it moves (it has nothing new to
+try there), every knob is released: the rest of the budget searches them all. This is a choice of which knobs
 to search, not a verdict with an interval: one run each side cannot give one, and a knob held
 wrongly costs only a missed gain, which the minimal-change step never claims.
 """
@@ -22,6 +24,8 @@ from optimizer.measure.reversion import TOLERANCE
 from optimizer.verdict.trials import COMPLETE, feasible
 
 SCREEN = "screen"  # the user attribute a screening trial carries: the knob it moved
+RELEASED = "screening_released"  # the study attribute set once every knob is released
+RELEASE_AFTER = 4  # repeats in a row (half of CONVERGED_AFTER: the search goes on after)
 
 
 def shows_effect(ratio: float | None, stopped_early: bool = False, missed_slos: bool = False) -> bool:
@@ -60,6 +64,9 @@ def _row(t: optuna.trial.FrozenTrial, base, study: optuna.Study) -> dict:
 
 
 def held(study: optuna.Study) -> set[str]:
-    """The knobs the sampler leaves at the baseline's value (none until screening is done)."""
+    """The knobs the sampler leaves at the baseline's value (none until screening is done, and
+    none once they are released)."""
+    if study.user_attrs.get(RELEASED) is not None:
+        return set()
     found = screening(study) or {}
     return {knob for knob, row in found.items() if not row["searched"]}

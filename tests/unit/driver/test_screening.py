@@ -131,3 +131,23 @@ def test_a_move_that_could_not_run_is_held_and_one_stopped_early_is_searched(ope
     found = screening(study)
     assert found["max-num-seqs"]["searched"] and "stopped early" in found["max-num-seqs"]["why"]
     assert not found["max-model-len"]["searched"] and "kv_too_small" in found["max-model-len"]["why"]
+
+
+def test_held_knobs_are_released_once_the_sampler_has_nothing_new_to_try(opened):
+    make, _ = opened
+    study, plan = make()
+    n = 1 + len(screening_moves(BASE, plan.space))
+    for i in range(n):
+        r = _next(study, plan)
+        study.tell(r.trial, 200.0 if i == 1 else 1000.0)  # only max-num-seqs moved the objective
+    assert "max-model-len" in held(study)
+    out, released = io.StringIO(), False
+    for _ in range(40):  # max-num-seqs alone has few rungs: the sampler soon proposes measured ones
+        r = _next(study, plan, out)
+        if isinstance(r, Running):
+            study.tell(r.trial, 500.0)
+            if "max-model-len" in r.trial.params:
+                released = True
+                break
+    assert released and held(study) == set() and study.user_attrs["screening_released"] > n
+    assert "from now on it moves the held ones too (max-model-len" in out.getvalue()
