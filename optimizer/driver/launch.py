@@ -15,6 +15,7 @@ import optuna
 
 from optimizer.config import flags
 from optimizer.config import space as space_mod
+from optimizer.config.screening import screening_moves
 from optimizer.driver import kv_precheck as precheck
 from optimizer.driver import tell as outcome
 from optimizer.driver.plan import Plan, baseline_params
@@ -27,7 +28,7 @@ from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
 from optimizer.verdict.screening import RELEASE_AFTER, RELEASED, SCREEN, held, screening
-from optimizer.verdict.trials import FINISHED, best_feasible, finished_count, repeat_streak
+from optimizer.verdict.trials import COMPLETE, FINISHED, best_feasible, finished_count, repeat_streak
 from optimizer.trial.spec import TrialSpec
 
 
@@ -41,6 +42,31 @@ def trial_params(trial: optuna.Trial, plan: Plan, held: set[str] = frozenset()) 
     base = baseline_params(plan)
     kept = {k: base[k] for k in held if base.get(k) is not None}
     return {**kept, **space_mod.suggest(trial, plan.space, only={d.knob.name for d in plan.space.dims} - set(kept))}
+
+
+def queue_screening(study: optuna.Study, plan: Plan) -> None:
+    """With `search.screen`, once the baseline has a value: queue each knob moved alone from it
+    (config/screening.py), after the configured warm starts and before any draw of the sampler,
+    as many as the budget has room for. Once per study; not in a study the sampler already drew
+    for (one made before screening)."""
+    trials = study.get_trials(deepcopy=False)
+    if not plan.cfg.search.screen or study.user_attrs.get(QUEUED):
+        return
+    base = next((t for t in trials if t.user_attrs.get("baseline") and t.state == COMPLETE), None)
+    roles = ("baseline", "enqueued", "retry_of", SCREEN)
+    if base is None or any(not any(r in t.user_attrs for r in roles) for t in trials):
+        return
+    fixed = baseline_params(plan)
+    pending = sum(1 for t in trials if not t.state.is_finished())
+    room = plan.cfg.n_trials - finished_count(study) - pending
+    if room <= 0:
+        return
+    for knob, value in screening_moves(fixed, plan.space)[:room]:
+        study.enqueue_trial({**fixed, knob: value}, user_attrs={SCREEN: knob})
+    study.set_user_attr(QUEUED, True)
+
+
+QUEUED = "screening_queued"
 
 
 def _screened(study: optuna.Study, plan: Plan, progress: Progress) -> set[str]:
@@ -148,6 +174,7 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
             running: int, bind: tuple[int, str] = (0, "")) -> "Running | tuple":
     """Ask Optuna for a trial and start its task; a repeat of a finished trial, or a trial the KV
     precheck rules out, is told at once (returns its state and failure instead)."""
+    queue_screening(study, plan)
     trial = study.ask()
     params = trial_params(trial, plan, _screened(study, plan, progress))
     best = best_feasible(study, plan.objective)

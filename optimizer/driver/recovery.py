@@ -11,7 +11,6 @@ import optuna
 
 from optimizer import shutdown
 from optimizer.config import flags
-from optimizer.config.screening import screening_moves
 from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.trial_files import is_disk_failure, writable
@@ -29,7 +28,7 @@ def queue_again(study: optuna.Study, trial, always: bool = False, reason: str = 
     about the configuration. Once per configuration, unless `always` (interrupted runs, a full disk)."""
     if not always and trial.user_attrs.get("retry_of") is not None:
         return False
-    roles = {k: trial.user_attrs[k] for k in ("baseline", "enqueued", "warm_start") if k in trial.user_attrs}
+    roles = {k: trial.user_attrs[k] for k in ("baseline", "enqueued", "warm_start", SCREEN) if k in trial.user_attrs}
     extra = {"retry_reason": reason} if reason else {}
     ran = flags.from_cli_args(list(trial.user_attrs.get("vllm_args") or []))  # the rounded values it ran with
     params = {name: ran.get(name, value) for name, value in trial.params.items()}
@@ -53,15 +52,10 @@ def recover(study: optuna.Study, previous: dict | None = None) -> int:
 
 
 def ensure_baseline(study: optuna.Study, plan: Plan) -> None:
-    """Queue the baseline first, then (with `search.screen`) each knob moved alone from it
-    (config/screening.py), then the configured warm starts (once per study)."""
+    """Queue the baseline first, then the configured warm starts (once per study)."""
     if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
         return
-    base = baseline_params(plan)
-    study.enqueue_trial(base, user_attrs={"baseline": True})
-    if plan.cfg.search.screen:
-        for knob, value in screening_moves(base, plan.space):
-            study.enqueue_trial({**base, knob: value}, user_attrs={SCREEN: knob})
+    study.enqueue_trial(baseline_params(plan), user_attrs={"baseline": True})
     for params in plan.cfg.enqueue:
         study.enqueue_trial(dict(params), user_attrs={"enqueued": True}, skip_if_exists=True)
 

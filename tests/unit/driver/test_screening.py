@@ -151,3 +151,30 @@ def test_held_knobs_are_released_once_the_sampler_has_nothing_new_to_try(opened)
                 break
     assert released and held(study) == set() and study.user_attrs["screening_released"] > n
     assert "from now on it moves the held ones too (max-model-len" in out.getvalue()
+
+
+def test_warm_starts_run_before_screening_and_screening_fits_the_budget(opened, tmp_path, tiny_model):
+    cfg = build_config({
+        "study_name": "w", "storage": f"sqlite:///{tmp_path / 'w.db'}", "precheck": False, "n_trials": 3,
+        "artifacts_dir": str(tmp_path / "artifacts"), "model": {"path": str(tiny_model)},
+        "space": {"max-num-seqs": {"low": 4, "high": 64, "log": True}, "max-model-len": {"low": 1024, "high": 8192}},
+        "baseline": {"max-num-seqs": 16, "max-model-len": 2048}, "enqueue": [{"max-num-seqs": 8, "max-model-len": 2048}],
+        "objective": {"name": "latency", "metric": "ttft_p95"},
+        "workload": {"requests": 4, "warmup_requests": 1, "short_input": [8, 16], "long_input": [32, 64], "output": [4, 8]},
+    })
+    study, plan = open_study(prepare(cfg))
+    ensure_baseline(study, plan)
+    first = _next(study, plan)
+    study.tell(first.trial, state=optuna.trial.TrialState.FAIL)  # the baseline interrupted: not a value yet
+    assert all(SCREEN not in t.user_attrs for t in study.trials)  # nothing to move from
+    from optimizer.driver.recovery import queue_again
+    queue_again(study, first.trial, always=True, reason="interrupted")
+    ran = []
+    for _ in range(3):
+        r = _next(study, plan)
+        ran.append(r.trial.user_attrs)
+        study.tell(r.trial, 100.0)
+    # The warm start was queued before the baseline's retry; screening waits for the baseline's value.
+    assert ran[0].get("enqueued") and ran[1].get("baseline") and ran[2].get(SCREEN) == "max-num-seqs"
+    # The budget (3) had room for one screening trial: the other move is not queued to wait forever.
+    assert [t.user_attrs.get(SCREEN) for t in study.trials if SCREEN in t.user_attrs] == ["max-num-seqs"]

@@ -408,3 +408,30 @@ def test_the_start_up_picture_stacks_each_booted_trials_steps(tmp_path, study_di
 def test_no_start_up_read_is_a_note_not_a_picture(tmp_path, study_dir):
     files = write_report(latency_study(tmp_path), MODEL, study_dir, _objective(), tmp_path / "out")
     assert "startup" not in files.pictures and "no trial's server log was read" in files.markdown.read_text()
+
+
+def test_the_same_confirmation_gives_the_same_verdict_on_every_surface(tmp_path, study_dir):
+    """The console's progress lines, its final report and the written report read one stored verdict."""
+    import io
+
+    from rich.console import Console
+
+    from optimizer.driver.progress import Progress
+    from optimizer.report.console import print_report
+    from optimizer.report.verdict_text import verdict_phrase
+
+    close = {"1": {"values": [120.0, 118.0, 126.0], "failed": 0}, "6": {"values": [123.0, 121.0, 119.0], "failed": 0},
+             "0": {"values": [250.0, 244.0, 262.0], "failed": 0}}
+    for i, (runs, phrase) in enumerate(((_RUNS, "a clear winner"), (close, "no clear winner: trial 1"))):
+        record = {"runs": runs, "repeats": 2, "top": 2, "candidates": ["1", "6"], "baseline": 0,
+                  **decide(runs, ["1", "6"], pooled(e["values"] for e in runs.values()), maximize=False)}
+        (tmp_path / str(i)).mkdir()
+        study = latency_study(tmp_path / str(i), record)
+        md = _markdown(study, study_dir, tmp_path / "out")
+        live, final = io.StringIO(), io.StringIO()
+        Progress(Console(file=live, width=300)).confirmed(record, _objective())
+        print_report(study, MODEL, study_dir, _objective(), Console(file=final, width=300))
+        said = verdict_phrase(record)
+        assert said.startswith(phrase)
+        assert said in md and said in live.getvalue() and said in final.getvalue()
+        assert all(ci["low"] > 0 for ci in record["intervals"].values())  # never a negative bound
