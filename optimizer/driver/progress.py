@@ -156,7 +156,7 @@ class Progress:
         r = row.as_dict()
         what = (f"{r['knob']} {shown(r['winner'])} -> {shown(r['reverted_to'])}" if r["baseline"] is not None
                 or r["reverted_to"] is not None or r["winner"] is not None else f"{r['knob']} put back together")
-        self.console.print(f"  {what}: {effect_text(r)} of the winner: [bold]{r['verdict']}[/]"
+        self.console.print(f"  {what}: {effect_text(r)}{' of the winner' if r['effect'] else ''}: [bold]{r['verdict']}[/]"
                            + (f" ({r['note']})" if r["note"] else ""))
 
     def minimized(self, record: dict, objective) -> None:

@@ -102,9 +102,13 @@ def _print_best(s: Summary, objective, console: Console) -> None:
         console.print(f"  trial {s.best.number} re-measured: {ci['mean']:.2f} {objective.unit} over {ci['n']} "
                       f"run(s), {range_text(ci)}; {verdict_phrase(s.confirmation)}")
     if rec.rows:
+        rows = attribution(rec)
         console.print(_table("What mattered (each knob put back to the baseline's value, alone)",
-                             ("knob", "baseline", "winner", "put back: x the winner, 95% CI", "verdict", "rests on"),
-                             [list(row) for row in attribution(rec)], whole=(0, 1, 2, 4)))
+                             ("knob", "baseline", "winner", "put back: x the winner, 95% CI", "verdict"),
+                             [list(row[:5]) for row in rows], whole=(0, 1, 2, 4)))
+        for row in rows:  # below the table: run names are long, and a sixth column folds them at 80 columns
+            if row[5]:
+                console.print(f"  {row[0]} rests on: {row[5]}")
 
 
 def _print_gain(s: Summary, objective, console: Console) -> None:

@@ -113,8 +113,11 @@ def screening_lines(found: dict, baseline: dict) -> list[str]:
         out.append(f"{moved}: {_effect(row)}: " + ("searched" if row["searched"] else
                                                       f"held at {shown(baseline.get(knob))}"))
     searched = [k for k, r in found.items() if r["searched"]]
-    out.append("the sampler now moves " + (", ".join(searched) if searched else "no screened knob")
-               + " (and any knob the baseline leaves to vLLM); the others stay at the baseline's values")
+    if len(searched) == len(found):
+        out.append("the sampler now moves every knob")
+    else:
+        out.append("the sampler now moves " + (", ".join(searched) if searched else "no screened knob")
+                   + " (and any knob the baseline leaves to vLLM); the others stay at the baseline's values")
     return out
 
 

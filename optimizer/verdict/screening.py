@@ -7,7 +7,8 @@ its run was stopped early (it could not come within the margin of the best so fa
 missed the SLOs (the knob moves the constraint). It is held at the baseline's value when its
 run measured within the tolerance, or when the moved configuration could not run at all (the
 KV cache did not fit, the server refused it): the sampler is not sent where the only evidence is
-a refusal. Without a measured baseline every knob is searched. Once the sampler proposes
+a refusal. When the baseline missed the SLOs or has no value, every knob is searched: it is not
+a configuration to stay near. Once the sampler proposes
 RELEASE_AFTER measured configurations in a row among the knobs it moves (it has nothing new to
 try there), every knob is released: the rest of the budget searches them all. This is a choice of which knobs
 to search, not a verdict with an interval: one run each side cannot give one, and a knob held
@@ -51,7 +52,7 @@ def _row(t: optuna.trial.FrozenTrial, base, study: optuna.Study) -> dict:
     row = {"trial": t.number, "to": t.params.get(t.user_attrs[SCREEN]), "ratio": None}
     kind = source.user_attrs.get("failure_kind")
     if base is None or not base.value:
-        return {**row, "searched": True, "why": "no measured baseline to compare with"}
+        return {**row, "searched": True, "why": "the baseline missed the SLOs or has no value: nothing to stay near"}
     if source.state == COMPLETE and source.value:
         row["ratio"] = source.value / base.value
         if not feasible(source):

@@ -68,6 +68,9 @@ def test_what_mattered_keeps_knob_names_and_values_whole_at_80_columns(monkeypat
     text = con.export_text()
     _assert_uncut(text, *(word for row in rows for cell in row[:3] + row[4:5] for word in cell.split()))
     assert text.count("reverted") == 4 and "kept" in text  # each verdict whole (and the combined row's knob)
+    # The runs each row rests on, below the table, whole.
+    assert "gpu-memory-utilization rests on: trial 3" in text
+    assert "enable-chunked-prefill rests on: minimal/config-1/run-0," in text and "minimal/config-1/run-1" in text
 
 
 def test_progress_lines_wrap_between_knobs_never_inside_one():
