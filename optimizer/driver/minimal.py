@@ -7,8 +7,10 @@ What a knob goes back to: the baseline's value; vLLM's own default (the flag dro
 the baseline does not set; for `max-model-len`, when the baseline's value is below the
 workload's longest request, the smallest round value that fits (config/round_values.py).
 
-Every run is a full measurement through the same Ray path as the confirmation's (measure_once),
-so on a cluster it lands on any free slot. The record lives on the study (`minimal`), written
+A run the study already has with exactly a reversion's flags (a search trial, its
+re-measurements, the baseline's runs: verdict/evidence.py) answers without a boot, and each row
+records the runs it rests on. Every other run is a full measurement through the same Ray path
+as the confirmation's (measure_once), so on a cluster it lands on any free slot. The record lives on the study (`minimal`), written
 after every run: an interrupted step resumes where it stopped, without booting again what it
 already measured.
 """
@@ -48,6 +50,33 @@ def _metrics_of(run: Path) -> dict | None:
 def run_dir(slot: int) -> str:
     """Where the runs of the step's `slot`-th configuration keep their files, under artifacts/<study>/."""
     return f"minimal/config-{slot}"
+
+
+class _Runs:
+    """Answers `measure(config, k)` for the reversion rule: from the runs the study already has
+    (verdict/evidence.py), then from the step's own record (an interrupted step resumes), then by
+    booting; `sources` keeps, per configuration, where each run came from."""
+
+    def __init__(self, known: dict, record: dict, boot, save):
+        self.known, self.record, self.boot, self.save, self.sources = known, record, boot, save, {}
+
+    def measure(self, config: dict, k: int) -> float | None:
+        key = config_key(config)
+        prior, used = self.known.get(key, []), self.sources.setdefault(key, [])
+        if k < len(prior):  # measured already, in the search or the confirmation: no boot
+            used.append(prior[k][1])
+            return prior[k][0]
+        own = self.record["runs"]
+        runs = own.get(key, [])
+        slot = list(own).index(key) if key in own else len(own)
+        j = k - len(prior)
+        used.append(f"{run_dir(slot)}/run-{j}")
+        if j < len(runs):
+            return runs[j]  # measured before an interruption: not booted again
+        value = self.boot(config, slot, j)
+        own[key] = [*runs, value]
+        self.save()
+        return value
 
 
 def _first_run(key: str, record: dict, known: dict) -> str | None:
@@ -95,31 +124,22 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     started = time.monotonic() - ((old.get("wall_s") or 0.0) if record["runs"] else 0.0)  # resumed: time so far
     progress.minimizing(number, back, plan.cfg.confirm.minimal_boots)
 
-    known, sources = evidence(study), {}
+    known = evidence(study)
 
-    def measure(config: dict, k: int) -> float | None:
-        key = config_key(config)
-        prior, used = known.get(key, []), sources.setdefault(key, [])
-        if k < len(prior):  # measured already, in the search or the confirmation: no boot
-            used.append(prior[k][1])
-            return prior[k][0]
-        runs = record["runs"].get(key, [])
-        slot = list(record["runs"]).index(key) if key in record["runs"] else len(record["runs"])
-        j = k - len(prior)
-        used.append(f"{run_dir(slot)}/run-{j}")
-        if j < len(runs):
-            return runs[j]  # measured before an interruption: not booted again
-        value = measure_once(plan, config, MINIMAL_KEY + slot * 10 + j, f"{run_dir(slot)}/run-{j}",
-                             board, progress, runstate, within_slos=True)
-        record["runs"][key] = [*runs, value]
+    def boot(config: dict, slot: int, j: int) -> float | None:
+        return measure_once(plan, config, MINIMAL_KEY + slot * 10 + j, f"{run_dir(slot)}/run-{j}",
+                            board, progress, runstate, within_slos=True)
+
+    def save() -> None:  # after every run: an interruption loses one at most
         study.set_user_attr(ATTR, copy.deepcopy({**record, "wall_s": time.monotonic() - started}))
-        return value
 
+    runs = _Runs(known, record, boot, save)
     values = conf["runs"][str(number)]["values"]
-    outcome = minimal_change(winner, baseline, back, values, [e["values"] for e in conf["runs"].values()], measure,
+    outcome = minimal_change(winner, baseline, back, values, [e["values"] for e in conf["runs"].values()], runs.measure,
                              maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
                              cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted,
-                             spent=lambda: sum(len(runs) for runs in record["runs"].values()))
+                             spent=lambda: sum(len(r) for r in record["runs"].values()))
+    sources = runs.sources
     args = list(make_spec(number, plan, outcome.final, "-").vllm_args)
     final_key = config_key(outcome.final)
     where = _first_run(final_key, record, known)
