@@ -71,6 +71,20 @@ def _recommendation(study) -> None:
     record = study.user_attrs.get("minimal") or {}
     if record.get("done"):
         print(f"  minimal-change step: {record.get('boots')} extra boot(s), {record.get('wall_s')} s")
+    _boots(study, record)
+
+
+def _boots(study, minimal: dict) -> None:
+    """vLLM boots by kind: search trials (a repeat or a KV-precheck prune boots nothing), re-measurements
+    (a configuration's runs past its trial's), the minimal-change step's own runs."""
+    trials = [t for t in study.trials if t.state.is_finished()]
+    search = sum(1 for t in trials if "phases_s" in t.user_attrs and "repeat_of" not in t.user_attrs)
+    runs = (study.user_attrs.get("confirmation") or {}).get("runs") or {}
+    remeasure = sum(len(e.get("values") or []) - 1 + int(e.get("failed") or 0) for e in runs.values())
+    settled = sum(1 for e in runs.values() if e.get("settled"))
+    own = sum(len(v) for v in (minimal.get("runs") or {}).values())
+    print(f"boots: {search} search + {remeasure} re-measurement ({settled} configuration(s) not booted again: "
+          f"already measurably worse) + {own} minimal-change = {search + remeasure + own}")
 
 
 if __name__ == "__main__":

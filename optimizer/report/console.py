@@ -127,7 +127,8 @@ def _print_gain(s: Summary, objective, console: Console) -> None:
         missed = "" if feasible(s.baseline) else " [red](the baseline misses the SLOs)[/]"
         g = s.recommendation.gain
         runs = g["runs"][1] if g else 1
-        console.print(f"Gain over baseline (trial {s.baseline.number}, {s.baseline.value:.2f} {objective.unit}, "
+        value = (g or {}).get("baseline", s.baseline.value)  # the geometric mean of its runs
+        console.print(f"Gain over baseline (trial {s.baseline.number}, {value:.2f} {objective.unit} over "
                       f"{runs} run{'s' if runs != 1 else ''}): {gain_text(g)}{missed}")
 
 

@@ -109,7 +109,10 @@ def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, object
     if base is None or base.state != COMPLETE:
         doc.para(_unmeasured(base))
         return
-    doc.para(f"Baseline: trial {base.number}, {objective.metric} = {base.value:.2f} {objective.unit}"
+    g = rec.gain or {}
+    runs = (g.get("runs") or [0, 1])[1]
+    doc.para(f"Baseline: trial {base.number}, {objective.metric} = {g.get('baseline', base.value):.2f} {objective.unit}"
+             + (f" (geometric mean of {runs} runs)" if runs > 1 else "")
              + ("" if rep.feasible(base) else " (the baseline misses the SLOs)") + ".")
     if s.gain is None:
         doc.para("No gain to report: the baseline carried no load within the SLOs.")

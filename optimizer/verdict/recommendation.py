@@ -103,7 +103,7 @@ def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict) -> Recommen
     noise = confirmed.noise_of(study)
     point = geomean(rec.values) / geomean(base)
     g = {"ratio": point if maximize else 1 / point, "low": None, "high": None,
-         "runs": [len(rec.values), len(base)]}
+         "runs": [len(rec.values), len(base)], "baseline": geomean(base)}
     if noise is not None:
         r = ratio(rec.values, base, noise)  # recommended / baseline, geometric
         g.update(ratio=r.ratio, low=r.low, high=r.high) if maximize else \
