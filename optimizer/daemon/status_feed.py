@@ -66,8 +66,8 @@ class StatusProgress(Progress):
                        last_error=None,
                        trials=trial_counts(study), best=best_of(study, plan.objective, plan.model.source))
 
-    def trial_started(self, number, position, total, params, baseline) -> None:
-        super().trial_started(number, position, total, params, baseline)
+    def trial_started(self, number, position, total, params, baseline, screen=None) -> None:
+        super().trial_started(number, position, total, params, baseline, screen)
         counts = trial_counts(self._study) if self._study is not None else None
         self._running[number] = {"number": number, "phase": "queued", "params": dict(params), "since": time.time()}
         self._show_running(**({"trials": counts} if counts else {}))

@@ -133,3 +133,15 @@ def test_a_repeat_never_shows_as_running_and_counts_as_finished():
     progress.repeated(study, t.number, {"max-num-seqs": 8}, 0, optuna.trial.TrialState.COMPLETE)
     snap = state.snapshot()
     assert snap["running_trials"] == [] and snap["running"] is None and snap["trials"]["COMPLETE"] == 2
+
+
+def test_the_status_feed_takes_every_progress_event_as_the_driver_sends_it():
+    """StatusProgress overrides Progress's events: each override takes the same parameters (a
+    driver call with a new argument once crashed the daemon at its first trial)."""
+    import inspect
+
+    from optimizer.driver.progress import Progress
+
+    for name, fn in vars(StatusProgress).items():
+        if callable(fn) and not name.startswith("_") and name in vars(Progress):
+            assert list(inspect.signature(fn).parameters) == list(inspect.signature(getattr(Progress, name)).parameters), name
