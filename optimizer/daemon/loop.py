@@ -99,13 +99,17 @@ def warm_starts(study, k: int) -> list[dict]:
     done = ranked_feasible(study)
     rec = recommend(study)
     out: list[dict] = []
+    # The knobs the space asks for: a trial's own draws, and the ones screening held at the
+    # baseline's value (not drawn, so not in its params, but part of what it ran).
+    held = set(study.user_attrs.get("screening") or {})
     if rec is not None:
         ran = from_cli_args(list(rec.args)) if rec.changed_from_trial else knobs_of(rec.trial)
-        out.append({name: ran[name] for name in rec.trial.params if name in ran})  # the new space asks for these
+        out.append({name: ran[name] for name in set(rec.trial.params) | held if name in ran})
         done.sort(key=lambda t: t.number != rec.trial.number)
     for t in done:
         ran = knobs_of(t)
         params = {name: ran.get(name, value) for name, value in t.params.items()}
+        params.update({name: ran[name] for name in held if name in ran and name not in params})
         if params not in out:
             out.append(params)
         if len(out) == k:

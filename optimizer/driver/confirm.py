@@ -6,8 +6,8 @@ feasible configurations, and the baseline, are booted and measured up to `repeat
 each (full runs: no early stop), the leader (the best single run) first. Every verdict uses the
 one statistic of measure/noise.py: geometric means, the noise of one run pooled over every
 repeated run. A configuration that is already measurably worse than the leader, with the noise
-pooled so far, is not booted again (more runs of it cannot make it win); for the baseline, the
-gain's interval then already excludes 1. The winner is the best geometric mean; it is clear when
+pooled so far, is not booted again (more runs of it cannot make it win); a baseline skipped so
+keeps its one run for the gain (docs/search.md#re-measurement). The winner is the best geometric mean; it is clear when
 every other candidate is measurably worse, else the report says "no clear winner". A
 configuration with a failed re-measurement is disqualified (listed, never the winner). New
 trials after a confirmation (a raised budget) make it stale: it is done again for the new top.

@@ -28,7 +28,7 @@ from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
 from optimizer.verdict.screening import RELEASE_AFTER, RELEASED, SCREEN, held, screening
-from optimizer.verdict.trials import COMPLETE, FINISHED, best_feasible, finished_count, repeat_streak
+from optimizer.verdict.trials import COMPLETE, FINISHED, best_feasible, feasible, finished_count, repeat_streak
 from optimizer.trial.spec import TrialSpec
 
 
@@ -45,28 +45,40 @@ def trial_params(trial: optuna.Trial, plan: Plan, held: set[str] = frozenset()) 
 
 
 def queue_screening(study: optuna.Study, plan: Plan) -> None:
-    """With `search.screen`, once the baseline has a value: queue each knob moved alone from it
-    (config/screening.py), after the configured warm starts and before any draw of the sampler,
-    as many as the budget has room for. Once per study; not in a study the sampler already drew
-    for (one made before screening)."""
+    """With `search.screen`, once the baseline has a value within the SLOs: queue each knob moved
+    alone from it (config/screening.py), after the configured warm starts, as many as the budget
+    has room for. A baseline that missed the SLOs is no configuration to stay near: no screening.
+    Once per study; not in a study the sampler drew for after the baseline's value came (one made
+    before screening), though draws started beside the baseline (parallel slots) do not count."""
     trials = study.get_trials(deepcopy=False)
     if not plan.cfg.search.screen or study.user_attrs.get(QUEUED):
         return
     base = next((t for t in trials if t.user_attrs.get("baseline") and t.state == COMPLETE), None)
-    roles = ("baseline", "enqueued", "retry_of", SCREEN)
-    if base is None or any(not any(r in t.user_attrs for r in roles) for t in trials):
+    if base is None or not feasible(base):
         return
-    fixed = baseline_params(plan)
+    roles = ("baseline", "enqueued", "retry_of", SCREEN)
+    if any(not any(r in t.user_attrs for r in roles) and t.datetime_start and t.datetime_start > base.datetime_complete
+           for t in trials):
+        return
     pending = sum(1 for t in trials if not t.state.is_finished())
     room = plan.cfg.n_trials - finished_count(study) - pending
     if room <= 0:
         return
+    study.set_user_attr(QUEUED, True)  # first: an interruption must not queue the moves twice
+    fixed = baseline_params(plan)
     for knob, value in screening_moves(fixed, plan.space)[:room]:
         study.enqueue_trial({**fixed, knob: value}, user_attrs={SCREEN: knob})
-    study.set_user_attr(QUEUED, True)
 
 
 QUEUED = "screening_queued"
+
+
+def _baseline_value(study: optuna.Study) -> float | None:
+    """What a screening trial is stopped early against: the baseline it moved from, not the best so
+    far (a knob that changed nothing would be cut for trailing another knob's gain)."""
+    base = next((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")
+                 and t.state == COMPLETE and feasible(t)), None)
+    return base.value if base is not None else None
 
 
 def _screened(study: optuna.Study, plan: Plan, progress: Progress) -> set[str]:
@@ -177,7 +189,7 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     queue_screening(study, plan)
     trial = study.ask()
     params = trial_params(trial, plan, _screened(study, plan, progress))
-    best = best_feasible(study, plan.objective)
+    best = _baseline_value(study) if SCREEN in trial.user_attrs else best_feasible(study, plan.objective)
     spec = spec_for(trial, plan, params, best)
     slot, cores = bind
     if cores:

@@ -138,7 +138,8 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     outcome = minimal_change(winner, baseline, back, values, [e["values"] for e in conf["runs"].values()], runs.measure,
                              maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
                              cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted,
-                             spent=lambda: sum(len(r) for r in record["runs"].values()))
+                             spent=lambda: sum(len(r) for r in record["runs"].values()),
+                             free=lambda config: len(known.get(config_key(config), [])))
     sources = runs.sources
     args = list(make_spec(number, plan, outcome.final, "-").vllm_args)
     final_key = config_key(outcome.final)

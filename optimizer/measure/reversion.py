@@ -73,19 +73,20 @@ class _Runs:
     """Measurements made so far, for the pooled noise and the boot cap."""
 
     def __init__(self, groups: list[list[float]], measure: Callable[[dict, int], float | None], cap: int,
-                 spent: Callable[[], int] | None):
+                 spent: Callable[[], int] | None, free: Callable[[dict], int]):
         self.groups, self.measure, self.cap, self.calls = [list(g) for g in groups], measure, cap, 0
-        self.spent = spent or (lambda: self.calls)
+        self.spent, self.free = spent or (lambda: self.calls), free
 
     @property
     def boots(self) -> int:
         return self.spent()
 
     def judge(self, row: Row, config: dict, reference: list[float], maximize: bool, max_runs: int) -> None:
-        """Measure `config` until the verdict is made (module docstring), and set it on `row`."""
+        """Measure `config` until the verdict is made (module docstring), and set it on `row`. The
+        runs the study already has (`free(config)` of them) are all read before the first verdict."""
+        row.config, free = config, self.free(config)
         self.groups.append(row.values)  # its repeated runs say something about the noise too
-        row.config = config
-        while self.boots < self.cap:
+        while self.boots < self.cap or len(row.values) < free:  # a run already made costs no boot
             value = self.measure(config, len(row.values))
             self.calls += 1
             if value is None or value <= 0:
@@ -93,12 +94,14 @@ class _Runs:
                 row.note = "putting it back failed the run (or missed the SLOs)"
                 return
             row.values.append(value)
-            noise = pooled(self.groups) or pooled([reference])
+            if len(row.values) < free:
+                continue
+            noise = pooled(self._groups(row)) or pooled([reference])
             if noise is None:
                 row.verdict, row.note = UNMEASURED, "no repeated runs to judge the noise by"
                 return
             row.effect = ratio(row.values, reference, noise)
-            verdict = decide(row.effect, maximize, last=len(row.values) >= max_runs)
+            verdict = decide(row.effect, maximize, last=len(row.values) >= max(max_runs, free))
             if verdict:
                 row.verdict = verdict
                 return
@@ -106,6 +109,13 @@ class _Runs:
             row.note = "the cap on extra boots was reached first"
         else:
             row.verdict, row.note = KEPT, "the cap on extra boots was reached before a clear verdict"
+
+
+    def _groups(self, row: Row) -> list[list[float]]:
+        """Every repeated run once: the row's own runs, and the groups given except one the row's runs
+        begin with (a reversion that is the baseline, or a candidate, reads that group's runs)."""
+        n = len(row.values)
+        return [g for g in self.groups if g is row.values or not (g and len(g) <= n and row.values[:len(g)] == g)]
 
 
 def decide(effect: Ratio, maximize: bool, last: bool) -> str:
@@ -123,11 +133,12 @@ TOLERANCE = 0.15
 def minimal_change(winner: dict, baseline: dict, revert_to: dict, winner_values: list[float],
                    groups: list[list[float]], measure: Callable[[dict, int], float | None], maximize: bool,
                    max_runs: int = 3, cap: int = 8, on_row: Callable[[Row], None] = lambda row: None,
-                   spent: Callable[[], int] | None = None) -> Outcome:
+                   spent: Callable[[], int] | None = None, free: Callable[[dict], int] = lambda config: 0) -> Outcome:
     """Run the reversions (module docstring). `revert_to[knob]` is what each changed knob goes back
     to; `groups` are the repeated runs already made (confirmation), `winner_values` among them.
-    `cap` bounds the boots, `spent()` counts them (default: every call of `measure` is one)."""
-    runs = _Runs(groups, measure, cap, spent)
+    `cap` bounds the boots, `spent()` counts them (default: every call of `measure` is one);
+    `free(config)` is how many of `config`'s runs the study already has (read before any verdict)."""
+    runs = _Runs(groups, measure, cap, spent, free)
     rows = []
     for knob, back in revert_to.items():
         row = Row(knob, baseline.get(knob), winner.get(knob), back)

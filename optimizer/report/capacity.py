@@ -262,7 +262,7 @@ def _remeasured(study: optuna.Study, trial: optuna.trial.FrozenTrial, value: flo
                 objective_metric: str) -> tuple[float, int, int]:
     """`value` scaled to the trial's re-measured mean (driver/confirm.py), the runs behind it, and the
     re-measured runs of a latency objective (they say nothing about the rate: not used, but counted)."""
-    ci = ((study.user_attrs.get(confirmed.ATTR) or {}).get("intervals") or {}).get(str(trial.number))
+    ci = (confirmed.stored(study).get("intervals") or {}).get(str(trial.number))
     runs = int((ci or {}).get("n") or 1)
     if not ci or runs < 2 or not trial.value:
         return value, 1, 0

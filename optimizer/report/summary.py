@@ -75,7 +75,7 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
     if rec is None:
         return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
     winner = confirmed.current_winner(study)
-    record = (study.user_attrs.get("confirmation") or {}) if winner is not None else {}  # a stale one says nothing
+    record = confirmed.stored(study) if winner is not None else {}  # a stale one says nothing
     args = list(rec.args)
     path = _write(artifacts / "best.yaml", serve_yaml(args))
     g = rec.gain["ratio"] if rec.gain else None

@@ -29,20 +29,38 @@ def candidates(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     return out[:top]
 
 
+def stored(study: optuna.Study) -> dict:
+    """The stored confirmation, its verdict read again with this statistic when it was stored by a
+    version that used another (no `noise` key: a per-configuration linear interval). Nothing is
+    written: the next `run` stores it again, without a boot (every configuration has its runs)."""
+    record = dict(study.user_attrs.get(ATTR) or {})
+    if record.get("runs") and "candidates" in record and "noise" not in record and "winner" in record:
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        runs = {n: e for n, e in record["runs"].items() if "values" in e}
+        names = [n for n in record["candidates"] if n in runs]
+        record.update(decide(runs, names, noise_of(study, runs), maximize))
+    return record
+
+
 def settled(study: optuna.Study, top: int, repeats: int) -> bool:
     """Confirmation is done for the study's current top configurations (new trials may have
-    changed them since, or the settings may differ)."""
+    changed them since, or the settings may differ), and stored with this statistic."""
     record = study.user_attrs.get(ATTR) or {}
-    return ("winner" in record and record.get("repeats") == repeats and record.get("top") == top
+    return ("winner" in record and "noise" in record and record.get("repeats") == repeats and record.get("top") == top
             and record.get("candidates") == [str(t.number) for t in candidates(study, top)])
 
 
 def current_winner(study: optuna.Study) -> int | None:
-    """The confirmed winner, if the confirmation still describes the study's top configurations."""
-    record = study.user_attrs.get(ATTR) or {}
-    if record.get("winner") is None or not settled(study, record.get("top", 0), record.get("repeats", 0)):
+    """The confirmed winner, if the confirmation still describes the study's top configurations
+    (one stored with the earlier statistic is read again: `stored`)."""
+    record = stored(study)
+    if record.get("winner") is None or not _describes(study, record):
         return None
     return record["winner"]
+
+
+def _describes(study: optuna.Study, record: dict) -> bool:
+    return record.get("candidates") == [str(t.number) for t in candidates(study, record.get("top", 0))]
 
 
 def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:

@@ -51,7 +51,7 @@ def minimal_record(study: optuna.Study) -> dict | None:
     """The minimal-change record, if it was made for the current confirmation (same winner, same
     candidates, same repeats: a confirmation done again makes it stale)."""
     record = study.user_attrs.get(ATTR) or {}
-    conf = study.user_attrs.get(confirmed.ATTR) or {}
+    conf = confirmed.stored(study)
     winner = confirmed.current_winner(study)
     if (not record.get("done") or winner is None or record.get("winner") != winner
             or record.get("candidates") != conf.get("candidates") or record.get("repeats") != conf.get("repeats")):
@@ -68,7 +68,7 @@ def recommend(study: optuna.Study) -> Recommendation | None:
         best = study.best_trial  # with constraints: the best feasible one
     except ValueError:
         return None
-    conf = study.user_attrs.get(confirmed.ATTR) or {}
+    conf = confirmed.stored(study)
     winner = confirmed.current_winner(study)
     record = minimal_record(study)
     if record is not None and record.get("rows"):  # no rows: the winner changed nothing from the baseline

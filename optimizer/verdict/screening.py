@@ -3,8 +3,9 @@ objective moved, and whether the search goes on to move it (driver/launch.py ask
 
 A knob is searched when its move changed the objective by more than the tolerance of the
 reversion rule (measure/reversion.py: 15%, about what single runs move here) either way, when
-its run was stopped early (it could not come within the margin of the best so far), or when it
-missed the SLOs (the knob moves the constraint). It is held at the baseline's value when its
+its run was stopped early (it could not come within the early-stop margin of the baseline it
+moved from: driver/launch.py judges screening trials against it), or when it missed the SLOs
+(the knob moves the constraint). It is held at the baseline's value when its
 run measured within the tolerance, or when the moved configuration could not run at all (the
 KV cache did not fit, the server refused it): the sampler is not sent where the only evidence is
 a refusal. When the baseline missed the SLOs or has no value, every knob is searched: it is not
@@ -60,7 +61,7 @@ def _row(t: optuna.trial.FrozenTrial, base, study: optuna.Study) -> dict:
         searched = shows_effect(row["ratio"])
         return {**row, "searched": searched, "why": "beyond" if searched else "within"}
     if kind == "early_stopped":
-        return {**row, "searched": True, "why": "stopped early: worse than the best so far"}
+        return {**row, "searched": True, "why": "stopped early: worse than the baseline beyond the margin"}
     return {**row, "searched": False, "why": f"moved alone, it could not run ({kind or source.state.name})"}
 
 

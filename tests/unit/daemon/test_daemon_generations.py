@@ -226,3 +226,14 @@ def test_a_resumed_generation_replays_its_stamped_workload_though_its_trace_grew
     assert resumed.workload.content_hash() == plan.workload.content_hash()
     again, _ = open_study(resumed)
     assert again.study_name == "grow"
+
+
+def test_warm_starts_carry_the_knobs_screening_held_at_the_baseline(url):
+    """A trial drawn while screening held block-size drew only max-num-seqs; the next generation's
+    warm start still names the block size it ran with, so it runs what was measured."""
+    study = _study(url, "ws-held", direction="maximize")
+    trial = study.ask({"max-num-seqs": optuna.distributions.IntDistribution(1, 256)})
+    trial.set_user_attr("vllm_args", ["--max-num-seqs", str(trial.params["max-num-seqs"]), "--block-size", "32"])
+    study.tell(trial, 9.0)
+    study.set_user_attr("screening", {"block-size": {"searched": False}})
+    assert warm_starts(study, 1) == [_p(trial.params["max-num-seqs"], 32)]

@@ -121,9 +121,10 @@ def test_putting_every_knob_back_is_the_baseline_and_its_own_runs_answer_without
     # Each knob alone measured like the winner, so all three were reverted; together they are the
     # baseline, whose confirmation runs (2300-2550 ms) answer: that hurts, so only one reversion stands.
     assert len(booted) == record["boots"] == 3
-    # One of its runs (the baseline trial's 2400 ms) already says it: kept, nothing booted.
-    assert record["combined"]["values"] == [2400.0] and record["combined"]["verdict"] == "kept"
-    assert record["combined"]["runs_from"] == ["trial 0"]
+    # Its runs (the baseline trial's and its two re-measurements) say it, all read before the
+    # verdict: kept, nothing booted.
+    assert record["combined"]["values"] == [2400.0, 2300.0, 2550.0] and record["combined"]["verdict"] == "kept"
+    assert record["combined"]["runs_from"] == ["trial 0", "trial 0 re-measure 1", "trial 0 re-measure 2"]
     assert sum(r["verdict"] == "reverted" for r in record["rows"]) == 1
 
 

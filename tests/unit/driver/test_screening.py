@@ -178,3 +178,26 @@ def test_warm_starts_run_before_screening_and_screening_fits_the_budget(opened, 
     assert ran[0].get("enqueued") and ran[1].get("baseline") and ran[2].get(SCREEN) == "max-num-seqs"
     # The budget (3) had room for one screening trial: the other move is not queued to wait forever.
     assert [t.user_attrs.get(SCREEN) for t in study.trials if SCREEN in t.user_attrs] == ["max-num-seqs"]
+
+
+def test_a_baseline_that_missed_the_slos_is_not_screened_from(opened):
+    make, _ = opened
+    study, plan = make()
+    r = _next(study, plan)
+    r.trial.set_constraint("tpot_ms_p95", 1.07)  # 107% over the SLO
+    study.tell(r.trial, 21000.0)
+    r = _next(study, plan)
+    assert SCREEN not in r.trial.user_attrs and "max-model-len" in r.trial.params  # the sampler, every knob
+    assert "screening_queued" not in study.user_attrs
+
+
+def test_screening_trials_are_stopped_early_against_the_baseline_not_the_best(opened):
+    make, _ = opened
+    study, plan = make()
+    r = _next(study, plan)
+    study.tell(r.trial, 1000.0)  # the baseline
+    r = _next(study, plan)
+    assert r.trial.user_attrs[SCREEN] == "max-num-seqs" and r.best == 1000.0
+    study.tell(r.trial, 200.0)  # a 5x better knob: the best so far
+    r = _next(study, plan)
+    assert r.trial.user_attrs[SCREEN] == "max-model-len" and r.best == 1000.0  # still the baseline's value

@@ -131,3 +131,35 @@ def test_seeded_simulation_the_sequential_rule_decides_as_the_full_runs_would():
     for effect in (1.0, 1.5, 2.0, 3.0):
         differ = sum(row.verdict != full for row, full in (_one_knob(seed, effect) for seed in range(SEEDS)))
         assert differ <= 0.05 * SEEDS, (effect, differ)
+
+
+def test_runs_the_study_already_has_are_all_read_before_the_verdict_and_counted_once():
+    # Throughput: the winner ran 104, 100, 101; the reversion's flags are a candidate the study ran 95
+    # (its search run, picked for being high), then 80 and 81. Read alone, 95 (0.93x, within the
+    # tolerance) would revert the knob; all three are measurably worse.
+    winner, runner_up = [104.0, 100.0, 101.0], [95.0, 80.0, 81.0]
+    groups = [winner, runner_up]
+    out = minimal_change({"k": 2}, {"k": 1}, {"k": 1}, winner, groups,
+                         lambda config, k: runner_up[k], maximize=True, free=lambda config: 3)
+    row = out.rows[0]
+    assert row.values == runner_up and row.verdict == KEPT and row.effect.high < 1
+    # The candidate's runs count once in the noise: its group and the row are the same runs.
+    assert ratio(row.values, winner, pooled(groups)).as_dict() == row.effect.as_dict()
+
+
+def test_the_boot_cap_never_stops_runs_that_cost_no_boot():
+    values = [300.0, 310.0, 290.0]
+    booted = []
+
+    def measure(config, k):
+        if config["max-model-len"] == 8192 and k < 2:  # two runs the study already has
+            return 2400.0
+        booted.append(config)
+        return 300.0 * (1 + 0.01 * k)
+
+    out = minimal_change(WINNER, BASELINE, {"max-num-seqs": 16, "max-model-len": 8192}, values, [values], measure,
+                         False, cap=1, spent=lambda: len(booted),
+                         free=lambda config: 2 if config["max-model-len"] == 8192 else 0)
+    rows = {r.knob: r for r in out.rows}
+    assert len(booted) == 1 and rows["max-num-seqs"].verdict == REVERTED  # the one boot the cap allows
+    assert rows["max-model-len"].values == [2400.0, 2400.0] and rows["max-model-len"].verdict == KEPT
