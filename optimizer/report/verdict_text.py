@@ -101,7 +101,8 @@ def confirmation_lines(record: dict, objective) -> list[str]:
     if record.get("winner") is None:
         return out
     out.append(f"({noise_text(record)})")
-    out.append(f"winner: trial {record['winner']}, {verdict_phrase(record)}")
+    lead = "winner" if record.get("clear") else "the best geometric mean"
+    out.append(f"{lead}: trial {record['winner']}, {verdict_phrase(record)}")
     return out
 
 
