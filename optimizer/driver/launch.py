@@ -27,6 +27,7 @@ from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
+from optimizer.verdict.confirmed import baseline_trial
 from optimizer.verdict.screening import RELEASE_AFTER, RELEASED, SCREEN, held, screening
 from optimizer.verdict.trials import COMPLETE, FINISHED, best_feasible, feasible, finished_count, repeat_streak
 from optimizer.trial.spec import TrialSpec
@@ -53,8 +54,8 @@ def queue_screening(study: optuna.Study, plan: Plan) -> None:
     trials = study.get_trials(deepcopy=False)
     if not plan.cfg.search.screen or study.user_attrs.get(QUEUED):
         return
-    base = next((t for t in trials if t.user_attrs.get("baseline") and t.state == COMPLETE), None)
-    if base is None or not feasible(base):
+    base = _measured_baseline(study)
+    if base is None:
         return
     roles = ("baseline", "enqueued", "retry_of", SCREEN)
     if any(not any(r in t.user_attrs for r in roles) and t.datetime_start and t.datetime_start > base.datetime_complete
@@ -73,11 +74,16 @@ def queue_screening(study: optuna.Study, plan: Plan) -> None:
 QUEUED = "screening_queued"
 
 
+def _measured_baseline(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The baseline trial once it has a value within the SLOs (verdict/confirmed.py finds it)."""
+    base = baseline_trial(study)
+    return base if base is not None and base.state == COMPLETE and feasible(base) else None
+
+
 def _baseline_value(study: optuna.Study) -> float | None:
     """What a screening trial is stopped early against: the baseline it moved from, not the best so
     far (a knob that changed nothing would be cut for trailing another knob's gain)."""
-    base = next((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("baseline")
-                 and t.state == COMPLETE and feasible(t)), None)
+    base = _measured_baseline(study)
     return base.value if base is not None else None
 
 

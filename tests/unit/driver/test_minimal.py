@@ -39,20 +39,25 @@ def test_each_changed_knob_goes_back_to_the_baseline_or_to_the_smallest_round_va
                                                                                     "block-size": 32}
 
 
+def _ask(study, args: list[str]):
+    """A trial that ran exactly `args` (its params drawn from them), not yet told."""
+    study.enqueue_trial(from_cli_args(args))
+    t = study.ask()
+    t.suggest_int("max-num-seqs", 1, 256)
+    t.suggest_float("gpu-memory-utilization", 0.05, 0.9)
+    t.suggest_int("max-model-len", 1024, 65536)
+    t.suggest_categorical("kv-cache-dtype", ["auto", "fp8"])
+    t.set_user_attr("vllm_args", args)
+    return t
+
+
 def finished_study(runner_up: float = 320.0):
     """Baseline 2400 ms, trial 1 (the confirmed winner) 300 ms, trial 2 `runner_up` in its one search
     run (320 ms, or below trial 1's: Optuna's best single run), 320 ms on average; confirmation done."""
     study = optuna.create_study(direction="minimize")
     for args, value, base in ((BASE_ARGS, 2400.0, True), (WINNER_ARGS, 300.0, False),
                               (WINNER_ARGS[:1] + ["30"] + WINNER_ARGS[2:], runner_up, False)):
-        fixed = from_cli_args(args)
-        study.enqueue_trial(fixed)
-        t = study.ask()
-        t.suggest_int("max-num-seqs", 1, 256)
-        t.suggest_float("gpu-memory-utilization", 0.05, 0.9)
-        t.suggest_int("max-model-len", 1024, 65536)
-        t.suggest_categorical("kv-cache-dtype", ["auto", "fp8"])
-        t.set_user_attr("vllm_args", args)
+        t = _ask(study, args)
         if base:
             t.set_user_attr("baseline", True)
         study.tell(t, value)
@@ -135,14 +140,7 @@ def test_a_search_trial_with_the_reverted_flags_answers_for_the_reversion(monkey
     reverted = [a if a != "44288" else "8192" for a in WINNER_ARGS]
     other = [a if a != "0.23" else "0.3" for a in reverted]  # also a different memory fraction
     for args, value in ((reverted, 335.0), (other, 5000.0)):  # neither in the top 2: the confirmation stands
-        fixed = from_cli_args(args)
-        study.enqueue_trial(fixed)
-        t = study.ask()
-        t.suggest_int("max-num-seqs", 1, 256)
-        t.suggest_float("gpu-memory-utilization", 0.05, 0.9)
-        t.suggest_int("max-model-len", 1024, 65536)
-        t.suggest_categorical("kv-cache-dtype", ["auto", "fp8"])
-        t.set_user_attr("vllm_args", args)
+        t = _ask(study, args)
         study.tell(t, value)
     record = run_step(study, monkeypatch, booted)
     rows = {r["knob"]: r for r in record["rows"]}
