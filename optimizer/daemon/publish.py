@@ -7,7 +7,9 @@ The gate (`decide`): the study's recommendation (verdict/recommendation.py) is p
       1 + `daemon.publish.min_gain`,
     - and, with `regression.enabled`, its outputs were compared with the baseline's and stayed
       within `regression.max_flip_rate`.
-A recommendation that does not clear it is recorded on the study (`publish`) with the reason.
+Each decision has one code (`REASONS`) and one sentence; the console, `/status`, `/recommendation`
+and the webhook all show that same pair. A recommendation that does not clear the gate is
+recorded on the study (`publish`) with both.
 
 Published means: `daemon.publish.path` replaced atomically by a `vllm serve --config` YAML
 (a temporary file in the same directory, flushed, then renamed over it), `GET /recommendation`
@@ -25,13 +27,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from optimizer.config.schema import StudyConfig
 from optimizer.verdict.confirmed import baseline_trial
-from optimizer.verdict.recommendation import SINGLE, recommend
+from optimizer.verdict.recommendation import MINIMAL, SINGLE, recommend
 from optimizer.report.verdict_text import gain_text
 from optimizer.report.summary import serve_command, serve_yaml
 
@@ -52,27 +55,64 @@ def _regression_problem(rec, cfg: StudyConfig) -> str | None:
     return None
 
 
-def decide(study, cfg: StudyConfig) -> tuple[bool, str]:
-    """(publish?, why): the gate in the module docstring."""
+REASONS = {
+    "published": "a gain beyond noise and above daemon.publish.min_gain",
+    "no_feasible": "no configuration completed within the SLOs",
+    "single_runs": "the confirmation did not run, so the gain has no interval",
+    "baseline_won": "the current configuration (the baseline) measured best",
+    "all_put_back": "the minimal change put every change back: what remains is the current configuration",
+    "no_interval": "too few runs for an interval on the gain",
+    "within_noise": "the gain is not beyond noise",
+    "below_min_gain": "the gain is below daemon.publish.min_gain",
+    "outputs": "the output-regression gate did not pass it",
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    publish: bool
+    code: str  # a key of REASONS
+    reason: str  # one sentence, with the figures
+
+    def as_dict(self) -> dict:
+        return {"published": self.publish, "code": self.code, "reason": self.reason}
+
+
+def _same_as_baseline(rec, base) -> Decision | None:
+    """The recommendation deploys the baseline's own flags: the baseline won, or every change was put back."""
+    if base is None or tuple(base.user_attrs.get("vllm_args") or ()) != rec.args:
+        return None
+    if rec.source == MINIMAL:
+        kept = [r["knob"] for r in rec.rows if r.get("verdict") == "kept"]
+        return Decision(False, "all_put_back", f"the recommendation is the current configuration: the minimal change "
+                        f"put back all {len(rec.rows)} changed knob(s)" + (f" ({', '.join(kept)} kept)" if kept else ""))
+    who = "the baseline itself" if rec.trial.number == base.number else f"trial {rec.trial.number}, with the baseline's flags,"
+    return Decision(False, "baseline_won", f"the recommendation is the current configuration: {who} measured best")
+
+
+def decide(study, cfg: StudyConfig) -> Decision:
+    """The gate in the module docstring: publish or not, its code and its sentence."""
     rec = recommend(study)
     if rec is None:
-        return False, "no configuration completed within the SLOs"
+        return Decision(False, "no_feasible", "no configuration completed within the SLOs")
     if rec.source == SINGLE:
-        return False, "only single runs: the confirmation did not run (confirm.top 0), so the gain has no interval"
-    base = baseline_trial(study)
-    if base is not None and tuple(base.user_attrs.get("vllm_args") or ()) == rec.args:
-        return False, "the recommendation is the current configuration (every change was put back)"
+        return Decision(False, "single_runs", "only single runs: the confirmation did not run (confirm.top 0), "
+                        "so the gain has no interval")
+    same = _same_as_baseline(rec, baseline_trial(study))
+    if same is not None:
+        return same
     g = rec.gain
     if not g or g.get("low") is None:
-        return False, "no interval for the gain over the baseline (too few runs)"
+        return Decision(False, "no_interval", "no interval for the gain over the baseline (too few runs)")
     if g["low"] <= 1:
-        return False, f"{gain_text(g)}: not beyond noise"
+        return Decision(False, "within_noise", f"{gain_text(g)}: not beyond noise")
     if g["ratio"] < 1 + cfg.daemon.publish.min_gain:
-        return False, f"gain {g['ratio']:.2f}x is below daemon.publish.min_gain ({cfg.daemon.publish.min_gain:.0%})"
+        return Decision(False, "below_min_gain", f"gain {g['ratio']:.2f}x is below daemon.publish.min_gain "
+                        f"({cfg.daemon.publish.min_gain:.0%})")
     problem = _regression_problem(rec, cfg)
     if problem:
-        return False, problem
-    return True, f"{gain_text(g)} over the current configuration"
+        return Decision(False, "outputs", problem)
+    return Decision(True, "published", f"{gain_text(g)} over the current configuration")
 
 
 def payload(study, cfg: StudyConfig, model: str, generation: int) -> dict | None:
@@ -104,14 +144,18 @@ def write_config(path: str | Path, config: dict) -> Path:
 
 class Webhook:
     """POSTs JSON to a URL from a background thread, `attempts` times at most (1 s, 2 s, 4 s ...
-    apart). Each send reports copies of its own status through `report(status)`; a newer send
-    supersedes an older one still retrying (the older stops, its body is stale)."""
+    apart). Each body names its `event` (published, not_published, saturated). A newer send of
+    the same event supersedes an older one still retrying (the older stops, its body is stale);
+    another event never cancels a recommendation's delivery. `status` and `report(status)` follow
+    the newest send."""
 
     def __init__(self, url: str, attempts: int, report):
         self.url, self.attempts, self.report = url, attempts, report
         self._lock = threading.Lock()
         self._status: dict = {"url": url, "state": "idle", "attempts": 0, "last_error": None}
-        self._current = 0
+        self._sends = 0
+        self._newest: dict[str, int] = {}  # event -> its newest send
+        self._latest = 0  # the newest send of any event: the one `status` shows
         self._thread: threading.Thread | None = None
 
     @property
@@ -120,30 +164,36 @@ class Webhook:
             return dict(self._status)
 
     def send(self, body: dict) -> None:
+        event = str(body.get("event", "published"))
         with self._lock:
-            self._current += 1
-            me = self._current
+            self._sends += 1
+            me = self._sends
+            self._newest[event] = self._latest = me
             self._status = {"url": self.url, "state": "sending", "attempts": 0, "last_error": None,
-                            "generation": body.get("generation")}
+                            "generation": body.get("generation"), "event": event}
         self._report(me)
-        self._thread = threading.Thread(target=self._run, args=(me, json.dumps(body, default=str).encode()),
+        self._thread = threading.Thread(target=self._run, args=((event, me), json.dumps(body, default=str).encode()),
                                         name="optimizer-webhook", daemon=True)
         self._thread.start()
 
-    def _update(self, me: int, **fields) -> bool:
+    def _update(self, me: tuple[str, int], **fields) -> bool:
+        """Record a send's progress; False once a newer send of its event superseded it."""
+        event, n = me
         with self._lock:
-            if me != self._current:
-                return False  # superseded
-            self._status.update(fields)
+            if self._newest.get(event) != n:
+                return False
+            if n == self._latest:
+                self._status.update(fields)
             return True
 
-    def _report(self, me: int) -> None:
+    def _report(self, me) -> None:
+        n = me[1] if isinstance(me, tuple) else me
         with self._lock:
-            snapshot = dict(self._status) if me == self._current else None
+            snapshot = dict(self._status) if n == self._latest else None
         if snapshot is not None:
             self.report(snapshot)
 
-    def _run(self, me: int, data: bytes) -> None:
+    def _run(self, me: tuple[str, int], data: bytes) -> None:
         delay = 1.0
         for attempt in range(1, self.attempts + 1):
             if not self._update(me, attempts=attempt):
@@ -160,7 +210,8 @@ class Webhook:
                 why = f"HTTP {exc.code}"
             except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
                 why = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
-            self._update(me, last_error=f"{self.url} refused the recommendation ({why}); check the URL and "
+            what = "the recommendation" if me[0] == "published" else f"the {me[0]} event"
+            self._update(me, last_error=f"{self.url} refused {what} ({why}); check the URL and "
                                         "that the receiver accepts a JSON POST")
             if attempt < self.attempts:
                 self._report(me)

@@ -51,26 +51,34 @@ class Publisher:
         if isinstance(done, dict) and done.get("generation") == generation and done.get("trials", trials) >= trials:
             self._show({"decision": _decision(done)})
             return done
-        ok, why = publish.decide(study, cfg)
-        record = {"published": ok, "reason": why, "decided_at": time.time(), "generation": generation,
+        decision = publish.decide(study, cfg)
+        record = {**decision.as_dict(), "decided_at": time.time(), "generation": generation,
                   "study": study.study_name, "trials": trials}
-        body = publish.payload(study, cfg, model, generation) if ok else None
+        body = publish.payload(study, cfg, model, generation) if decision.publish else None
         if body is not None:
-            body["published_at"] = record["decided_at"]
+            body.update(event="published", decision=decision.as_dict(), published_at=record["decided_at"])
             self._write(body, record)
             record["recommendation"] = body
             self.state.set(recommendation=body)
-            self.console.print(f"[green]published[/] generation {generation}'s recommendation ({why}): "
+            self.console.print(f"[green]published[/] generation {generation}'s recommendation ({decision.reason}): "
                                f"{' '.join(body['flags'])}" + (f"; written to {record['path']}" if record.get("path") else ""))
-            if self.webhook is not None:
-                self.webhook.send(body)
         else:
-            self.console.print(f"[yellow]not published[/]: generation {generation}'s recommendation: {why}")
+            self.console.print(f"[yellow]not published[/] ({decision.code}): generation {generation}'s "
+                               f"recommendation: {decision.reason}")
+            body = {"event": "not_published", "study": study.study_name, "generation": generation,
+                    "decision": decision.as_dict(), "decided_at": record["decided_at"]}
+        if self.webhook is not None:
+            self.webhook.send(body)
         study.set_user_attr(publish.ATTR, record)
         with self._lock:
             hook = dict(self.webhook.status) if self.webhook is not None else None
         self._show({"decision": _decision(record), **({"webhook": hook} if hook else {})})
         return record
+
+    def event(self, body: dict) -> None:
+        """Any other event for the webhook (e.g. `saturated`), when one is configured."""
+        if self.webhook is not None:
+            self.webhook.send(body)
 
     def _write(self, body: dict, record: dict) -> None:
         if not self.spec.path:

@@ -4,10 +4,13 @@ local HTTP receiver)."""
 import http.server
 import json
 import os
+import re
+from pathlib import Path
 import threading
 import time
 
 import pytest
+from dataclasses import astuple
 import yaml
 
 from optimizer.config.schema import build_config
@@ -21,20 +24,20 @@ def cfg(**daemon):
 
 
 def test_a_confirmed_gain_beyond_noise_is_published():
-    ok, why = publish.decide(finished_study(), cfg())
-    assert ok and why.endswith("over the current configuration") and "95% CI" in why
+    ok, code, why = astuple(publish.decide(finished_study(), cfg()))
+    assert ok and code == "published" and why.endswith("over the current configuration") and "95% CI" in why
 
 
 def test_a_gain_below_min_gain_is_recorded_not_published():
-    ok, why = publish.decide(finished_study(), cfg(min_gain=20.0))
-    assert not ok and "below daemon.publish.min_gain (2000%)" in why
+    ok, code, why = astuple(publish.decide(finished_study(), cfg(min_gain=20.0)))
+    assert not ok and code == "below_min_gain" and "below daemon.publish.min_gain (2000%)" in why
 
 
 def test_single_runs_are_never_published():
     study = finished_study()
     study.set_user_attr("confirmation", {})
-    ok, why = publish.decide(study, cfg())
-    assert not ok and "the confirmation did not run" in why
+    ok, code, why = astuple(publish.decide(study, cfg()))
+    assert not ok and code == "single_runs" and "the confirmation did not run" in why
 
 
 def test_a_gain_within_noise_is_not_published():
@@ -42,14 +45,56 @@ def test_a_gain_within_noise_is_not_published():
     conf = dict(study.user_attrs["confirmation"])
     conf["runs"] = {**conf["runs"], "0": {"values": [330.0, 260.0, 350.0], "failed": 0}}  # baseline as fast
     study.set_user_attr("confirmation", conf)
-    ok, why = publish.decide(study, cfg())
-    assert not ok and why.startswith("no measurable gain") and why.endswith("not beyond noise")
+    ok, code, why = astuple(publish.decide(study, cfg()))
+    assert not ok and code == "within_noise" and why.startswith("no measurable gain") and why.endswith("not beyond noise")
 
 
 def test_the_output_gate_must_have_compared_and_passed_when_enabled():
     on = build_config({"model": {"path": "/m"}, "regression": {"enabled": True, "max_flip_rate": 0.1}})
-    ok, why = publish.decide(finished_study(), on)
-    assert not ok and "did not compare its outputs" in why
+    ok, code, why = astuple(publish.decide(finished_study(), on))
+    assert not ok and code == "outputs" and "did not compare its outputs" in why
+
+
+def test_the_baseline_winning_is_said_as_such():
+    import optuna
+    from tests.unit.driver.test_minimal import BASE_ARGS, WINNER_ARGS, _ask
+    study = optuna.create_study(direction="minimize")
+    for args, value, base in ((BASE_ARGS, 250.0, True), (WINNER_ARGS, 300.0, False)):
+        t = _ask(study, args)
+        t.set_user_attr("baseline", base)
+        study.tell(t, value)
+    study.set_user_attr("confirmation", {
+        "runs": {"0": {"values": [250.0, 240.0, 260.0], "failed": 0}, "1": {"values": [300.0, 290.0, 315.0], "failed": 0}},
+        "repeats": 2, "top": 2, "candidates": ["0", "1"], "baseline": 0, "disqualified": [], "winner": 0})
+    ok, code, why = astuple(publish.decide(study, cfg()))
+    assert not ok and code == "baseline_won"
+    assert why == "the recommendation is the current configuration: the baseline itself measured best"
+
+
+def test_every_change_put_back_is_said_as_such():
+    study = with_minimal(finished_study())
+    record = dict(study.user_attrs["minimal"])
+    record["rows"] = [dict(r, verdict="reverted") for r in record["rows"]]
+    record["final"] = dict(record["final"], args=list(study.trials[0].user_attrs["vllm_args"]))
+    study.set_user_attr("minimal", record)
+    ok, code, why = astuple(publish.decide(study, cfg()))
+    assert not ok and code == "all_put_back" and "put back all 2 changed knob(s)" in why
+
+
+def test_no_configuration_within_the_slos_is_said_as_such():
+    import optuna
+    study = optuna.create_study(direction="minimize")
+    ok, code, why = astuple(publish.decide(study, cfg()))
+    assert not ok and code == "no_feasible" and why == "no configuration completed within the SLOs"
+
+
+def test_every_reason_code_is_documented():
+    import inspect
+    source = inspect.getsource(publish.decide) + inspect.getsource(publish._same_as_baseline)
+    used = set(re.findall(r'Decision\((?:True|False), "(\w+)"', source))
+    assert used == set(publish.REASONS)
+    docs = (Path(__file__).parents[3] / "docs" / "daemon.md").read_text()
+    assert all(f"`{code}`" in docs for code in publish.REASONS)
 
 
 def test_the_payload_carries_flags_config_gain_generation_and_traffic():
@@ -115,3 +160,18 @@ def test_a_webhook_that_refuses_is_reported_failed_naming_the_url(receiver):
     assert len(got) == 2 and seen[-1]["state"] == "failed"
     assert seen[-1]["last_error"] == (f"{url} refused the recommendation (HTTP 500); check the URL and that the "
                                       "receiver accepts a JSON POST")
+
+
+def test_another_event_never_cancels_a_recommendation_still_being_retried(receiver):
+    url, got, codes = receiver
+    codes.extend([503])  # the recommendation's first attempt fails; it is retried 1 s later
+    seen = []
+    hook = publish.Webhook(url, 3, seen.append)
+    hook.send({"event": "published", "generation": 2, "flags": ["--max-num-seqs", "16"]})
+    time.sleep(0.3)
+    hook.send({"event": "saturated", "generation": 2})
+    deadline = time.monotonic() + 10
+    while len(got) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(b["event"] for b in got) == ["published", "published", "saturated"]
+    assert got[-1]["event"] == "published"  # the retry still went out after the other event
