@@ -30,6 +30,7 @@ from pathlib import Path
 
 from optimizer.errors import ConfigError
 from optimizer.traffic.exposition import Reading
+from optimizer.traffic import lengths
 from optimizer.traffic.histogram import Histogram, counter_delta
 
 MIN_SUB_WINDOWS = 4
@@ -102,7 +103,7 @@ class Window:
         burst = self.burstiness
         return (f"{self.requests:.0f} requests finished in {self.duration:.0f} s ({self.rate:.2f} req/s arriving"
                 + (f", burstiness {burst:.2f}" if burst is not None else "") + "), prompt p50 "
-                + f"{_tokens(self.prompt.quantile(0.5))}, output p50 {_tokens(self.output.quantile(0.5))}"
+                + f"{_tokens(lengths.quantile(self.prompt, 0.5))}, output p50 {_tokens(lengths.quantile(self.output, 0.5))}"
                 + (f", prefix-cache hit rate {hit:.0%}" if hit is not None else ""))
 
     def to_dict(self) -> dict:
@@ -125,8 +126,14 @@ class Window:
                    dict(d.get("cache_config") or {}), float(d.get("backlog_growth", 0.0)))
 
 
-def _tokens(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f} tokens"
+def _tokens(value: lengths.Length | None) -> str:
+    return "-" if value is None else f"{value.text()} tokens"
+
+
+def length_quantiles(h: Histogram) -> dict[str, str]:
+    """{"p10", "p50", "p90"} of the fitted lengths (traffic/lengths.py), as text ("-" without any)."""
+    return {label: (lambda v: "-" if v is None else v.text())(lengths.quantile(h, q))
+            for label, q in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9))}
 
 
 def write(window: Window, path: Path) -> Path:

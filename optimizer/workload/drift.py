@@ -8,8 +8,10 @@ the prefix-cache hit rate and the requests in flight), whether two shapes differ
 `fingerprint`). Building workloads and starting studies is the daemon's job, not this one's.
 
 Quantiles of a workload interpolate linearly between closest ranks (`statistics.quantiles` with
-method="inclusive", numpy's default); those of an observed window interpolate inside histogram
-buckets as PromQL's histogram_quantile does. A length quantile or the rate changed when its
+method="inclusive", numpy's default); those of an observed window are the quantiles of the
+distribution the `observed` workload draws from (traffic/lengths.py), so the line that reports a
+change and the workload built on it agree; a quantile the fit cannot place in the top bucket
+prints as `>= edge (top bucket)`, never as a bare bucket edge. A length quantile or the rate changed when its
 symmetric relative change, max(new/old, old/new) - 1, exceeds the threshold. The prefix-cache
 hit rate changed when it moved by more than half the threshold in absolute terms (0.25: 12.5
 points). The others are noisier, and the daemon compares every poll, so they get wider bands:
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from optimizer.errors import ConfigError, first_line
+from optimizer.traffic import lengths
 from optimizer.traffic.window import BURSTINESS_RANGE, Window
 from optimizer.workload.base import Workload
 from optimizer.workload.stats import mean_rate
@@ -56,6 +59,8 @@ class Shape:
     burstiness: float | None = None  # gamma shape of the gaps (1 Poisson, < 1 burstier); None: unknown
     prefix_hit_rate: float | None = None  # prefix-cache hits / prompt tokens (observed traffic only)
     concurrency: float | None = None  # requests running + waiting (observed), or a closed loop's
+    input_unplaced: float | None = None  # observed: prompts in the top bucket the fit could not place lie above this
+    output_unplaced: float | None = None  # the same for outputs
 
     def to_dict(self) -> dict:
         """Plain JSON values (an Optuna user attribute); an infinite rate is the string "inf"."""
@@ -78,16 +83,23 @@ class Shape:
             ("burstiness", self.burstiness, lambda x: f"{x:.2f}"),
             ("prefix-cache hit rate", self.prefix_hit_rate, lambda x: f"{x:.0%}"),
             ("in flight", self.concurrency, lambda x: f"{x:.1f}")) if v is not None)
-        return (f"{self.requests} requests, input p50 {_num(self.input_p50)} (p10 {_num(self.input_p10)}, "
-                f"p90 {_num(self.input_p90)}) tokens, output p50 {_num(self.output_p50)}, {_arrival(self.rate)}"
+        def length(side: str, q: str) -> str:
+            return _length(getattr(self, f"{side}_{q}"), getattr(self, f"{side}_unplaced"))
+        return (f"{self.requests} requests, input p50 {length('input', 'p50')} (p10 {length('input', 'p10')}, "
+                f"p90 {length('input', 'p90')}) tokens, output p50 {length('output', 'p50')}, {_arrival(self.rate)}"
                 + more)
 
 
-_OPTIONAL = ("burstiness", "prefix_hit_rate", "concurrency")  # shapes stored before they existed lack them
+_OPTIONAL = ("burstiness", "prefix_hit_rate", "concurrency", "input_unplaced", "output_unplaced")  # shapes stored before they existed lack them
 
 
 def _num(x: float) -> str:
     return f"{x:.0f}" if x >= 100 or x == int(x) else f"{x:.1f}"
+
+
+def _length(x: float, unplaced: float | None) -> str:
+    """A length quantile; one the fit could not place inside the top bucket reads `>= edge (top bucket)`."""
+    return f">= {_num(x)} (top bucket)" if unplaced is not None and x >= unplaced else _num(x)
 
 
 def _rate(r: float) -> str:
@@ -132,17 +144,20 @@ def _gap_shape(offsets: list[float]) -> float | None:
 
 
 def shape_of_window(window: Window) -> Shape:
-    """The shape of traffic observed on live servers: length quantiles from the histograms,
-    the rate and prefix-cache hit rate of the window, the mean requests in flight, and its
-    burstiness when it rests on BURSTINESS_MIN_SUB_WINDOWS sub-windows or more."""
-    def q(h, p):
-        value = h.quantile(p)
-        return 0.0 if value is None else value
-    return Shape(round(window.requests), q(window.prompt, 0.1), q(window.prompt, 0.5), q(window.prompt, 0.9),
-                 q(window.output, 0.1), q(window.output, 0.5), q(window.output, 0.9), window.rate,
+    """The shape of traffic observed on live servers: length quantiles of the distribution the
+    `observed` workload draws from (traffic/lengths.py; never a bare bucket edge), the rate and
+    prefix-cache hit rate of the window, the mean requests in flight, and its burstiness when it
+    rests on BURSTINESS_MIN_SUB_WINDOWS sub-windows or more."""
+    sides = {}
+    for side, h in (("input", window.prompt), ("output", window.output)):
+        got = [lengths.quantile(h, p) for p in (0.1, 0.5, 0.9)]
+        sides[side] = [0.0 if g is None else g.value for g in got]
+        edges = [g.value for g in got if g is not None and g.unplaced]
+        sides[side + "_unplaced"] = min(edges) if edges else None
+    return Shape(round(window.requests), *sides["input"], *sides["output"], window.rate,
                  burstiness=window.burstiness if len(window.counts) >= BURSTINESS_MIN_SUB_WINDOWS else None,
-                 prefix_hit_rate=window.prefix_hit_rate,
-                 concurrency=window.concurrency)
+                 prefix_hit_rate=window.prefix_hit_rate, concurrency=window.concurrency,
+                 input_unplaced=sides["input_unplaced"], output_unplaced=sides["output_unplaced"])
 
 
 def _moved(old: float, new: float, threshold: float) -> bool:
@@ -168,7 +183,9 @@ def changes(old: Shape, new: Shape, threshold: float = 0.25) -> list[str]:
         for q in ("p10", "p50", "p90"):
             a, b = getattr(old, f"{side}_{q}"), getattr(new, f"{side}_{q}")
             if _moved(a, b, threshold):
-                out.append(f"{side} {q} {_num(a)} -> {_num(b)} tokens{_factor(a, b)}")
+                was, now = getattr(old, f"{side}_unplaced"), getattr(new, f"{side}_unplaced")
+                out.append(f"{side} {q} {_length(a, was)} -> {_length(b, now)} tokens"
+                           + ("" if was is not None or now is not None else _factor(a, b)))
     a, b = old.rate, new.rate
     if (a is None) != (b is None):
         out.append(f"arrival {_arrival(a)} -> {_arrival(b)}")

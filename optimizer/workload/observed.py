@@ -1,14 +1,9 @@
 """The `observed` scenario: traffic the daemon read from live vLLM servers (a traffic window file,
 traffic/window.py), replayed as a seeded synthetic workload of the same shape.
 
-    lengths     prompt and output lengths drawn from the window's histograms: a bucket with the
-                bucket's share of the observations, then a place inside it. vLLM's token buckets
-                are coarse (1, 2, 5, 10, 20, 50, ... up to max-model-len), so the place is not
-                uniform: it is the maximum-entropy choice that also matches the window's mean
-                length (`_sum / _count`), an exponential tilt exp(theta * u) over the position u
-                in [0, 1] inside each bucket, one theta for all buckets (theta = 0 is uniform).
-                The +Inf bucket spans up to twice the highest finite bound. A request longer
-                than the model takes is cut to fit, and the notes say how many were.
+    lengths     prompt and output lengths drawn from the window's histograms, as fitted by
+                traffic/lengths.py (a bucket, then a tilted place inside it matching the mean).
+                A request longer than the model takes is cut to fit, and the notes say how many were.
     arrivals    gamma gaps at the window's rate with its burstiness (1 when unknown), vLLM's
                 benchmark schedule (workload/arrivals.py).
     prefixes    every prompt starts with the first s * length tokens of one shared block (a
@@ -21,77 +16,17 @@ The workload's description and notes record the source, the window and what was 
 
 from __future__ import annotations
 
-import math
 import random
 import time
 
 from optimizer.config.workload_spec import ObservedSpec
 from optimizer.traffic import window as window_mod
-from optimizer.traffic.histogram import Histogram
+from optimizer.traffic.lengths import draw_lengths
 from optimizer.workload.arrivals import rate_schedule
 from optimizer.workload.base import Request, Workload
 from optimizer.workload.tokens import Vocabulary
 
-INF_SPAN = 2.0  # the +Inf bucket reaches this many times the highest finite bound
 DEFAULT_BLOCK = 16
-_THETA = 60.0
-
-
-def _spans(h: Histogram) -> list[tuple[float, float, float]]:
-    """(first length, last length, share) per non-empty bucket: integers in (lower, upper]."""
-    finite = [b for b in h.bounds if not math.isinf(b)]
-    top = INF_SPAN * finite[-1] if finite else 1.0
-    out = []
-    for lower, upper, n in h.buckets():
-        if n <= 0:
-            continue
-        first = math.floor(lower) + 1
-        last = max(math.floor(top if math.isinf(upper) else upper), first)
-        out.append((first, last, n / h.count))
-    return out
-
-
-def _tilted_mean(theta: float) -> float:
-    """E[u] for a density proportional to exp(theta * u) on [0, 1]."""
-    if abs(theta) < 1e-6:
-        return 0.5
-    return 1 / (1 - math.exp(-theta)) - 1 / theta
-
-
-def fit_tilt(h: Histogram) -> float:
-    """The theta whose placement gives the histogram's mean (clamped to what the buckets allow)."""
-    spans, target = _spans(h), h.mean
-    if target is None or not spans:
-        return 0.0
-
-    def mean(theta: float) -> float:
-        return sum(share * (first + (last - first) * _tilted_mean(theta)) for first, last, share in spans)
-
-    lo, hi = -_THETA, _THETA
-    if target <= mean(lo):
-        return lo
-    if target >= mean(hi):
-        return hi
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if mean(mid) < target else (lo, mid)
-    return (lo + hi) / 2
-
-
-def draw_lengths(h: Histogram, n: int, rng: random.Random, theta: float | None = None) -> list[int]:
-    """n lengths distributed as the histogram says (see the module docstring)."""
-    spans = _spans(h)
-    if not spans:
-        return [1] * n
-    theta = fit_tilt(h) if theta is None else theta
-    shares = [s for _, _, s in spans]
-    out = []
-    for _ in range(n):
-        first, last, _ = rng.choices(spans, weights=shares)[0]
-        r = rng.random()
-        u = r if abs(theta) < 1e-6 else math.log1p(r * math.expm1(theta)) / theta
-        out.append(max(1, round(first + (last - first) * u)))
-    return out
 
 
 def simulated_hit_rate(prompts: list[int], share: float, block: int) -> float:
@@ -171,6 +106,10 @@ def observed_workload(spec: ObservedSpec, vocab: Vocabulary) -> Workload:
     notes = [f"observed on {_where(w.source)} from {_when(w.start)} to {_when(w.end)} UTC: {w.describe()}",
              f"prefix share {share:.2f} of each prompt (simulated hit rate {simulated:.0%} in {block}-token blocks"
              + (f", observed {hit:.0%})" if hit is not None else ", none observed)")]
+    for name, h in (("prompt", w.prompt), ("output", w.output)):
+        q = window_mod.length_quantiles(h)
+        notes.append(f"{name} lengths p10/p50/p90 {q['p10']}/{q['p50']}/{q['p90']} tokens, fitted to the "
+                     f"{h.count:.0f} requests vLLM counted (at their end: requests still running are not in them)")
     if cut:
         notes.append(f"{cut} drawn prompts cut to fit the model's {vocab.max_positions} positions")
     burst = w.burstiness

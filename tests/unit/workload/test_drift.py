@@ -236,7 +236,9 @@ def test_an_observed_window_s_shape_comes_from_its_histograms():
                Histogram(bounds, (200, 200, 200, 200), 1e4), prefix_queries=4e4, prefix_hits=1e4, sub_s=10.0,
                counts=(10.0,) * 20, concurrency=3.0)
     s = shape_of_window(w)
-    assert (s.requests, s.input_p50, s.input_p90, s.output_p50, s.rate) == (200, 200.0, 440.0, 50.0, 2.0)
+    # The quantiles are the fitted distribution's (traffic/lengths.py), the one the workload draws from.
+    assert s.input_p50 == pytest.approx(200.0, abs=1) and 200 < s.input_p90 < 500 and 0 < s.output_p50 <= 100
+    assert (s.requests, s.rate) == (200, 2.0)
     assert (s.prefix_hit_rate, s.burstiness, s.concurrency) == (0.25, 20.0, 3.0)
     few = shape_of_window(replace(w, counts=(20.0,) * 10))
     assert few.burstiness is None and w.burstiness == replace(w, counts=(20.0,) * 10).burstiness == 20.0
@@ -250,3 +252,39 @@ def test_a_workload_s_burstiness_is_its_gaps_gamma_shape():
         offs.append(t)
     s = shape_of(workload([10] * 3000, [10] * 3000, offs))
     assert s.burstiness == pytest.approx(0.25, rel=0.15)
+
+
+def test_long_prompts_in_the_top_bucket_are_read_as_the_workload_draws_them_never_as_a_bucket_edge():
+    """Prompts of ~3,400 tokens on a server whose top finite bucket is 2000: the drift line and the
+    workload agree (within the workload's own p10-p90), and no quantile reads 2000."""
+    from optimizer.traffic.histogram import Histogram
+    from optimizer.traffic.lengths import draw_lengths
+    from optimizer.traffic.window import Window
+    from optimizer.workload.drift import shape_of_window
+
+    bounds = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, math.inf)
+    sent = [3200 + (i * 37) % 400 for i in range(60)]  # 3,200-3,599 tokens
+    prompt = Histogram(bounds, tuple(0.0 if b < math.inf else 60.0 for b in bounds), float(sum(sent)))
+    output = Histogram(bounds, tuple(0.0 if b < 100 else 60.0 for b in bounds), 60 * 80.0)
+    w = Window({"kind": "vllm_metrics", "urls": []}, 0.0, 60.0, 60.0, prompt, output)
+    s = shape_of_window(w)
+    drawn = sorted(draw_lengths(prompt, 2000, random.Random(0)))
+    low, high = drawn[len(drawn) // 10], drawn[9 * len(drawn) // 10]
+    for q in (s.input_p10, s.input_p50, s.input_p90):
+        assert q != 2000.0 and low - 1 <= q <= high + 1
+    assert s.input_unplaced is None and "2000" not in s.describe()
+
+
+def test_a_top_bucket_the_fit_cannot_place_is_said_to_be_at_least_its_edge():
+    from optimizer.traffic.histogram import Histogram
+    from optimizer.traffic.window import Window
+    from optimizer.workload.drift import changes, shape_of_window
+
+    bounds = (1000.0, 2000.0, math.inf)
+    prompt = Histogram(bounds, (0.0, 0.0, 50.0), 50 * 9000.0)  # mean 9,000: beyond the bucket's reach
+    output = Histogram(bounds, (50.0, 50.0, 50.0), 50 * 100.0)
+    s = shape_of_window(Window({"kind": "vllm_metrics", "urls": []}, 0.0, 60.0, 50.0, prompt, output))
+    assert s.input_unplaced == 2000.0 and s.input_p50 == 2000.0
+    assert "input p50 >= 2000 (top bucket)" in s.describe()
+    before = replace(s, input_p10=300.0, input_p50=300.0, input_p90=300.0, input_unplaced=None)
+    assert "input p50 300 -> >= 2000 (top bucket) tokens" in changes(before, s)

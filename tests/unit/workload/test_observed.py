@@ -11,8 +11,8 @@ from optimizer.config.workload_spec import ObservedSpec
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.histogram import Histogram
 from optimizer.traffic.window import Window
+from optimizer.traffic.lengths import draw_lengths
 from optimizer.workload.observed import (
-    draw_lengths,
     fit_prefix_share,
     observed_workload,
     simulated_hit_rate,
