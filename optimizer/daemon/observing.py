@@ -2,8 +2,11 @@
 turned into traffic windows the `observed` workload replays.
 
 A window is complete once the reads span `window_s` (at once with Prometheus, which keeps the
-history); it is tuned on only with at least `min_requests` finished requests, else it is
-reported ("too little traffic") and skipped. A read that fails is reported in `/status` and
+history); it is tuned on only with at least `min_requests` arrivals (finished plus the backlog's
+growth: a server falling behind finishes few) and MIN_FINISHED finished requests (the lengths
+rest on them), else it is reported ("too little traffic") and skipped. A window whose backlog
+grew is `saturated` (traffic/window.py): said once per episode on the console, in `/status`
+(`watch.window.saturated`), in the status metrics, and through `on_saturated` (the webhook). A read that fails is reported in `/status` and
 tried again at the next poll; the daemon keeps running. Each window tuned on is written to
 `<artifacts_dir>/traffic/window-<end>.json`, the file the generation's workload names.
 """
@@ -20,6 +23,8 @@ from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.traffic.scrape import MetricsSource
 from optimizer.traffic.window import Window
 
+MIN_FINISHED = 20  # finished requests a window's length histograms must rest on
+
 
 def make_source(live: LiveWatch):
     if live.prometheus:
@@ -28,9 +33,11 @@ def make_source(live: LiveWatch):
 
 
 class Observer:
-    def __init__(self, live: LiveWatch, poll_s: float, directory: Path, state, console):
+    def __init__(self, live: LiveWatch, poll_s: float, directory: Path, state, console, on_saturated=None):
         self.live, self.poll_s, self.directory = live, poll_s, Path(directory)
         self.state, self.console = state, console
+        self.on_saturated = on_saturated  # called with the window when a saturated episode starts
+        self.saturated = False
         self.source = make_source(live)
         self.watch: dict = {"source": self.source.describe(), "last_check": None, "last_change": None}
         self.not_before = 0.0  # Prometheus: no window ending before this is used
@@ -67,16 +74,29 @@ class Observer:
         if w is None or self.source.spanned() < self.live.window_s - self.poll_s / 2:
             self._note("collecting", f"collecting a window: {self.source.spanned():.0f} of {self.live.window_s:.0f} s read")
             return None
-        self.watch["window"] = {"start": w.start, "end": w.end, "requests": round(w.requests, 1),
-                                "rate": round(w.rate, 3), "prefix_hit_rate": w.prefix_hit_rate,
-                                "burstiness": w.burstiness, "concurrency": w.concurrency,
-                                "production": w.production()}
-        if w.requests < self.live.min_requests:
-            self._note("too little", f"too little traffic: {w.requests:.0f} requests in the last {w.duration:.0f} s "
-                       f"(daemon.watch.min_requests {self.live.min_requests}); skipped, not tuned on")
+        self._window(w)
+        if w.arrivals < self.live.min_requests or w.requests < MIN_FINISHED:
+            self._note("too little", f"too little traffic: {w.arrivals:.0f} requests arrived ({w.requests:.0f} "
+                       f"finished) in the last {w.duration:.0f} s (daemon.watch.min_requests {self.live.min_requests}"
+                       f" arrivals, {MIN_FINISHED} finished); skipped, not tuned on")
             return None
         self._note(None, None)
         return w
+
+    def _window(self, w: Window) -> None:
+        """The window in /status, and a saturated episode's start said once (console, callback)."""
+        self.watch["window"] = {"start": w.start, "end": w.end, "requests": round(w.requests, 1),
+                                "arrivals": round(w.arrivals, 1), "rate": round(w.rate, 3),
+                                "saturated": w.saturated, "backlog_growth": round(w.backlog_growth, 1),
+                                "prefix_hit_rate": w.prefix_hit_rate, "burstiness": w.burstiness,
+                                "concurrency": w.concurrency, "prompt": window_mod.length_quantiles(w.prompt_lengths()[0]),
+                                "output": window_mod.length_quantiles(w.output), "production": w.production()}
+        if w.saturated and not self.saturated:
+            self.console.print(f"  [bold red]saturated[/]: {w.arrivals:.0f} requests arrived in {w.duration:.0f} s, "
+                               f"{w.requests:.0f} finished; the backlog grew by {w.backlog_growth:.0f}")
+            if self.on_saturated is not None:
+                self.on_saturated(w)
+        self.saturated = w.saturated
 
     def _note(self, kind: str | None, text: str | None) -> None:
         """`watch.note` in /status always; the console only when the kind of note changes."""

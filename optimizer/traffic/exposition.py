@@ -2,6 +2,8 @@
 is estimated from, summed over their label sets (engines, finish reasons).
 
     requests        vllm:request_success_total           counter (finished requests)
+    prompt_tokens   vllm:prompt_tokens_total             counter (prompt tokens, counted at prefill:
+                                                         before the request finishes)
     prefix_queries  vllm:prefix_cache_queries_total      counter (prompt tokens looked up)
     prefix_hits     vllm:prefix_cache_hits_total         counter (prompt tokens found cached)
     prompt          vllm:request_prompt_tokens           histogram (tokens per request)
@@ -27,7 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from optimizer.traffic.histogram import Histogram
 
-COUNTERS = {"requests": "vllm:request_success", "prefix_queries": "vllm:prefix_cache_queries",
+COUNTERS = {"requests": "vllm:request_success", "prompt_tokens": "vllm:prompt_tokens",
+            "prefix_queries": "vllm:prefix_cache_queries",
             "prefix_hits": "vllm:prefix_cache_hits"}
 HISTOGRAMS = {"prompt": ("vllm:request_prompt_tokens",), "output": ("vllm:request_generation_tokens",),
               "ttft": ("vllm:time_to_first_token_seconds",),

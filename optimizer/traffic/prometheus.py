@@ -2,7 +2,8 @@
 its HTTP API (`/api/v1/query`, `/api/v1/query_range`) for the last `window_s` seconds of the
 series a label selector picks, e.g. `{job="vllm", model_name="llama"}`:
 
-    requests        sum(increase(vllm:request_success_total{S}[W]))
+    requests        sum(increase(vllm:request_success_total{S}[W])), and the same of
+                    vllm:prompt_tokens_total (prompt tokens counted at prefill)
     histograms      sum by (instance, le) (increase(<name>_bucket{S}[W])) and of <name>_sum, added
                     up across servers on the bucket bounds they share
     prefix cache    sum(increase(vllm:prefix_cache_{queries,hits}_total{S}[W]))
@@ -160,4 +161,4 @@ class PrometheusSource:
         return Window(self.source, now - self.window_s, now, counters["requests"], hist["prompt"], output,
                       counters["prefix_queries"], counters["prefix_hits"], float(step_s), counts,
                       float(concurrency[0]["value"][1]) if concurrency else None,
-                      {k: hist[k] for k in LATENCIES if k in hist}, cache, growth)
+                      {k: hist[k] for k in LATENCIES if k in hist}, cache, growth, counters["prompt_tokens"])

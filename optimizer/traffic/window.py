@@ -8,6 +8,13 @@ the mean number of requests running plus waiting, and the production latency his
     rate             arrivals / (end - start); arrivals = the requests finished plus the growth of
                      those running or waiting (vLLM counts finished requests, not arrivals: a
                      server falling behind finishes fewer than arrive)
+    saturated        the backlog (running + waiting) grew by at least SATURATED_MIN requests and
+                     SATURATED_SHARE of the arrivals: the servers are falling behind
+    prompt_lengths() the prompt histogram of the finished requests; when the requests prefilled in
+                     the window (TTFT observations, made at the first token) have a mean prompt
+                     (vllm:prompt_tokens_total / their count) more than PREFILL_DIFFERS away
+                     from it, that histogram's shape scaled to the prefilled mean: a server
+                     falling behind finishes the old traffic's requests while it prefills the new
     prefix_hit_rate  hits / queries (None when the servers looked nothing up: caching off)
     burstiness       the gamma shape vLLM's benchmark uses (1 = Poisson, < 1 burstier):
                      1 / D, D = variance / mean of the per-sub-window counts (the index of
@@ -34,6 +41,9 @@ from optimizer.traffic import lengths
 from optimizer.traffic.histogram import Histogram, counter_delta
 
 MIN_SUB_WINDOWS = 4
+SATURATED_MIN = 5  # requests: the backlog of a steady server wanders by a few
+SATURATED_SHARE = 0.1  # of the window's arrivals
+PREFILL_DIFFERS = 0.25  # the prefilled requests' mean prompt this far from the finished ones' (relative)
 BURSTINESS_RANGE = (0.05, 20.0)  # beyond these a gamma shape is "a burst" or "a metronome"
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
 LATENCIES = ("ttft", "itl", "e2e")
@@ -55,6 +65,7 @@ class Window:
     latencies: dict[str, Histogram] = field(default_factory=dict)
     cache_config: dict[str, str] = field(default_factory=dict)
     backlog_growth: float = 0.0  # requests running + waiting at the end, minus at the start
+    prompt_tokens: float = 0.0  # prompt tokens prefilled in the window (counted before requests finish)
 
     @property
     def duration(self) -> float:
@@ -70,6 +81,34 @@ class Window:
     def rate(self) -> float:
         """Arrivals per second."""
         return self.arrivals / self.duration if self.duration > 0 else 0.0
+
+    @property
+    def saturated(self) -> bool:
+        """The backlog grew: the servers finish fewer requests than arrive (module docstring)."""
+        return self.backlog_growth >= max(SATURATED_MIN, SATURATED_SHARE * self.arrivals)
+
+    @property
+    def prefilled(self) -> float:
+        """Requests whose first token came in the window (vLLM's TTFT observations)."""
+        ttft = self.latencies.get("ttft")
+        return ttft.count if ttft is not None else 0.0
+
+    @property
+    def prefill_prompt_mean(self) -> float | None:
+        """The mean prompt of the requests prefilled in the window; None when vLLM did not count it."""
+        return self.prompt_tokens / self.prefilled if self.prefilled > 0 and self.prompt_tokens > 0 else None
+
+    def prompt_lengths(self) -> tuple[Histogram, str]:
+        """The prompt lengths the workload is drawn from, and where they come from (module docstring)."""
+        finished, prefilled = self.prompt.mean, self.prefill_prompt_mean
+        said = f"the {self.prompt.count:.0f} finished requests"
+        if finished is None or prefilled is None or abs(prefilled / finished - 1) <= PREFILL_DIFFERS:
+            return self.prompt, said
+        scale = prefilled / finished
+        bounds = tuple(b * scale for b in self.prompt.bounds)
+        return (Histogram(bounds, self.prompt.counts, self.prompt.total * scale),
+                f"{said}' shape, scaled x{scale:.2f} to the mean prompt of the {self.prefilled:.0f} requests "
+                "prefilled in the window (vllm:prompt_tokens_total, counted before they finish)")
 
     @property
     def prefix_hit_rate(self) -> float | None:
@@ -102,8 +141,10 @@ class Window:
         hit = self.prefix_hit_rate
         burst = self.burstiness
         return (f"{self.requests:.0f} requests finished in {self.duration:.0f} s ({self.rate:.2f} req/s arriving"
-                + (f", burstiness {burst:.2f}" if burst is not None else "") + "), prompt p50 "
-                + f"{_tokens(lengths.quantile(self.prompt, 0.5))}, output p50 {_tokens(lengths.quantile(self.output, 0.5))}"
+                + (f", burstiness {burst:.2f}" if burst is not None else "")
+                + (f"; saturated: the backlog grew by {self.backlog_growth:.0f}" if self.saturated else "")
+                + "), prompt p50 " + f"{_tokens(lengths.quantile(self.prompt_lengths()[0], 0.5))}, output p50 "
+                + f"{_tokens(lengths.quantile(self.output, 0.5))}"
                 + (f", prefix-cache hit rate {hit:.0%}" if hit is not None else ""))
 
     def to_dict(self) -> dict:
@@ -112,8 +153,8 @@ class Window:
                 "prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits, "sub_s": self.sub_s,
                 "counts": list(self.counts), "concurrency": self.concurrency,
                 "latencies": {k: h.to_dict() for k, h in self.latencies.items()}, "cache_config": self.cache_config,
-                "backlog_growth": self.backlog_growth,
-                "derived": {"rate": self.rate, "burstiness": self.burstiness,
+                "backlog_growth": self.backlog_growth, "prompt_tokens": self.prompt_tokens,
+                "derived": {"rate": self.rate, "arrivals": self.arrivals, "saturated": self.saturated, "burstiness": self.burstiness,
                             "prefix_hit_rate": self.prefix_hit_rate, "production": self.production()}}
 
     @classmethod
@@ -123,7 +164,8 @@ class Window:
                    float(d.get("prefix_queries", 0)), float(d.get("prefix_hits", 0)), float(d.get("sub_s", 0)),
                    tuple(float(c) for c in d.get("counts", ())), d.get("concurrency"),
                    {k: Histogram.from_dict(h) for k, h in (d.get("latencies") or {}).items()},
-                   dict(d.get("cache_config") or {}), float(d.get("backlog_growth", 0.0)))
+                   dict(d.get("cache_config") or {}), float(d.get("backlog_growth", 0.0)),
+                   float(d.get("prompt_tokens", 0.0)))
 
 
 def _tokens(value: lengths.Length | None) -> str:
@@ -215,4 +257,4 @@ def from_polls(polls: list[Poll], source: dict) -> Window | None:
                   grown.get("prefix_queries", 0.0), grown.get("prefix_hits", 0.0), sub_s, tuple(counts),
                   sum(statistics.fmean(v) for v in in_flight.values()) if in_flight else None,
                   {k: hist[k] for k in LATENCIES if k in hist}, cache,
-                  sum(v[-1] - v[0] for v in in_flight.values()))
+                  sum(v[-1] - v[0] for v in in_flight.values()), grown.get("prompt_tokens", 0.0))

@@ -149,7 +149,7 @@ def shape_of_window(window: Window) -> Shape:
     prefix-cache hit rate of the window, the mean requests in flight, and its burstiness when it
     rests on BURSTINESS_MIN_SUB_WINDOWS sub-windows or more."""
     sides = {}
-    for side, h in (("input", window.prompt), ("output", window.output)):
+    for side, h in (("input", window.prompt_lengths()[0]), ("output", window.output)):
         got = [lengths.quantile(h, p) for p in (0.1, 0.5, 0.9)]
         sides[side] = [0.0 if g is None else g.value for g in got]
         edges = [g.value for g in got if g is not None and g.unplaced]

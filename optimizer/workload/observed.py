@@ -88,7 +88,8 @@ def observed_workload(spec: ObservedSpec, vocab: Vocabulary) -> Workload:
     n = spec.requests
     outputs = draw_lengths(w.output, n + spec.warmup_requests, rng)
     outputs = [min(o, vocab.max_positions - 1) if vocab.max_positions else o for o in outputs]
-    prompts, cut = _fit(draw_lengths(w.prompt, n + spec.warmup_requests, rng), outputs, vocab.max_positions)
+    prompt_hist, prompt_from = w.prompt_lengths()
+    prompts, cut = _fit(draw_lengths(prompt_hist, n + spec.warmup_requests, rng), outputs, vocab.max_positions)
     block = _block(w)
     share = fit_prefix_share(prompts[:n], w.prefix_hit_rate, block)
     shared = vocab.block(f"observed-{spec.seed}-prefix", max(prompts, default=1))
@@ -106,10 +107,14 @@ def observed_workload(spec: ObservedSpec, vocab: Vocabulary) -> Workload:
     notes = [f"observed on {_where(w.source)} from {_when(w.start)} to {_when(w.end)} UTC: {w.describe()}",
              f"prefix share {share:.2f} of each prompt (simulated hit rate {simulated:.0%} in {block}-token blocks"
              + (f", observed {hit:.0%})" if hit is not None else ", none observed)")]
-    for name, h in (("prompt", w.prompt), ("output", w.output)):
+    for name, h, source in (("prompt", prompt_hist, prompt_from),
+                            ("output", w.output, f"the {w.output.count:.0f} finished requests")):
         q = window_mod.length_quantiles(h)
-        notes.append(f"{name} lengths p10/p50/p90 {q['p10']}/{q['p50']}/{q['p90']} tokens, fitted to the "
-                     f"{h.count:.0f} requests vLLM counted (at their end: requests still running are not in them)")
+        notes.append(f"{name} lengths p10/p50/p90 {q['p10']}/{q['p50']}/{q['p90']} tokens, fitted to {source}")
+    if w.saturated:
+        notes.append(f"saturated: {w.arrivals:.0f} requests arrived, {w.requests:.0f} finished, the backlog grew by "
+                     f"{w.backlog_growth:.0f}; the rate counts the backlog, the output lengths rest on the requests "
+                     "that did finish")
     if cut:
         notes.append(f"{cut} drawn prompts cut to fit the model's {vocab.max_positions} positions")
     burst = w.burstiness

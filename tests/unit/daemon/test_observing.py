@@ -91,8 +91,28 @@ def test_too_little_traffic_is_reported_and_never_compared(tmp_path):
     trigger, _ = d._watch_live(drift.shape_of_window(window(1)), time.time(), None)
     assert trigger.startswith("scheduled re-tune")  # the thin, different window started nothing
     text = out.getvalue()
-    assert text.count("too little traffic: 10 requests in the last 1 s (daemon.watch.min_requests 25)") == 1
+    assert text.count("too little traffic: 10 requests arrived (10 finished) in the last 1 s "
+                      "(daemon.watch.min_requests 25 arrivals, 20 finished)") == 1
     assert d.state.snapshot()["watch"]["window"]["requests"] == 40.0
+
+
+def test_an_overloaded_window_counts_its_backlog_is_tuned_on_and_said_saturated_once(tmp_path):
+    """24 requests finished (below min_requests 25) while the backlog grew by 30: 54 arrived. The
+    window is tuned on, at the arrival rate, and the saturation is said once, with the callback."""
+    from dataclasses import replace
+    said = []
+    d, out = daemon(tmp_path, lambda n: replace(window(4, requests=24), backlog_growth=30.0))
+    d.observer.on_saturated = said.append
+    d.d = d.d.model_copy(update={"retune_every_h": 1.5 / 3600})
+    trigger, path = d._watch_live(drift.shape_of_window(window(1)), time.time(), None)
+    assert trigger.startswith("traffic changed") and "rate 40.00 -> 54.00 req/s" in trigger
+    saved = window_mod.read(path)
+    assert saved.saturated and saved.arrivals == 54.0 and saved.rate == 54.0
+    text = out.getvalue()
+    assert text.count("saturated: 54 requests arrived in 1 s, 24 finished; the backlog grew by 30") == 1
+    assert len(said) == 1 and said[0].saturated
+    shown = d.state.snapshot()["watch"]["window"]
+    assert shown["saturated"] is True and shown["arrivals"] == 54.0 and shown["requests"] == 24.0
 
 
 def test_a_live_watch_replays_the_window_as_the_observed_scenario(tmp_path):

@@ -106,3 +106,35 @@ def test_the_rate_counts_arrivals_a_server_falling_behind_has_not_finished():
     assert w.requests == 40 and w.backlog_growth == 12.0  # 14 in flight at the end, 2 at the start
     assert w.arrivals == 52 and w.rate == pytest.approx(2.6)
     assert window_mod.Window.from_dict(w.to_dict()) == w
+
+
+def test_a_window_whose_backlog_grew_is_saturated_and_a_steady_one_is_not():
+    import math as _m
+    from optimizer.traffic.histogram import Histogram as H
+    from optimizer.traffic.window import Window as W
+    h = H((100.0, _m.inf), (10.0, 10.0), 500.0)
+    steady = W({"kind": "vllm_metrics", "urls": []}, 0.0, 60.0, 240.0, h, h, backlog_growth=3.0)
+    behind = W({"kind": "vllm_metrics", "urls": []}, 0.0, 60.0, 69.0, h, h, backlog_growth=60.0)
+    assert not steady.saturated and behind.saturated and behind.arrivals == 129.0
+    assert "saturated: the backlog grew by 60" in behind.describe()
+
+
+def test_prompt_lengths_follow_what_was_prefilled_when_the_finished_requests_are_the_old_traffic():
+    """A server falling behind finishes short chats (mean 250) while it prefills long documents
+    (vllm:prompt_tokens_total / TTFT observations: 3,400 each): the prompts drawn follow the prefill."""
+    import math as _m
+    from optimizer.traffic import lengths
+    from optimizer.traffic.histogram import Histogram as H
+    from optimizer.traffic.window import Window as W
+    bounds = (100.0, 200.0, 500.0, 1000.0, 2000.0, _m.inf)
+    finished = H(bounds, (0.0, 20.0, 69.0, 69.0, 69.0, 69.0), 69 * 250.0)
+    ttft = H((0.1, 1.0, _m.inf), (0.0, 0.0, 40.0), 100.0)
+    w = W({"kind": "vllm_metrics", "urls": []}, 0.0, 60.0, 69.0, finished, finished, latencies={"ttft": ttft},
+          backlog_growth=60.0, prompt_tokens=40 * 3400.0)
+    assert w.prefilled == 40.0 and w.prefill_prompt_mean == 3400.0
+    h, source = w.prompt_lengths()
+    assert h.mean == 3400.0 and "prefilled in the window" in source
+    assert 2000 < lengths.quantile(h, 0.5).value < 5000
+    same = W({"kind": "vllm_metrics", "urls": []}, 0.0, 60.0, 69.0, finished, finished, latencies={"ttft": ttft},
+             prompt_tokens=40 * 260.0)  # the prefilled requests are like the finished ones: kept as counted
+    assert same.prompt_lengths() == (finished, "the 69 finished requests")
