@@ -45,6 +45,14 @@ class _Flag:
 
 
 requested = _Flag()
+
+
+class Handoff(KeyboardInterrupt):
+    """Not a stop: the daemon ends the running generation for new traffic. The running trials
+    are stopped and queued again as for a stop; the daemon then starts the next generation."""
+
+
+handoff = _Flag()  # set by the daemon's watch (another thread); cleared once the generation ended
 _polling = 0
 
 
@@ -71,9 +79,12 @@ def install(clear: bool = True) -> None:
 
 
 def check() -> None:
-    """Raise KeyboardInterrupt if a stop was asked for (called by the polling loops)."""
+    """Raise KeyboardInterrupt if a stop was asked for, Handoff if the daemon asked to end the
+    generation (called by the polling loops)."""
     if requested.is_set():
         raise KeyboardInterrupt
+    if handoff.is_set():
+        raise Handoff
 
 
 @contextmanager

@@ -206,6 +206,10 @@ class DaemonSpec(_Strict):
                              "concurrency that counts as new traffic (workload/drift.py for the others)")
     retune_every_h: float | None = Field(None, gt=0, description="re-tune on a schedule even without a change")
     warm_start: int = Field(3, ge=0, le=20, description="best configurations of the previous study queued first")
+    on_change: Literal["auto", "wait", "abort"] = Field(
+        "auto", description="a traffic change seen while a generation tunes (live sources): 'wait' for the "
+        "generation to end, 'abort' it (its finished trials kept) and start on the new traffic, 'auto': abort "
+        "only when the new traffic saturates the servers")
     publish: PublishSpec = Field(default_factory=PublishSpec)
     status_host: str = "127.0.0.1"
     status_port: int = Field(8321, ge=0, le=65535)

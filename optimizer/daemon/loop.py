@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,21 +30,22 @@ from rich.console import Console
 
 from optimizer import shutdown
 from optimizer.config import space as space_mod
-from optimizer.config.flags import from_cli_args
 from optimizer.config.schema import LiveWatch, StudyConfig
 from optimizer.config.workload_spec import ObservedSpec
+from optimizer.daemon.generation_watch import GenerationWatch
 from optimizer.daemon.observing import Observer
 from optimizer.daemon.publisher import Publisher
 from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
-from optimizer.driver.plan import Plan, load_workload, prepare
+from optimizer.daemon.warm_start import fitting, warm_starts
+from optimizer.driver.plan import Plan, load_workload, open_study, prepare
 from optimizer.driver.store.database import normalize_url, sqlite_path, study_attrs
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
 from optimizer.errors import ConfigError, OptimizerError
 from optimizer.report.console import print_report
-from optimizer.verdict.recommendation import recommend
-from optimizer.verdict.trials import knobs_of, ranked_feasible
+from optimizer.traffic.prometheus import PrometheusSource
+from optimizer.verdict.trials import finished_count
 from optimizer.traffic import window as window_mod
 from optimizer.workload import drift
 from optimizer.workload.materialize import read_workload
@@ -90,48 +92,6 @@ def production_of(window) -> dict:
             "rate": round(window.rate, 4), "start": window.start, "end": window.end, "source": window.source}
 
 
-def warm_starts(study, k: int) -> list[dict]:
-    """The previous generation's best configurations, best first: its recommendation
-    (verdict/recommendation.py: the minimal change, else the confirmed winner), then the best
-    feasible COMPLETE trials; the values they ran with, distinct parameter sets only."""
-    if k <= 0 or len(study.directions) > 1:
-        return []
-    done = ranked_feasible(study)
-    rec = recommend(study)
-    out: list[dict] = []
-    # The knobs the space asks for: a trial's own draws, and the ones screening held at the
-    # baseline's value (not drawn, so not in its params, but part of what it ran).
-    held = set(study.user_attrs.get("screening") or {})
-    if rec is not None:
-        ran = from_cli_args(list(rec.args)) if rec.changed_from_trial else knobs_of(rec.trial)
-        out.append({name: ran[name] for name in set(rec.trial.params) | held if name in ran})
-        done.sort(key=lambda t: t.number != rec.trial.number)
-    for t in done:
-        ran = knobs_of(t)
-        params = {name: ran.get(name, value) for name, value in t.params.items()}
-        params.update({name: ran[name] for name in held if name in ran and name not in params})
-        if params not in out:
-            out.append(params)
-        if len(out) == k:
-            break
-    return out[:k]
-
-
-def fitting(candidates: list[dict], plan: Plan) -> tuple[list[dict], list[str]]:
-    """The warm starts the new generation's space accepts (its ranges follow the new traffic:
-    a max-model-len below the new longest request is dropped), and why the others were."""
-    kept, dropped = [], []
-    for params in candidates:
-        trial_cfg = plan.cfg.model_copy(update={"enqueue": [params]})
-        try:
-            space_mod.resolve(trial_cfg, plan.device, plan.model, plan.workload.longest_request())
-        except ConfigError as exc:
-            dropped.append(str(exc))
-            continue
-        kept.append(params)
-    return kept, dropped
-
-
 class Daemon:
     def __init__(self, cfg: StudyConfig, console: Console, host: str, port: int, token: str | None):
         self.cfg = cfg
@@ -146,8 +106,10 @@ class Daemon:
         self.server = StatusServer(self.state, host, port, token)  # refuses a public bind without a token
         self.url = normalize_url(cfg.storage)
         self.publisher = Publisher(self.d.publish, self.state, console)
-        self.observer = (Observer(self.live, self.d.poll_s, Path(cfg.artifacts_dir) / "traffic", self.state, console)
-                         if self.live else None)
+        self.observer = (Observer(self.live, self.d.poll_s, Path(cfg.artifacts_dir) / "traffic", self.state, console,
+                                  on_saturated=self._saturated) if self.live else None)
+        self._pending: float | None = None  # when a change was seen during the last generation
+        self._generation_no = 1
         self._seen: str | None = None  # the fingerprint of the last trace read
 
     # --- one generation ------------------------------------------------------------------------
@@ -227,9 +189,11 @@ class Daemon:
                 progress = StatusProgress(self.console, self.state, n)
                 progress.recovery(runstate.acquire())
                 while True:
-                    study, plan = run(plan, progress, runstate, self._stamp(n, trigger, source, previous, warm, plan))
-                    self._report(study, plan)
-                    self.publisher.publish(study, plan.cfg, plan.model.source, n)
+                    study, plan, handed = self._generation(plan, progress, runstate, n, source,
+                                                           self._stamp(n, trigger, source, previous, warm, plan))
+                    if not handed:
+                        self._report(study, plan)
+                        self.publisher.publish(study, plan.cfg, plan.model.source, n)
                     self._seen = study.user_attrs.get("traffic_fingerprint")
                     while True:  # until the next generation's plan is valid
                         trigger, new_source = self._watch(study, plan, source)
@@ -257,6 +221,46 @@ class Daemon:
         finally:
             self.server.stop()
 
+    def _generation(self, plan: Plan, progress, runstate, n: int, source: Path | None, on_open):
+        """Run generation n, its live source watched throughout (daemon/generation_watch.py); returns
+        (study, plan, ended early for new traffic). A generation ended early keeps its finished trials
+        and is neither reported nor published."""
+        watch = self._generation_watch(n, source)
+        self._pending = None
+        try:
+            with watch or nullcontext():
+                return (*run(plan, progress, runstate, on_open), False)
+        except shutdown.Handoff:
+            study, plan = open_study(plan)
+            study.set_user_attr("ended_early", {"at": time.time(), "why": "; ".join(watch.moved),
+                                                "saturated": watch.saturated})
+            self.console.print(f"generation {n} ended early for the new traffic: its {finished_count(study)} finished "
+                               "trial(s) are kept, the running one was stopped and queued again")
+            return study, plan, True
+        finally:
+            if watch is not None and watch.seen is not None:
+                self._pending = watch.seen
+
+    def _generation_watch(self, n: int, source: Path | None) -> GenerationWatch | None:
+        if self.observer is None or source is None:
+            return None
+        try:
+            shape = drift.shape_of_window(window_mod.read(source))
+        except ConfigError:
+            return None
+        self._generation_no = n
+        return GenerationWatch(self.observer, shape, self.d.threshold, self.d.poll_s, self.d.on_change,
+                               self.console, n)
+
+    def _saturated(self, window) -> None:
+        """A saturated episode began: the webhook hears of it (when one is configured)."""
+        self.publisher.event({"event": "saturated", "study": self.cfg.study_name, "generation": self._generation_no,
+                              "source": self.observer.source.describe() if self.observer else None,
+                              "window": {"start": window.start, "end": window.end, "arrivals": round(window.arrivals, 1),
+                                         "finished": round(window.requests, 1),
+                                         "backlog_growth": round(window.backlog_growth, 1),
+                                         "rate": round(window.rate, 4)}})
+
     def _storage_exists(self) -> bool:
         path = sqlite_path(self.url)
         return path is None or path.exists()
@@ -273,7 +277,7 @@ class Daemon:
                  else drift.shape_of(plan.workload))
         started = study.user_attrs.get("generation_started", time.time())
         if self.observer is not None:
-            return self._watch_live(shape, started, source)
+            return self._watch_live(shape, started, source, self._pending)
         watch = {"source": str(source) if source else None, "last_check": None, "last_change": None}
         self.state.set(state="watching", running=None, watch=watch)
         self.console.print(f"watching {self.d.watch or '(nothing: schedule only)'} every {self.d.poll_s:g}s; "
@@ -304,15 +308,20 @@ class Daemon:
                 self.console.print(f"  {newest.name}: same traffic (within {self.d.threshold:.0%})")
             self.state.set(watch=watch)
 
-    def _watch_live(self, shape: drift.Shape, started: float, source: Path | None) -> tuple[str, Path | None]:
+    def _watch_live(self, shape: drift.Shape, started: float, source: Path | None,
+                    seen: float | None = None) -> tuple[str, Path | None]:
         """Compare each complete window with the generation's; a change is tuned on only once a
         whole window of the new traffic has been read (the window that shows a change first is
-        mostly the old traffic), and only if that window still differs."""
+        mostly the old traffic), and only if that window still differs. `seen`: a change was
+        first seen then, while the generation ran (its reads are kept: they count)."""
         obs = self.observer
         self.state.set(state="watching", running=None, watch=obs.watch)
         self.console.print(f"watching {obs.source.describe()} every {self.d.poll_s:g}s; traffic now: {shape.describe()}")
-        obs.restart()  # the window compared is the traffic from now on
-        seen, said = None, False
+        said = False
+        if seen is None:
+            obs.restart()  # the window compared is the traffic from now on
+        elif isinstance(obs.source, PrometheusSource):
+            obs.not_before = seen + self.live.window_s
         while True:
             shutdown.sleep(self.d.poll_s)
             scheduled = self.d.retune_every_h and time.time() - started >= self.d.retune_every_h * 3600

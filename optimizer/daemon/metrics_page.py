@@ -92,6 +92,15 @@ class _Snapshot(Collector):
                                    [(labels, best.get("value"))]))
             families.append(_gauge("vllm_optimizer_best_trial", "Number of the best trial so far.",
                                    [(study, best.get("number"))]))
+        window = (s.get("watch") or {}).get("window") if isinstance(s.get("watch"), dict) else None
+        if isinstance(window, dict):
+            families += [
+                _gauge("vllm_optimizer_traffic_saturated", "1 when the watched servers' backlog grew over the last "
+                       "window (they finish fewer requests than arrive).", [({}, int(bool(window.get("saturated"))))]),
+                _gauge("vllm_optimizer_traffic_arrival_rate", "Requests per second arriving at the watched servers "
+                       "(finished plus the backlog's growth) over the last window.", [({}, window.get("rate"))]),
+                _gauge("vllm_optimizer_traffic_finished_requests", "Requests the watched servers finished in the "
+                       "last window.", [({}, window.get("requests"))])]
         if isinstance(s.get("recommendation"), dict):
             families += _recommendation(s["recommendation"])
         yield from (f for f in families if f is not None)

@@ -8,12 +8,8 @@ import optuna
 import pytest
 
 from optimizer.config.schema import build_config
-from optimizer.daemon.loop import (
-    generation_name,
-    latest_generation,
-    warm_starts,
-    with_source,
-)
+from optimizer.daemon.loop import generation_name, latest_generation, with_source
+from optimizer.daemon.warm_start import warm_starts
 from optimizer.driver import confirm
 from optimizer.driver.recovery import queue_again, recover
 from optimizer.driver.store.database import open_storage

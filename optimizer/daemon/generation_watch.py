@@ -1,0 +1,81 @@
+"""Watching the live traffic while a generation tunes: reads never stop.
+
+A thread reads the source every `poll_s` while the generation's trials run (the main thread is
+in the driver's loop; it touches the source again only after this thread has stopped), so
+`/status`'s `watch` shows the live window and its last read throughout. A change from the
+traffic the generation tunes on (workload/drift.py) is said at once, on the console and as
+`watch.last_change`; `daemon.on_change` says what follows:
+
+    wait    the generation goes on; the next one starts once it ends and a whole window of
+            the new traffic has been read (counted from when the change was first seen)
+    abort   the generation ends now (shutdown.Handoff, checked by the driver's loops: the
+            running trials are stopped and queued again, the finished ones kept), and the next
+            one starts on the new traffic
+    auto    abort when the new traffic saturates the servers (traffic/window.py), else wait
+
+A change that does not last (the traffic is back within the threshold) is forgotten.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from optimizer import shutdown
+from optimizer.workload import drift
+
+
+class GenerationWatch:
+    def __init__(self, observer, shape: drift.Shape, threshold: float, poll_s: float, on_change: str,
+                 console, generation: int):
+        self.observer, self.shape, self.threshold, self.poll_s = observer, shape, threshold, poll_s
+        self.on_change, self.console, self.generation = on_change, console, generation
+        self.seen: float | None = None  # when a change was first seen (None: the same traffic)
+        self.moved: list[str] = []
+        self.saturated = False
+        self.aborted = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "GenerationWatch":
+        self._thread = threading.Thread(target=self._run, name="optimizer-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10 + self.poll_s)
+        shutdown.handoff.clear()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                w = self.observer.current()
+            except Exception as exc:  # noqa: BLE001 - a bad read must not end the watch; the next poll retries
+                self.console.print(f"[red]traffic source[/]: {type(exc).__name__}: {exc}")
+                continue
+            if w is not None:
+                self._judge(w)
+
+    def _judge(self, w) -> None:
+        moved = drift.changes(self.shape, drift.shape_of_window(w), self.threshold)
+        if not moved:
+            if self.seen is not None:
+                self.console.print("  the change did not last: same traffic over the window")
+            self.seen, self.moved = None, []
+            self.observer.watch["last_change"] = None
+            return
+        self.moved, self.saturated = moved, self.saturated or w.saturated
+        abort = self.on_change == "abort" or (self.on_change == "auto" and w.saturated)
+        if self.seen is None:
+            self.seen = time.time()
+            self.observer.watch["last_change"] = self.seen
+            then = "ending it now" if abort else "it goes on; the next generation starts once it ends"
+            self.console.print(f"[bold]traffic changed[/] during generation {self.generation} "
+                               f"({'; '.join(moved)}): {then} (daemon.on_change {self.on_change})")
+        elif abort and not self.aborted:
+            self.console.print(f"  generation {self.generation} ends now: the new traffic saturates the servers")
+        if abort and not self.aborted:
+            self.aborted = True
+            shutdown.handoff.set()
