@@ -184,8 +184,10 @@ class ObservedSpec(_Common):
     seeded workload of the same shape: lengths, rate, burstiness, prefix-cache hit rate."""
 
     scenario: Literal["observed"] = "observed"
-    path: str = Field(description="a traffic window file (JSON) the daemon wrote")
-    requests: int = Field(200, ge=1, description="requests drawn; they arrive at the observed rate")
+    path: str | None = Field(None, description="a traffic window file (JSON) the daemon wrote; left out under a "
+                             "daemon watching live servers, which fills it in with each window it tunes on")
+    requests: int = Field(200, ge=1, description="requests drawn; they arrive at the observed rate (under the "
+                          "daemon: this when written here, else daemon.watch.requests)")
 
 
 WorkloadSpec = Annotated[Union[ChatSpec, BatchSpec, RagSpec, BurstSpec, AgentSpec, TraceSpec, ObservedSpec],

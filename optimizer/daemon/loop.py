@@ -31,7 +31,7 @@ from rich.console import Console
 from optimizer import shutdown
 from optimizer.config import space as space_mod
 from optimizer.config.schema import LiveWatch, StudyConfig
-from optimizer.config.workload_spec import ObservedSpec
+from optimizer.config.workload_spec import ChatSpec, ObservedSpec
 from optimizer.daemon.generation_watch import GenerationWatch
 from optimizer.daemon.observing import Observer
 from optimizer.daemon.publisher import Publisher
@@ -74,10 +74,16 @@ def with_source(cfg: StudyConfig, source: Path | None) -> StudyConfig:
         return cfg
     live = cfg.daemon.watch
     if isinstance(live, LiveWatch):
-        spec = ObservedSpec(path=str(source), requests=live.requests, seed=cfg.workload.seed,
-                            warmup_requests=cfg.workload.warmup_requests)
-        return cfg.model_copy(update={"workload": spec})
+        return cfg.model_copy(update={"workload": observed_spec(cfg, live, source)})
     return cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"path": str(source)})})
+
+
+def observed_spec(cfg: StudyConfig, live: LiveWatch, source: Path) -> ObservedSpec:
+    """The workload replaying a live window: `workload.requests` when the config writes it under
+    `scenario: observed`, else `daemon.watch.requests`; the workload's seed and warm-up either way."""
+    written = cfg.workload.scenario == "observed" and "requests" in cfg.workload.model_fields_set
+    return ObservedSpec(path=str(source), requests=cfg.workload.requests if written else live.requests,
+                        seed=cfg.workload.seed, warmup_requests=cfg.workload.warmup_requests)
 
 
 FLAGS_SEEN = {"gpu_memory_utilization": "gpu-memory-utilization", "cache_dtype": "kv-cache-dtype",
@@ -163,7 +169,7 @@ class Daemon:
         if self.observer is not None:
             self.observer.check()  # an unreachable or wrong URL is refused at start (exit 2)
         newest = self._source()
-        plan = prepare(with_source(self.cfg, newest))  # bad input is refused before the storage is read
+        plan = prepare(self._checkable(newest))  # bad input is refused before the storage is read
         n, attrs = latest_generation(self.url, self.cfg.study_name) if self._storage_exists() else (1, {})
         if self._storage_exists():
             self.publisher.restore(study_attrs(self.url), self.cfg.study_name)
@@ -260,6 +266,16 @@ class Daemon:
                                          "finished": round(window.requests, 1),
                                          "backlog_growth": round(window.backlog_growth, 1),
                                          "rate": round(window.rate, 4)}})
+
+    def _checkable(self, newest: Path | None) -> StudyConfig:
+        """The config checked at start. Watching live servers, no window exists yet: the workload is
+        built from the first one, so a stand-in (the chat mix) checks the rest of the config."""
+        if self.live is None:
+            return with_source(self.cfg, newest)
+        if "workload" in self.cfg.model_fields_set and self.cfg.workload.scenario != "observed":
+            self.console.print(f"workload: built from the live traffic (daemon.watch); the config's "
+                               f"'{self.cfg.workload.scenario}' workload is not used")
+        return self.cfg.model_copy(update={"workload": ChatSpec(seed=self.cfg.workload.seed)})
 
     def _storage_exists(self) -> bool:
         path = sqlite_path(self.url)

@@ -8,6 +8,7 @@ tasks with `max_retries=0`: the driver decides what to retry, so no trial runs t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -68,6 +69,7 @@ def job_working_dir() -> bool:
         return bool(json.loads(raw).get("runtime_env", {}).get("working_dir"))
     except (ValueError, AttributeError):
         return True  # a job whose config we cannot read: assume the worst
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 _HOST_PORT = re.compile(r"^(?:ray://)?\[?([^\]/]+?)\]?:(\d+)$")
 
 
@@ -95,6 +97,9 @@ def ray_runtime(address: str | None, on_start=None):
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
+            # Ray 2.x turns token authentication on for a local cluster and says so at every start;
+            # the operator has nothing to do about it (the embedded cluster is this process's own).
+            logging.getLogger(RAY_AUTH_LOGGER).setLevel(logging.ERROR)
             ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
                      log_to_driver=False, object_store_memory=256 * 1024**2)
     except SystemExit as exc:  # a stop signal inside ray.init met Ray's own handler (sys.exit(signum))

@@ -20,6 +20,7 @@ import random
 import time
 
 from optimizer.config.workload_spec import ObservedSpec
+from optimizer.errors import ConfigError
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.lengths import draw_lengths
 from optimizer.workload.arrivals import rate_schedule
@@ -83,6 +84,10 @@ def _when(t: float) -> str:
 
 
 def observed_workload(spec: ObservedSpec, vocab: Vocabulary) -> Workload:
+    if not spec.path:
+        raise ConfigError("workload.path: an observed workload replays a traffic window file; run the daemon with "
+                          "daemon.watch on live servers (it fills the path in), or point workload.path at an "
+                          "<artifacts_dir>/traffic/window-*.json it wrote")
     w = window_mod.read(spec.path)
     rng = random.Random(spec.seed)
     n = spec.requests

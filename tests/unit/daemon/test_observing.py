@@ -129,3 +129,31 @@ def test_a_window_that_cannot_be_written_is_reported_and_tried_again(tmp_path):
     assert d.observer.save(window(1)) is None
     assert "cannot write the traffic window" in d.state.snapshot()["last_error"]
     assert "not tuned on yet" in out.getvalue()
+
+
+def test_under_a_live_watch_the_workload_may_be_left_out_or_observed_and_which_requests_wins_is_fixed(tmp_path):
+    from optimizer.daemon.loop import observed_spec
+    live = {"vllm_metrics": ["http://a:8000/metrics"], "requests": 50}
+    bare = build_config({"model": {"path": "/m"}, "daemon": {"watch": live}})
+    observed = build_config({"model": {"path": "/m"}, "workload": {"scenario": "observed", "seed": 4},
+                             "daemon": {"watch": live}})
+    written = build_config({"model": {"path": "/m"}, "workload": {"scenario": "observed", "requests": 80},
+                            "daemon": {"watch": live}})
+    assert observed.workload.path is None  # no path needed: the daemon fills it in
+    assert observed_spec(bare, bare.daemon.watch, tmp_path / "w.json").requests == 50
+    assert observed_spec(observed, observed.daemon.watch, tmp_path / "w.json").requests == 50
+    assert observed_spec(observed, observed.daemon.watch, tmp_path / "w.json").seed == 4
+    assert observed_spec(written, written.daemon.watch, tmp_path / "w.json").requests == 80
+    out = io.StringIO()
+    d = Daemon(observed.model_copy(update={"artifacts_dir": str(tmp_path)}), Console(file=out), "127.0.0.1", 0, None)
+    assert d._checkable(None).workload.scenario == "chat" and out.getvalue() == ""
+
+
+def test_an_observed_workload_without_a_window_outside_the_daemon_names_the_fix():
+    import pytest
+    from optimizer.config.workload_spec import ObservedSpec
+    from optimizer.errors import ConfigError
+    from optimizer.workload.observed import observed_workload
+    from optimizer.workload.tokens import Vocabulary
+    with pytest.raises(ConfigError, match="workload.path: an observed workload replays a traffic window file"):
+        observed_workload(ObservedSpec(), Vocabulary(1000, "/m", 2048))
