@@ -157,3 +157,18 @@ def test_an_observed_workload_without_a_window_outside_the_daemon_names_the_fix(
     from optimizer.workload.tokens import Vocabulary
     with pytest.raises(ConfigError, match="workload.path: an observed workload replays a traffic window file"):
         observed_workload(ObservedSpec(), Vocabulary(1000, "/m", 2048))
+
+
+def test_the_whole_live_configs_in_the_daemon_docs_are_valid_configs():
+    import re
+    from pathlib import Path
+
+    import yaml
+    docs = (Path(__file__).parents[3] / "docs" / "daemon.md").read_text()
+    section = docs[docs.index("## A whole config for live servers"):docs.index("## Running beside a fleet")]
+    whole, prometheus = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    cfg = build_config(yaml.safe_load(whole))
+    assert cfg.daemon.watch.vllm_metrics and cfg.daemon.on_change == "auto"
+    swapped = yaml.safe_load(whole)
+    swapped["daemon"]["watch"] = yaml.safe_load("daemon:\n" + prometheus)["daemon"]["watch"]
+    assert build_config(swapped).daemon.watch.prometheus == "http://prometheus:9090"
