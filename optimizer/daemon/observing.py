@@ -3,8 +3,8 @@ turned into traffic windows the `observed` workload replays.
 
 A window is complete once the reads span `window_s` (at once with Prometheus, which keeps the
 history); it is tuned on only with at least `min_requests` arrivals (finished plus the backlog's
-growth: a server falling behind finishes few) and MIN_FINISHED finished requests (the lengths
-rest on them), else it is reported ("too little traffic") and skipped. A window whose backlog
+growth: a server falling behind finishes few) and at least one finished request (the lengths
+rest on those; the workload's notes say how many), else it is reported ("too little traffic") and skipped. A window whose backlog
 grew is `saturated` (traffic/window.py): said once per episode on the console, in `/status`
 (`watch.window.saturated`), in the status metrics, and through `on_saturated` (the webhook). A read that fails is reported in `/status` and
 tried again at the next poll; the daemon keeps running. Each window tuned on is written to
@@ -23,7 +23,7 @@ from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.traffic.scrape import MetricsSource
 from optimizer.traffic.window import Window
 
-MIN_FINISHED = 20  # finished requests a window's length histograms must rest on
+MIN_FINISHED = 1  # the lengths rest on the finished requests (an overloaded server finishes few: the notes say how many)
 
 
 def make_source(live: LiveWatch):
@@ -77,8 +77,8 @@ class Observer:
         self._window(w)
         if w.arrivals < self.live.min_requests or w.requests < MIN_FINISHED:
             self._note("too little", f"too little traffic: {w.arrivals:.0f} requests arrived ({w.requests:.0f} "
-                       f"finished) in the last {w.duration:.0f} s (daemon.watch.min_requests {self.live.min_requests}"
-                       f" arrivals, {MIN_FINISHED} finished); skipped, not tuned on")
+                       f"finished) in the last {w.duration:.0f} s; {self.live.min_requests} arrivals "
+                       "(daemon.watch.min_requests) and a finished request needed; skipped, not tuned on")
             return None
         self._note(None, None)
         return w

@@ -79,11 +79,14 @@ class Traffic:
             next_at += self.batch_s
             self._stop.wait(max(0.0, next_at - time.monotonic()))
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 60.0) -> None:
+        """Stop sending; wait up to `wait_s` in all for the batches in flight (a server falling
+        behind may hold requests for minutes: they end when the server stops)."""
         self._stop.set()
         self._thread.join(timeout=30)
+        deadline = time.monotonic() + wait_s
         for t in self._batches:
-            t.join(timeout=150)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class Prometheus:

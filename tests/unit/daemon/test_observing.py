@@ -91,8 +91,8 @@ def test_too_little_traffic_is_reported_and_never_compared(tmp_path):
     trigger, _ = d._watch_live(drift.shape_of_window(window(1)), time.time(), None)
     assert trigger.startswith("scheduled re-tune")  # the thin, different window started nothing
     text = out.getvalue()
-    assert text.count("too little traffic: 10 requests arrived (10 finished) in the last 1 s "
-                      "(daemon.watch.min_requests 25 arrivals, 20 finished)") == 1
+    assert text.count("too little traffic: 10 requests arrived (10 finished) in the last 1 s; 25 arrivals "
+                      "(daemon.watch.min_requests) and a finished request needed; skipped, not tuned on") == 1
     assert d.state.snapshot()["watch"]["window"]["requests"] == 40.0
 
 
