@@ -42,10 +42,14 @@ class GenerationWatch:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
+        """Stop reading. On a stop signal the daemon exits: a read in flight is not waited for
+        (the thread is a daemon thread). Otherwise the main thread reads the source next, so the
+        read in flight ends first (a source's own timeout bounds it)."""
         self._stop.set()
+        stopping = kind is not None and issubclass(kind, KeyboardInterrupt) and not issubclass(kind, shutdown.Handoff)
         if self._thread is not None:
-            self._thread.join(timeout=10 + self.poll_s)
+            self._thread.join(timeout=1.0 if stopping else 60.0)
         shutdown.handoff.clear()
 
     def _run(self) -> None:

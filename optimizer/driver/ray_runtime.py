@@ -88,6 +88,26 @@ def check_address(address: str | None, timeout: float = 5.0) -> None:
                              "this machine") from exc
 
 
+EMBEDDED_TRIES = 2  # a GCS that did not come up in time on a loaded machine comes up at the next try
+
+
+def _start_embedded() -> None:
+    """Start the embedded local Ray, once more after a failed start (Ray's own start-up timeout
+    fires on a machine busy enough: "The current node timed out during startup")."""
+    for attempt in range(1, EMBEDDED_TRIES + 1):
+        try:
+            ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+                     log_to_driver=False, object_store_memory=256 * 1024**2)
+            return
+        except SystemExit:
+            raise
+        except Exception:  # noqa: BLE001 - see ray_runtime
+            ray.shutdown()
+            if attempt == EMBEDDED_TRIES:
+                raise
+            time.sleep(2.0)
+
+
 @contextmanager
 def ray_runtime(address: str | None, on_start=None):
     """Start (or join) Ray for the duration of a study; shut it down afterwards. `on_start` is
@@ -100,8 +120,7 @@ def ray_runtime(address: str | None, on_start=None):
             # Ray 2.x turns token authentication on for a local cluster and says so at every start;
             # the operator has nothing to do about it (the embedded cluster is this process's own).
             logging.getLogger(RAY_AUTH_LOGGER).setLevel(logging.ERROR)
-            ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
-                     log_to_driver=False, object_store_memory=256 * 1024**2)
+            _start_embedded()
     except SystemExit as exc:  # a stop signal inside ray.init met Ray's own handler (sys.exit(signum))
         if exc.code not in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             raise
@@ -109,7 +128,7 @@ def ray_runtime(address: str | None, on_start=None):
         shutdown.requested.set()
         ray.shutdown()
         raise KeyboardInterrupt from exc  # stopped like any other stop: `run` 130, the daemon 0
-    except (ConnectionError, ValueError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, or a bare Exception
         if address:
             raise RayUnavailable(f"ray: cannot reach cluster at '{address}' ({first_line(exc)}); "
                                  "check --ray-address, or leave it out to run on this machine") from exc

@@ -41,8 +41,8 @@ from optimizer.traffic import lengths
 from optimizer.traffic.histogram import Histogram, counter_delta
 
 MIN_SUB_WINDOWS = 4
-SATURATED_MIN = 5  # requests: the backlog of a steady server wanders by a few
-SATURATED_SHARE = 0.1  # of the window's arrivals
+SATURATED_MIN = 10  # requests: the backlog of a steady server wanders by several (5 in 20 s was seen at 2 req/s)
+SATURATED_SHARE = 0.2  # of the window's arrivals
 PREFILL_DIFFERS = 0.25  # the prefilled requests' mean prompt this far from the finished ones' (relative)
 BURSTINESS_RANGE = (0.05, 20.0)  # beyond these a gamma shape is "a burst" or "a metronome"
 QUANTILES = (("p50", 0.5), ("p95", 0.95))

@@ -13,7 +13,11 @@ Prometheus on a short study (baseline max-num-seqs 1 against an enqueued 8, conf
 four boots). It builds its workload from the window, tunes, publishes the recommendation (the
 file, /recommendation, the info metric, and a webhook call to a local receiver that refuses the
 first try), and, when the traffic turns to B, starts generation 2. The traffic pauses while
-trials run: on two cores a production under load would only add noise.
+trials run: on two cores a production under load would only add noise. Then, while generation
+2 tunes, the traffic turns to C (prompts of 2,200-2,600 tokens, past the top finite token bucket,
+at a rate production cannot finish): the daemon reads on, reports the change in /status while
+generation 2 runs, finds the traffic saturated, ends generation 2 (daemon.on_change auto) and
+starts generation 3 on the overloaded window, its arrival rate counting the backlog.
 
 The figures (observed vs sent vs synthesized, time to detection, the daemon's CPU and memory
 while watching) are printed with -s.
@@ -59,6 +63,7 @@ pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prometheus_for_tests.sh"
 A_RATE = 2.0
 B = TrafficShape(prompt=(30, 45), output=(10, 20), rate=4.0)
+C = TrafficShape(prompt=(2200, 2600), output=(4, 8), rate=2.0)  # prefill-bound: more than production finishes
 
 
 def _shape_a(decode_tok_s: float) -> TrafficShape:
@@ -266,6 +271,13 @@ def live(tmp_path_factory):
             switched = time.monotonic()
             out["b"] = d.until("generation 2", lambda s: s.get("generation") == 2, 180)
             out["figures"]["seconds_from_change_to_generation_2"] = round(time.monotonic() - switched, 1)
+            traffic.shape = C  # while generation 2 tunes
+            overloaded = time.monotonic()
+            out["seen_during_g2"] = d.until("the overload seen while generation 2 runs", lambda s: s.get("generation") == 2
+                                            and (s.get("watch") or {}).get("last_change"), 240)
+            out["figures"]["seconds_from_overload_to_report"] = round(time.monotonic() - overloaded, 1)
+            out["g3"] = d.until("generation 3", lambda s: s.get("generation") == 3, 300)
+            out["figures"]["seconds_from_overload_to_generation_3"] = round(time.monotonic() - overloaded, 1)
             traffic.paused.set()
             out["rc"] = d.stop()
             deadline = time.monotonic() + 15
@@ -368,3 +380,28 @@ def test_the_servers_own_metrics_feed_a_first_generation(live):
     study = optuna.load_study(study_name="direct", storage=f"sqlite:///{live['root'] / 'direct.db'}")
     w = window_mod.read(study.user_attrs["traffic_source"])
     assert w.source["kind"] == "vllm_metrics" and w.requests >= MIN_REQUESTS and 200 < w.prompt.quantile(0.5) <= 500
+
+
+def test_an_overload_during_a_generation_is_seen_at_once_and_tuned_on_saturated(live):
+    status = live["seen_during_g2"]
+    assert status["generation"] == 2 and status["watch"]["last_check"] >= status["watch"]["last_change"]
+    console = (live["root"] / "live.out").read_text()
+    assert "traffic changed during generation 2 (" in console and "ending it now (daemon.on_change auto)" in console
+    assert "saturated: " in console
+    storage = f"sqlite:///{live['root'] / 'live.db'}"
+    g2 = optuna.load_study(study_name="live-g2", storage=storage)
+    assert g2.user_attrs["ended_early"]["saturated"] is True
+    assert "publish" not in g2.user_attrs  # ended early: neither reported nor published
+    g3 = optuna.load_study(study_name="live-g3", storage=storage)
+    w = window_mod.read(g3.user_attrs["traffic_source"])
+    assert w.saturated and w.backlog_growth > 0 and w.arrivals > w.requests
+    assert w.rate == pytest.approx(w.arrivals / w.duration) and w.rate > w.requests / w.duration
+    # The drift line and the shape quote the fitted lengths, never the top bucket's edge (2000).
+    trigger, shape = g3.user_attrs["trigger"], g3.user_attrs["traffic_shape"]
+    assert "input p50" in trigger and "-> 2000 tokens" not in trigger and shape["input_p50"] != 2000
+    wl = observed_workload(ObservedSpec(path=g3.user_attrs["traffic_source"], requests=400), live["vocab"])
+    drawn = sorted(len(r.prompt_token_ids) for r in wl.requests)
+    assert _quantile(drawn, 0.1) - 1 <= shape["input_p50"] <= _quantile(drawn, 0.9) + 1
+    assert any(note.startswith("saturated: ") for note in wl.notes)
+    print(f"\noverload window: {w.describe()}; sent C prompts 2200-2600 at {C.rate} req/s; "
+          f"shape input p10/p50/p90 {shape['input_p10']:.0f}/{shape['input_p50']:.0f}/{shape['input_p90']:.0f}")
