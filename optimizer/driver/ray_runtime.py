@@ -70,6 +70,7 @@ def job_working_dir() -> bool:
     except (ValueError, AttributeError):
         return True  # a job whose config we cannot read: assume the worst
 RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+RAY_WORKER_LOGGER = "ray._private.worker"
 _HOST_PORT = re.compile(r"^(?:ray://)?\[?([^\]/]+?)\]?:(\d+)$")
 
 
@@ -120,6 +121,7 @@ def ray_runtime(address: str | None, on_start=None):
             # Ray 2.x turns token authentication on for a local cluster and says so at every start;
             # the operator has nothing to do about it (the embedded cluster is this process's own).
             logging.getLogger(RAY_AUTH_LOGGER).setLevel(logging.ERROR)
+            logging.getLogger(RAY_WORKER_LOGGER).setLevel(logging.WARNING)  # "Started a local Ray instance."
             _start_embedded()
     except SystemExit as exc:  # a stop signal inside ray.init met Ray's own handler (sys.exit(signum))
         if exc.code not in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -350,6 +350,7 @@ def test_the_daemon_tuned_on_the_observed_window_and_recorded_production(live):
     assert prod["flags"]["enable-prefix-caching"] == "True"
     console = (live["root"] / "live.out").read_text()  # the daemon's report, production beside the baseline
     assert "beside the baseline trial 0" in console and "Production flags seen in vllm:cache_config_info" in console
+    assert "Token authentication" not in console and "Started a local Ray" not in console  # Ray's notices stay out
 
 
 def test_a_gain_beyond_noise_is_published_everywhere(live):
