@@ -52,8 +52,10 @@ def _clean(value):
 def record(trial: optuna.Trial, result: TrialResult) -> None:
     """Store what the trial measured as user attributes."""
     trial.set_user_attr("phases_s", {k: round(v, 2) for k, v in result.phases.items()})
-    if result.startup.get("steps"):
+    if result.startup.get("steps") or result.startup.get("cpu"):  # the CPU it got: also when it logged nothing
         trial.set_user_attr("startup", dict(result.startup))
+    if result.replay_cpu:
+        trial.set_user_attr("replay_cpu", dict(result.replay_cpu))
     trial.set_user_attr("metrics", {k: _clean(result.metrics[k]) for k in METRIC_KEYS if k in result.metrics})
     if result.server:
         trial.set_user_attr("server", {k: _clean(v) for k, v in result.server.items()})

@@ -6,10 +6,11 @@ Kinds (what pruning records):
     invalid_config  vLLM rejects the combination of flags
     crash           the server died (under load, or at start for an unknown reason)
     oom_runtime     the server ran out of memory under load
-    timeout         no /health within the start-up deadline
+    timeout         no /health within the start-up deadline (evidence: the last line it logged;
+                    one spent starved of CPU by other processes is infra: engine/starvation.py)
     request_errors  the server ran but some requests failed (the run is not scored)
-    infra           not the configuration's fault (another process holds the device
-                    or port): retried once, never held against the configuration
+    infra           not the configuration's fault (another process holds the device, the
+                    port or the cores): retried once, never held against the configuration
     replay_invalid  the measurement cannot be trusted (the client lagged its schedule, or
                     its token counts disagree with the server's): retried once, like infra
     early_stopped   not a fault: cut short because it could not win, or its SLOs were lost
@@ -153,9 +154,15 @@ def classify_runtime(log: str, returncode: int | None) -> Failure:
     return Failure("crash", _last_meaningful(lines), "the server died under load: read the server log")
 
 
+# vLLM's CPU thread-binding notice (vllm/utils/ompmultiprocessing.py): logged as the worker starts, so it
+# ends the log of a start-up that stalled right after, but it says which cores, not what went wrong.
+_NOTICE = re.compile(r"\[ompmultiprocessing\.py:\d+\]|OpenMP thread binding info|VLLM_CPU_OMP_THREADS_BIND="
+                     r"|reserve_cpu_num=|core ids=\[|reserved_cpus=\[")
+
+
 def _last_meaningful(lines: list[str]) -> str:
     for line in reversed(lines):
         s = line.strip()
-        if s and not s.startswith(("^", "~")) and "Traceback" not in s:
+        if s and not s.startswith(("^", "~")) and "Traceback" not in s and not _NOTICE.search(s):
             return s[:500]
     return ""

@@ -10,6 +10,9 @@ the whole group, waits, then SIGKILL, and confirms that no process of the group 
 and the port is free: vLLM's EngineCore and workers are grandchildren that outlive a
 killed parent otherwise (docs/vllm-facts.md#process-groups).
 
+While it starts, what its process group gets of the CPU is watched (engine/starvation.py): a
+start-up that timed out because other processes kept its cores busy fails as `infra`, not `timeout`.
+
 The group is headed by a guard (engine/lifeline.py) that holds one end of a pipe whose other
 end only this process holds: if this process dies without stopping the server (SIGKILL, the
 OOM killer, Ray killing its worker), the guard stops the whole group by itself.
@@ -37,6 +40,7 @@ from optimizer.engine.failures import (
     Failure,
     classify_startup,
 )
+from optimizer.engine.starvation import CpuShare, CpuWatch, starved_failure
 
 DISK_EVIDENCE = "disk:"  # the evidence of an artifact write that failed (a full disk): infra, queued again
 
@@ -134,6 +138,7 @@ class VllmServer:
         self._log_file = None
         self._lifeline: int | None = None  # the pipe's write end: closing it (or dying) stops the group
         self.notes: list[str] = []  # written under the launch line of the log (e.g. the GPUs it was given)
+        self.cpu: CpuShare | None = None  # what its start-up got of the CPU (engine/starvation.py)
 
     @property
     def base_url(self) -> str:
@@ -172,14 +177,24 @@ class VllmServer:
         self.proc = self._spawn(env)
         if self.on_spawn:
             self.on_spawn(self.proc.pid)
+        return self._wait_ready()
+
+    def _wait_ready(self) -> bool:
+        """Poll until healthy, exited or past the start-up timeout, watching what the start-up gets of
+        the CPU (engine/starvation.py): a timeout it spent starved is the machine's fault, not the flags'."""
+        watch = CpuWatch(self.proc.pid)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
+            watch.maybe_sample()
             if self.proc.poll() is not None:
+                self.cpu = watch.judge()
                 return self._fail(timed_out=False)
             if self._get("/health") and self._get("/v1/models"):
+                self.cpu = watch.judge()
                 self.state = "ready"
                 return True
             time.sleep(0.5)
+        self.cpu = watch.judge()
         return self._fail(timed_out=True)
 
     PLACEMENT = {"process_group": 0}  # how the guard is placed (bench/client_stalls.py compares a session of its own)
@@ -248,6 +263,8 @@ class VllmServer:
     def _fail(self, timed_out: bool) -> bool:
         rc = self.proc.poll() if self.proc else None
         self.failure = classify_startup(self.log_text(), rc, timed_out)
+        if self.failure.kind == "timeout" and self.cpu is not None and self.cpu.starved:
+            self.failure = starved_failure(self.cpu)
         self.state = "failed"
         return False
 

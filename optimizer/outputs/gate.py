@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from optimizer import shutdown
+from optimizer.engine.cpu_cores import bind_free_cores
 from optimizer.engine.failures import Failure
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import ConfigError
@@ -117,6 +118,7 @@ def answer(spec, prompts, max_tokens: int, top_k: int):
     """Boot the spec's server, answer the prompts, stop it: (outputs, '') or (None, why)."""
     server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=spec.server_env(),
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout)
+    bind_free_cores(server)  # on CPU: clear of the cores other vLLM servers (production?) are bound to
     try:
         if not server.start():
             f = server.failure

@@ -85,6 +85,7 @@ class TrialResult:
     outputs: tuple[dict, ...] = ()  # the regression prompts' greedy outputs (regression.Output.to_dict)
     outputs_error: str = ""  # why they could not be read (the measurement still counts)
     startup: dict = field(default_factory=dict)  # the start-up's steps read from the log (engine/startup_log.py)
+    replay_cpu: dict = field(default_factory=dict)  # what the server got of the CPU while measured (engine/starvation.py)
 
     @property
     def ok(self) -> bool:

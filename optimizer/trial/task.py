@@ -27,7 +27,9 @@ from typing import Callable
 
 from optimizer.engine import server_metrics as servermetrics
 from optimizer.engine.compile_cache import cache_entries, cache_state
+from optimizer.engine.cpu_cores import bind_free_cores
 from optimizer.engine.failures import Failure
+from optimizer.engine.starvation import CpuWatch
 from optimizer.engine.startup_log import startup_breakdown
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import first_line
@@ -75,6 +77,8 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     startup = startup_breakdown(text, phases.get("startup_s")).as_dict()
     startup["compile_cache"] = cache_state(startup["compile_cache"], "compile" in startup["steps"], cache_before,
                                            cache_entries(env))
+    if server.cpu is not None:
+        startup["cpu"] = server.cpu.as_dict()  # what the start-up got of the CPU (engine/starvation.py)
     if log_path != Path(spec.log_path):  # a node-local copy: its content travels back in the result
         shutil.rmtree(log_path.parent, ignore_errors=True)
     lines = text.splitlines()
@@ -83,7 +87,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     return TrialResult(spec.number, got.failure, got.metrics, phases, got.records, stop, tail,
                        socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, got.server_view,
                        got.probes, got.early, kv_lines, driver.health(), capped_log(text), got.outputs,
-                       got.outputs_error, startup)
+                       got.outputs_error, startup, got.cpu)
 
 
 @dataclass
@@ -98,6 +102,7 @@ class _Measured:
     early: dict = field(default_factory=dict)
     outputs: tuple = ()
     outputs_error: str = ""
+    cpu: dict = field(default_factory=dict)  # what the server got of the CPU while measured (CpuShare.as_dict)
 
 
 def _boot_and_measure(server: VllmServer, spec: TrialSpec, driver: Driver, report, phases: dict) -> _Measured:
@@ -105,6 +110,8 @@ def _boot_and_measure(server: VllmServer, spec: TrialSpec, driver: Driver, repor
     report("starting")
     t = time.monotonic()
     failure = gpucheck.before_start(server, spec.params, spec.vllm_args)  # Ray's GPUs, their free memory
+    if failure is None:
+        bind_free_cores(server)  # on CPU: cores no other vLLM server (production?) is bound to
     started = failure is None and server.start()
     phases["startup_s"] = time.monotonic() - t
     if not started:
@@ -116,6 +123,22 @@ def _boot_and_measure(server: VllmServer, spec: TrialSpec, driver: Driver, repor
     reset = reset_prefix_cache(server.base_url)
     phases["warmup_s"] = time.monotonic() - t
     t = time.monotonic()
+    got = _measure(server, spec, driver, report)
+    got.metrics["prefix_cache_reset"] = float(reset)
+    phases["replay_s"] = time.monotonic() - t
+    if spec.regression and got.failure is None and not got.early:
+        report("checking outputs")
+        t = time.monotonic()
+        got.outputs, got.outputs_error = _outputs(server.base_url, spec)
+        phases["outputs_s"] = time.monotonic() - t
+    return got
+
+
+def _measure(server: VllmServer, spec: TrialSpec, driver: Driver, report) -> _Measured:
+    """Replay the workload once, or search the goodput rate; and what the server got of the CPU
+    meanwhile (engine/starvation.py: recorded, not judged here)."""
+    watch = CpuWatch(server.proc.pid)
+    watch.sample()
     got = _Measured()
     if spec.mode == "goodput":
         report("searching rate")
@@ -126,13 +149,7 @@ def _boot_and_measure(server: VllmServer, spec: TrialSpec, driver: Driver, repor
             server.base_url, spec, spec.workload.requests, stopper(spec, driver))
         got.failure = runtime_failure(server, got.records) or (None if got.early else validity.check(
             spec.workload, got.records, got.metrics, got.server_view, spec.max_lag_p50_ms, spec.min_rate_ratio))
-    got.metrics["prefix_cache_reset"] = float(reset)
-    phases["replay_s"] = time.monotonic() - t
-    if spec.regression and got.failure is None and not got.early:
-        report("checking outputs")
-        t = time.monotonic()
-        got.outputs, got.outputs_error = _outputs(server.base_url, spec)
-        phases["outputs_s"] = time.monotonic() - t
+    got.cpu = watch.judge().as_dict()
     return got
 
 

@@ -60,7 +60,7 @@ def write_result(trial_dir: Path, params: dict, result) -> Failure | None:
     body = {"trial": result.number, "params": params, "host": result.host, "port": result.port,
             "failure": asdict(result.failure) if result.failure else None, "metrics": dict(result.metrics),
             "phases_s": dict(result.phases), "server": dict(result.server), "early_stop": dict(result.early_stop),
-            "rate_search": list(result.probes), "startup": dict(result.startup)}
+            "rate_search": list(result.probes), "startup": dict(result.startup), "replay_cpu": dict(result.replay_cpu)}
     try:
         write_atomically(trial_dir / "result.json", json.dumps(_finite(body), indent=1, sort_keys=True))
     except OSError as exc:

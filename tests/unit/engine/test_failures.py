@@ -55,6 +55,20 @@ def test_healthy_but_slow_server_log_is_a_timeout_not_a_flag_problem():
     assert "startup_timeout_s" in f.remedy
 
 
+def test_a_timeout_at_the_binding_notice_names_the_last_line_before_it():
+    # A real start-up that stalled as its worker started: the log ends with vLLM's binding notice,
+    # which says which cores, not what went wrong.
+    f = startup("stalled_at_binding.log", returncode=None, timed_out=True)
+    assert f.kind == "timeout"
+    assert "DP group leader" in f.evidence
+    assert "reserved_cpus" not in f.evidence and "core ids" not in f.evidence
+
+
+def test_a_crash_at_the_binding_notice_names_the_last_line_before_it_too():
+    f = startup("stalled_at_binding.log", returncode=-9, timed_out=False)
+    assert f.kind == "crash" and "DP group leader" in f.evidence
+
+
 @pytest.mark.parametrize("line, kind, fits", [
     ("ValueError: To serve at least one request with the models's max seq len (32768), (2.0 GiB KV cache "
      "is needed ...). Based on the available memory, the estimated maximum model length is 9216.", "kv_too_small", 9216),

@@ -1,0 +1,251 @@
+"""Whether a vLLM server got the CPU it was given while it started (`CpuWatch`).
+
+A server that cannot get a core stalls like one that hangs: its log just stops. vLLM on CPU binds
+its worker to cores (VLLM_CPU_OMP_THREADS_BIND; "auto" takes the first cores), and a trial's
+server runs at Ray's worker priority (nice 15): on a core that another process keeps busy at
+normal priority it gets a few percent of it (measured: 0.02 of a core over 40 s, waiting for a
+CPU 97% of the time), and its start-up times out through no fault of its flags.
+
+`CpuWatch` samples, every SAMPLE_S while the server starts, the CPU time of every process
+(psutil), the run-queue wait of the server's processes (/proc/<pid>/schedstat, the main thread)
+and each core's busy time (/proc/stat). `judge()` reads the window since the server bound itself
+to cores (the first sample where one of its processes may run on fewer cores than its owner) or,
+when it never did or that window is shorter than MIN_WINDOW_S, the whole start-up. The server's
+cores are the ones it bound itself to, else every core its owner may use. It was starved when,
+over the window, all three hold:
+
+    used    its process group used less than STARVED_CORES of one core (a start-up that gets its
+            CPU keeps about one core busy: import, weights, compile and the KV cache, one at a time);
+    waited  its processes' main threads waited for a CPU at least WAITED_SHARE of the time
+            (skipped where the kernel keeps no schedstat): a server stuck on a lock or the network
+            waits for nothing and is not starved;
+    others  other processes took at least OTHERS_BUSY of its cores' time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from optimizer.engine.failures import Failure
+
+STARVED_CORES = 0.25
+WAITED_SHARE = 0.5
+OTHERS_BUSY = 0.5
+MIN_WINDOW_S = 5.0  # two or three samples: the counters are cumulative, so that is enough to read a share
+SAMPLE_S = 2.0
+NAMED = 3  # the busiest other processes named
+NAMED_MIN_CORES = 0.05  # below this share of a core a process is not worth naming
+LABEL_CHARS = 60
+BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
+
+Key = tuple  # (pid, create time): a pid the OS reuses is another process
+
+
+@dataclass(frozen=True)
+class _Sample:
+    at: float
+    cpu: dict  # Key -> CPU seconds (user + system), every process
+    members: dict  # Key -> its main thread's run-queue wait in seconds (nan: unknown), the group's processes
+    bound: frozenset  # cores the group's processes are bound to, narrower than the owner's
+    cores: dict  # core -> busy seconds
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """Another process that used the server's cores."""
+
+    pid: int
+    label: str  # its command, short
+    cores: float  # the CPU it used over the window, in cores (1.0: one core all the time)
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """What a server's start-up got of the CPU over the judged window."""
+
+    seconds: float  # the window's length
+    used: float  # the server's process group, in cores
+    waited: float | None  # its main threads' run-queue wait, per second of the window (None: unknown)
+    cores: tuple[int, ...]  # the cores it ran on (bound to, else all its owner may use)
+    others_busy: float  # the share of those cores' time other processes took
+    others: tuple[Neighbour, ...] = ()  # the busiest of them, busiest first
+    since_bind: bool = False  # the window starts where the server bound itself to its cores
+    min_window_s: float = MIN_WINDOW_S  # a shorter window says nothing
+
+    @property
+    def starved(self) -> bool:
+        return (self.seconds >= self.min_window_s and self.used < STARVED_CORES and self.others_busy >= OTHERS_BUSY
+                and (self.waited is None or self.waited >= WAITED_SHARE))
+
+    def describe(self) -> str:
+        """One line, the other processes first (a console shows the start of it)."""
+        who = ", ".join(f"pid {n.pid} ({n.label}) {n.cores:.2f} core" for n in self.others) or "none named"
+        wait = f", waiting for a CPU {min(self.waited, 1.0):.0%} of the time" if self.waited is not None else ""
+        since = "since its worker bound itself there" if self.since_bind else "of its start-up"
+        return (f"core(s) {cpu_list(self.cores)} went to other processes ({self.others_busy:.0%} of their time: {who}); "
+                f"the server's processes used {self.used:.2f} of a core{wait}, over {self.seconds:.0f} s {since}")
+
+    def as_dict(self) -> dict:
+        return {"seconds": round(self.seconds, 1), "used_cores": round(self.used, 3),
+                "waited": None if self.waited is None else round(self.waited, 3), "cores": list(self.cores),
+                "others_busy": round(self.others_busy, 3), "since_bind": self.since_bind, "starved": self.starved,
+                "others": [{"pid": n.pid, "label": n.label, "cores": round(n.cores, 3)} for n in self.others]}
+
+
+@dataclass
+class CpuWatch:
+    """Samples a starting server's process group `pgid` (call `maybe_sample()` as it starts, `judge()` at the end)."""
+
+    pgid: int
+    owner_cores: frozenset = field(default_factory=lambda: frozenset(os.sched_getaffinity(0)))
+    samples: list = field(default_factory=list)
+
+    def maybe_sample(self) -> None:
+        """A sample, unless the last one is younger than SAMPLE_S."""
+        if not self.samples or time.monotonic() - self.samples[-1].at >= SAMPLE_S:
+            self.sample()
+
+    def sample(self) -> None:
+        self.samples.append(self._sample())
+
+    def judge(self, min_window_s: float | None = None) -> CpuShare:
+        """What the server got of the CPU (module docstring), from a last sample taken now."""
+        min_window_s = MIN_WINDOW_S if min_window_s is None else min_window_s
+        self.sample()
+        end = self.samples[-1]
+        first_bound = next((i for i, s in enumerate(self.samples) if s.bound), None)
+        since_bind = first_bound is not None and end.at - self.samples[first_bound].at >= min_window_s
+        window = self.samples[first_bound if since_bind else 0:]
+        start, seconds = window[0], max(end.at - window[0].at, 1e-9)
+        cores = tuple(sorted(set().union(*(s.bound for s in window)) or self.owner_cores))
+        used_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members})
+        waited_s = _group_delta(window, lambda s: s.members)
+        busy_s = sum(end.cores.get(c, 0.0) - start.cores.get(c, 0.0) for c in cores)
+        # All of the group's CPU is taken off those cores' busy time, though some may have run on
+        # others (its unbound processes): the others' share is a lower bound.
+        others_busy = max(0.0, busy_s - used_s) / (seconds * len(cores))
+        members = set().union(*(s.members for s in window))
+        return CpuShare(seconds, used_s / seconds, None if math.isnan(waited_s) else waited_s / seconds, cores,
+                        min(others_busy, 1.0), _neighbours(start, end, members, set(cores), seconds), since_bind,
+                        min_window_s)
+
+    def _sample(self) -> _Sample:
+        cpu, members, bound = {}, {}, set()
+        for proc in psutil.process_iter(["create_time", "cpu_times"]):
+            times = proc.info["cpu_times"]
+            if times is None:
+                continue
+            key = (proc.pid, proc.info["create_time"])
+            cpu[key] = times.user + times.system
+            try:
+                if os.getpgid(proc.pid) != self.pgid:
+                    continue
+            except OSError:
+                continue
+            members[key] = _run_queue_wait(proc.pid)
+            try:
+                allowed = set(proc.cpu_affinity())
+            except (OSError, psutil.Error):
+                continue
+            if allowed and not allowed >= self.owner_cores:
+                bound |= allowed
+        return _Sample(time.monotonic(), cpu, members, frozenset(bound), core_busy_seconds())
+
+
+def _group_delta(window: list[_Sample], values) -> float:
+    """The growth of a per-member counter over the window: each member's last value in the window
+    less its value at the window's start (0 for one started since); nan if any value is unknown."""
+    last: dict = {}
+    for s in window:
+        last.update(values(s))
+    first = values(window[0])
+    return sum(v - first.get(k, 0.0) for k, v in last.items())
+
+
+def _neighbours(start: _Sample, end: _Sample, members: set, cores: set, seconds: float) -> tuple[Neighbour, ...]:
+    """The busiest processes outside the group (and other than this one) that ran on `cores`: bound
+    to them, or allowed there and last seen on one of them."""
+    found = []
+    for key, total in end.cpu.items():
+        share = (total - start.cpu.get(key, 0.0)) / seconds
+        if key in members or key[0] == os.getpid() or share < NAMED_MIN_CORES:
+            continue
+        try:
+            proc = psutil.Process(key[0])
+            allowed = set(proc.cpu_affinity())
+            if not (allowed <= cores or (allowed & cores and proc.cpu_num() in cores)):
+                continue
+            found.append(Neighbour(key[0], process_label(proc), share))
+        except (psutil.Error, OSError):
+            continue
+    return tuple(sorted(found, key=lambda n: -n.cores)[:NAMED])
+
+
+def process_label(proc: psutil.Process) -> str:
+    """A process's command, short: the program's base name and its first arguments."""
+    try:
+        argv = proc.cmdline()
+    except (psutil.Error, OSError):
+        argv = []
+    if not argv:
+        try:
+            return proc.name()[:LABEL_CHARS]
+        except (psutil.Error, OSError):
+            return "?"
+    text = " ".join(" ".join([os.path.basename(argv[0]), *argv[1:]]).split())  # a process title pads with blanks
+    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 3] + "..."
+
+
+def _run_queue_wait(pid: int) -> float:
+    """Seconds the process's main thread spent runnable but waiting for a CPU (nan: not kept)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return math.nan
+
+
+def core_busy_seconds(stat: str = "/proc/stat") -> dict[int, float]:
+    """Each core's busy time since boot, in seconds: everything but idle and I/O wait (a hypervisor's
+    steal counts as busy: that time went to someone else)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = {}
+    try:
+        with open(stat) as f:
+            for line in f:
+                name, *fields = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and len(fields) >= 8:
+                    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+                    busy[int(name[3:])] = (user + nice + system + irq + softirq + steal) / tick
+    except (OSError, ValueError):
+        return {}
+    return busy
+
+
+def cpu_list(cores) -> str:
+    """Cores as vLLM and taskset write them: "0-3,6"."""
+    out: list[str] = []
+    ordered = sorted(set(cores))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def starved_failure(share: CpuShare, owner_cores=None) -> Failure:
+    """The failure of a start-up that timed out starved (`share.starved`): infrastructure, never the flags."""
+    spare = sorted(set(owner_cores if owner_cores is not None else os.sched_getaffinity(0)) - set(share.cores))
+    bind = (f'bind trial servers to other cores (engine.env {BIND_VAR}: "{cpu_list(spare)}"), or ' if spare
+            else "no other core is free here: ")
+    return Failure("infra", f"start-up starved of CPU: {share.describe()}"[:1000],
+                   f"{bind}run trials on another node (ray.resources) or while those processes are idle; "
+                   "the trial is queued again")

@@ -1,0 +1,170 @@
+"""engine/starvation.py: what a starting server's process group got of the CPU, judged on real
+processes: a "server" (a process group of its own) pinned to a core at the lowest priority, as a
+trial's server runs at Ray's worker priority, beside a busy loop pinned to the same core."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from optimizer.engine import starvation
+from optimizer.engine.starvation import CpuShare, CpuWatch, Neighbour, cpu_list, starved_failure
+from optimizer.engine.vllm import VllmServer
+from tests.unit.engine.processes import kill_tree
+
+pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores: one bound, one not")
+
+CORE = max(os.sched_getaffinity(0))
+READY = "print('ready', flush=True)\n"
+SPIN, SLEEP = READY + "while True: pass", READY + "import time; time.sleep(600)"
+
+
+def _start(code: str, core: int | None = None, nice: int = 0, own_group: bool = False, readies: int = 1):
+    """A Python process running `code`, niced and pinned to `core` as soon as it exists; returned once
+    it (and its children: `readies` in all) said ready, past the interpreter's start-up: what is
+    measured is the loop, or the sleep."""
+    p = subprocess.Popen([sys.executable, "-c", code], process_group=0 if own_group else None,
+                         stdout=subprocess.PIPE, text=True)
+    os.setpriority(os.PRIO_PROCESS, p.pid, nice)
+    if core is not None:
+        os.sched_setaffinity(p.pid, {core})
+    for _ in range(readies):
+        assert p.stdout.readline() == "ready\n"
+    return p
+
+
+@pytest.fixture
+def processes():
+    """Start processes (`_start`); each is killed afterwards with its children, or its whole group."""
+    started = []
+    yield lambda *a, **k: started.append((_start(*a, **k), k.get("own_group", False))) or started[-1][0]
+    for p, own_group in started:
+        if own_group:
+            os.killpg(p.pid, signal.SIGKILL)
+        else:
+            kill_tree(p.pid)
+        p.wait()
+
+
+def _watch(server: subprocess.Popen, seconds: float) -> CpuWatch:
+    watch = CpuWatch(server.pid)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        watch.sample()
+        time.sleep(0.5)
+    return watch
+
+
+def test_a_server_kept_off_its_core_is_starved_and_the_busy_process_is_named(processes):
+    busy = processes(SPIN, CORE)
+    server = processes(SPIN, CORE, nice=19, own_group=True)
+    watch = _watch(server, 1.0)
+    assert not watch.judge(min_window_s=2).starved  # too short a window says nothing
+    time.sleep(1.5)
+    share = watch.judge(min_window_s=2)
+    assert share.starved, share.describe()
+    assert share.cores == (CORE,) and share.since_bind  # the core it bound itself to
+    assert share.used < starvation.STARVED_CORES and share.waited >= starvation.WAITED_SHARE
+    assert busy.pid in [n.pid for n in share.others], share.describe()
+    assert next(n.label for n in share.others if n.pid == busy.pid).endswith("while True: pass")
+
+
+def test_a_server_alone_on_its_core_got_it(processes):
+    server = processes(SPIN, CORE, own_group=True)
+    share = _watch(server, 2.5).judge(min_window_s=2)
+    assert not share.starved and share.used > starvation.STARVED_CORES, share.describe()
+
+
+def test_a_server_that_sleeps_on_a_busy_core_waits_for_nothing_and_is_not_starved(processes):
+    # A start-up stuck on a lock or the network uses no CPU either, but it is not waiting for one.
+    processes(SPIN, CORE)
+    server = processes(SLEEP, CORE, nice=19, own_group=True)
+    share = _watch(server, 2.5).judge(min_window_s=2)
+    assert share.others_busy >= starvation.OTHERS_BUSY and share.used < 0.05
+    assert share.waited is not None and share.waited < 0.1
+    assert not share.starved
+
+
+def test_a_server_that_never_binds_itself_is_judged_on_every_core_its_owner_may_use(processes):
+    server = processes(SLEEP, own_group=True)
+    share = _watch(server, 0.5).judge(min_window_s=0.1)
+    assert share.cores == tuple(sorted(os.sched_getaffinity(0))) and not share.since_bind
+
+
+def test_the_group_counts_every_process_of_the_group_and_only_those(processes):
+    # The group: a sleeping leader and its spinning child (a server's work is in its grandchildren);
+    # a spinning process outside the group does not count.
+    outside = processes(SPIN)
+    code = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {SPIN!r}])\n{SLEEP}"
+    server = processes(code, own_group=True, readies=2)
+    child = psutil.Process(server.pid).children()[0]
+    watch = CpuWatch(server.pid)
+    watch.sample()
+    before = sum(child.cpu_times()[:2])
+    time.sleep(2.0)
+    share = watch.judge(min_window_s=1)
+    spent = sum(child.cpu_times()[:2]) - before
+    assert abs(share.used * share.seconds - spent) < 0.15, (share.describe(), spent)  # the child's CPU, no more
+    assert outside.pid not in {k[0] for sample in watch.samples for k in sample.members}
+
+
+def test_a_timed_out_start_up_spent_starved_is_infra_naming_the_busy_process(tmp_path, processes, monkeypatch):
+    monkeypatch.setattr(starvation, "MIN_WINDOW_S", 2.5)
+    monkeypatch.setattr(starvation, "SAMPLE_S", 0.5)
+    busy = processes(SPIN, CORE)
+    exe = tmp_path / "starved-python"  # stands for vLLM: binds itself to the busy core and computes, never serving
+    exe.write_text(f"#!{sys.executable}\nimport os\nos.nice(19)\nos.sched_setaffinity(0, {{{CORE}}})\n{SPIN}\n")
+    exe.chmod(0o755)
+    with VllmServer("m", [], tmp_path / "log", python=str(exe), startup_timeout=4) as server:
+        assert server.state == "failed"
+    f = server.failure
+    assert f.kind == "infra" and f.evidence.startswith("start-up starved of CPU:"), f
+    assert f"pid {busy.pid} (" in f.evidence and f"core(s) {CORE}" in f.evidence
+    assert "VLLM_CPU_OMP_THREADS_BIND" in f.remedy and "ray.resources" in f.remedy and "queued again" in f.remedy
+    assert server.cpu.starved and server.cpu.as_dict()["starved"] is True
+
+
+def test_a_timed_out_start_up_that_got_its_cpu_stays_a_timeout(tmp_path, monkeypatch):
+    monkeypatch.setattr(starvation, "MIN_WINDOW_S", 1.0)
+    exe = tmp_path / "slow-python"
+    exe.write_text(f"#!{sys.executable}\nimport time\nprint('still loading', flush=True)\ntime.sleep(600)\n")
+    exe.chmod(0o755)
+    with VllmServer("m", [], tmp_path / "log", python=str(exe), startup_timeout=2) as server:
+        pass
+    assert server.failure.kind == "timeout" and server.failure.evidence == "still loading"
+    assert not server.cpu.starved
+
+
+def _share(**kw) -> CpuShare:
+    base = dict(seconds=40.0, used=0.02, waited=0.97, cores=(0,), others_busy=0.99,
+                others=(Neighbour(4242, "vllm serve /models/prod", 0.98),), since_bind=True)
+    return CpuShare(**{**base, **kw})
+
+
+def test_the_judgement_needs_little_cpu_a_wait_for_one_and_busy_cores():
+    assert _share().starved
+    assert not _share(used=0.5).starved  # it got its CPU: slow for another reason
+    assert not _share(waited=0.1).starved  # it waited for nothing (a lock, the network)
+    assert _share(waited=None).starved  # no schedstat on this kernel: the other two decide
+    assert not _share(others_busy=0.2).starved  # its cores were idle: nobody took them
+    assert not _share(seconds=3.0).starved  # too short to say
+
+
+def test_the_failure_names_the_process_and_the_cores_to_bind_to_instead():
+    f = starved_failure(_share(), owner_cores={0, 1, 2})
+    assert f.kind == "infra"
+    assert f.evidence.startswith("start-up starved of CPU: core(s) 0 went to other processes (99% of their time: "
+                                 "pid 4242 (vllm serve /models/prod) 0.98 core); the server's processes used 0.02 "
+                                 "of a core, waiting for a CPU 97% of the time, over 40 s since its worker bound itself there")
+    assert 'engine.env VLLM_CPU_OMP_THREADS_BIND: "1-2"' in f.remedy and "ray.resources" in f.remedy
+    alone = starved_failure(_share(cores=(0, 1)), owner_cores={0, 1})
+    assert "no other core is free here" in alone.remedy and "ray.resources" in alone.remedy
+
+
+def test_cpu_lists_are_written_as_vllm_reads_them():
+    assert cpu_list([6, 0, 1, 2, 3]) == "0-3,6"
+    assert cpu_list({5}) == "5" and cpu_list([]) == ""
