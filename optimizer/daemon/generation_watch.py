@@ -38,6 +38,7 @@ class GenerationWatch:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "GenerationWatch":
+        self.observer.beats = False  # the driver's loop beats; this thread must not stand in for it
         self._thread = threading.Thread(target=self._run, name="optimizer-watch", daemon=True)
         self._thread.start()
         return self
@@ -50,6 +51,7 @@ class GenerationWatch:
         stopping = kind is not None and issubclass(kind, KeyboardInterrupt) and not issubclass(kind, shutdown.Handoff)
         if self._thread is not None:
             self._thread.join(timeout=1.0 if stopping else 60.0)
+        self.observer.beats = True
         shutdown.handoff.clear()
 
     def _run(self) -> None:

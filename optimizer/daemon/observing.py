@@ -38,6 +38,7 @@ class Observer:
         self.state, self.console = state, console
         self.on_saturated = on_saturated  # called with the window when a saturated episode starts
         self.saturated = False
+        self.beats = True  # its reports refresh the heartbeat (False while another thread reads: generation_watch)
         self.source = make_source(live)
         self.watch: dict = {"source": self.source.describe(), "last_check": None, "last_change": None}
         self.not_before = 0.0  # Prometheus: no window ending before this is used
@@ -104,12 +105,12 @@ class Observer:
             self.console.print(f"  {text}")
         self._kind = kind
         self.watch["note"] = text
-        self.state.set(watch=self.watch)
+        self.state.put({"watch": self.watch}, beat=self.beats)
 
     def _error(self, text: str | None) -> None:
         """`last_error` for the source's own failures; clears only what it set itself."""
         if text or self._erred:
-            self.state.set(last_error=text)
+            self.state.put({"last_error": text}, beat=self.beats)
         self._erred = bool(text)
 
     def first(self) -> Path:

@@ -57,6 +57,11 @@ class StatusState:
     def set(self, **fields) -> None:
         """Replace top-level fields (copied in, so the caller may keep mutating its dicts);
         also refreshes the heartbeat. Raises ValueError on an unknown `state` or a computed field."""
+        self.put(fields, beat=True)
+
+    def put(self, fields: dict, beat: bool) -> None:
+        """`set`, refreshing the heartbeat only with `beat`: a thread beside the driver's loop (the
+        watch during a generation) must not make a stuck loop look alive."""
         if "state" in fields and fields["state"] not in STATES:
             raise ValueError(f"status state {fields['state']!r} is not one of {', '.join(STATES)}")
         reserved = sorted(set(fields) & set(_COMPUTED))
@@ -65,7 +70,8 @@ class StatusState:
         fields = copy.deepcopy(fields)
         with self._lock:
             self._fields.update(fields)
-            self._heartbeat = time.monotonic()
+            if beat:
+                self._heartbeat = time.monotonic()
 
     def beat(self) -> None:
         """Refresh the heartbeat only (the driver calls it from its loops)."""

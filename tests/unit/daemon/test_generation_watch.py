@@ -65,3 +65,14 @@ def test_a_change_that_does_not_last_is_forgotten(tmp_path):
     with watch:
         run_until(lambda: "did not last" in out.getvalue())
     assert watch.seen is None and "the change did not last" in out.getvalue()
+
+
+def test_reads_during_a_generation_do_not_make_a_stuck_driver_look_alive(tmp_path):
+    d, out, watch = watched(tmp_path, lambda n: window(1), "wait")
+    d.state.set(state="tuning")
+    with watch:
+        time.sleep(0.6)  # the thread reads every 0.01 s meanwhile
+        age = d.state.heartbeat_age()
+        checked = d.state.snapshot()["watch"]["last_check"]
+    assert age >= 0.5 and checked is not None  # /status is live, the heartbeat is the driver's alone
+    assert d.observer.beats
