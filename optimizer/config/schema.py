@@ -209,7 +209,7 @@ class DaemonSpec(_Strict):
     on_change: Literal["auto", "wait", "abort"] = Field(
         "auto", description="a traffic change seen while a generation tunes (live sources): 'wait' for the "
         "generation to end, 'abort' it (its finished trials kept) and start on the new traffic, 'auto': abort "
-        "only when the new traffic saturates the servers")
+        "only when the traffic turned saturated and what arrives changed")
     publish: PublishSpec = Field(default_factory=PublishSpec)
     status_host: str = "127.0.0.1"
     status_port: int = Field(8321, ge=0, le=65535)

@@ -11,7 +11,10 @@ traffic the generation tunes on (workload/drift.py) is said at once, on the cons
     abort   the generation ends now (shutdown.Handoff, checked by the driver's loops: the
             running trials are stopped and queued again, the finished ones kept), and the next
             one starts on the new traffic
-    auto    abort when the new traffic saturates the servers (traffic/window.py), else wait
+    auto    abort when the traffic turned saturated (traffic/window.py: the generation's own
+            window was not) and what arrives changed (a length quantile or the rate moved, not
+            only the requests in flight: a trial slowing a production server on the same machine
+            fills its backlog too, and must not end its own generation); else wait
 
 A change that does not last (the traffic is back within the threshold) is forgotten.
 """
@@ -25,10 +28,14 @@ from optimizer import shutdown
 from optimizer.workload import drift
 
 
+ONLY_LOAD = ("in flight", "burstiness", "prefix-cache")  # what moves when the servers slow, not the arrivals
+
+
 class GenerationWatch:
     def __init__(self, observer, shape: drift.Shape, threshold: float, poll_s: float, on_change: str,
-                 console, generation: int):
+                 console, generation: int, tuned_saturated: bool = False):
         self.observer, self.shape, self.threshold, self.poll_s = observer, shape, threshold, poll_s
+        self.tuned_saturated = tuned_saturated  # the generation's own window was saturated
         self.on_change, self.console, self.generation = on_change, console, generation
         self.seen: float | None = None  # when a change was first seen (None: the same traffic)
         self.moved: list[str] = []
@@ -73,7 +80,9 @@ class GenerationWatch:
             self.observer.watch["last_change"] = None
             return
         self.moved, self.saturated = moved, self.saturated or w.saturated
-        abort = self.on_change == "abort" or (self.on_change == "auto" and w.saturated)
+        arriving = [m for m in moved if not m.startswith(ONLY_LOAD)]
+        abort = self.on_change == "abort" or (self.on_change == "auto" and w.saturated and not self.tuned_saturated
+                                              and bool(arriving))
         if self.seen is None:
             self.seen = time.time()
             self.observer.watch["last_change"] = self.seen

@@ -251,12 +251,12 @@ class Daemon:
         if self.observer is None or source is None:
             return None
         try:
-            shape = drift.shape_of_window(window_mod.read(source))
+            window = window_mod.read(source)
         except ConfigError:
             return None
         self._generation_no = n
-        return GenerationWatch(self.observer, shape, self.d.threshold, self.d.poll_s, self.d.on_change,
-                               self.console, n)
+        return GenerationWatch(self.observer, drift.shape_of_window(window), self.d.threshold, self.d.poll_s,
+                               self.d.on_change, self.console, n, tuned_saturated=window.saturated)
 
     def _saturated(self, window) -> None:
         """A saturated episode began: the webhook hears of it (when one is configured)."""

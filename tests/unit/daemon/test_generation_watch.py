@@ -76,3 +76,25 @@ def test_reads_during_a_generation_do_not_make_a_stuck_driver_look_alive(tmp_pat
         checked = d.state.snapshot()["watch"]["last_check"]
     assert age >= 0.5 and checked is not None  # /status is live, the heartbeat is the driver's alone
     assert d.observer.beats
+
+
+def test_auto_does_not_end_a_generation_for_load_alone_or_when_it_was_tuned_on_saturated_traffic(tmp_path):
+    """A trial slowing production (only the requests in flight moved, saturated) and a generation
+    already tuned on an overload (its window saturated too) both wait; a real change would not."""
+    from optimizer.workload.drift import Shape
+    base = drift.shape_of_window(window(1))
+    loaded = replace(window(1, requests=10.0), backlog_growth=30.0, concurrency=20.0)  # the same 40 arrivals
+    d, out, watch = watched(tmp_path, lambda n: loaded, "auto")
+    watch.shape = replace(base, concurrency=3.0)
+    with watch:
+        run_until(lambda: watch.seen is not None)
+        time.sleep(0.1)
+    assert "in flight" in " ".join(watch.moved) and all(m.startswith("in flight") for m in watch.moved)
+    assert not watch.aborted and "it goes on" in out.getvalue()
+    d2, out2, again = watched(tmp_path, lambda n: replace(window(4), backlog_growth=30.0), "auto")
+    again.tuned_saturated = True
+    with again:
+        run_until(lambda: again.seen is not None)
+        time.sleep(0.1)
+    assert not again.aborted and not shutdown.handoff.is_set()
+    assert isinstance(base, Shape)
