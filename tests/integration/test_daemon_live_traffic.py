@@ -360,7 +360,11 @@ def test_a_gain_beyond_noise_is_published_everywhere(live):
     deployed = yaml.safe_load((live["root"] / "deploy" / "vllm.yaml").read_text())
     assert deployed == rec["config"]
     assert 'vllm_optimizer_recommendation_info{' in live["metrics"] and 'generation="1"' in live["metrics"]
-    assert len(Receiver.got) == 2 and Receiver.got[1]["flags"] == rec["flags"]  # the 503 was retried
+    published = [b for b in Receiver.got if b["event"] == "published"]
+    assert len(published) == 2 and published[1]["flags"] == rec["flags"]  # the 503 was retried
+    assert published[1]["decision"]["code"] == "published"
+    saturated = [b for b in Receiver.got if b["event"] == "saturated"]  # the overload during generation 2
+    assert saturated and saturated[0]["window"]["backlog_growth"] > 0
     webhook = live["published"]["publish"].get("webhook") or {}
     assert webhook.get("url", "").endswith("/deploy")
 
