@@ -217,8 +217,9 @@ class Daemon:
                     for why in dropped:
                         self.console.print(f"  warm start dropped: {why}")
                     progress.generation = n
-                    self.state.set(watch={"source": str(source) if source else None, "last_check": time.time(),
-                                          "last_change": trigger})
+                    if self.observer is None:  # a live watch keeps its own (the observer's) in /status
+                        self.state.set(watch={"source": str(source) if source else None, "last_check": time.time(),
+                                              "last_change": trigger})
         except KeyboardInterrupt:
             self.state.set(state="stopping", running=None)
             self.console.print("stopped: the running trial (if any) was told FAIL (interrupted) and queued again; "
