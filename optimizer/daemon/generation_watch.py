@@ -47,6 +47,7 @@ class GenerationWatch:
     def __enter__(self) -> "GenerationWatch":
         self.observer.beats = False  # the driver's loop beats; this thread must not stand in for it
         self.observer.watch["last_change"] = None  # the change that started this generation is not news
+        self.observer.state.put({"watch": self.observer.watch}, beat=False)
         self._thread = threading.Thread(target=self._run, name="optimizer-watch", daemon=True)
         self._thread.start()
         return self

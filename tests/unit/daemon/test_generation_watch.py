@@ -103,6 +103,7 @@ def test_auto_does_not_end_a_generation_for_load_alone_or_when_it_was_tuned_on_s
 def test_the_change_that_started_a_generation_is_not_news_during_it(tmp_path):
     d, out, watch = watched(tmp_path, lambda n: window(1), "wait")
     d.observer.watch["last_change"] = 123.0  # set by the watch that started this generation
+    d.state.set(watch=d.observer.watch)
     with watch:
-        time.sleep(0.1)
+        assert d.state.snapshot()["watch"]["last_change"] is None  # at once, not at the first read
     assert d.observer.watch["last_change"] is None
