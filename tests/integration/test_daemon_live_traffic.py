@@ -282,6 +282,9 @@ def live(tmp_path_factory):
             out["g3"] = d.until("generation 3", lambda s: s.get("generation") == 3, 300)
             out["figures"]["seconds_from_overload_to_generation_3"] = round(time.monotonic() - overloaded, 1)
             traffic.paused.set()
+            # Stopped once its first trial runs: not inside the generation's Ray start-up.
+            d.until("generation 3's first trial", lambda s: s.get("generation") == 3
+                    and (s.get("running") or {}).get("phase") not in (None, "queued"), 300)
             out["rc"] = d.stop()
             deadline = time.monotonic() + 15
             while sum(b.get("event") == "published" for b in Receiver.got) < 2 and time.monotonic() < deadline:
