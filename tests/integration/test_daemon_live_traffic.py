@@ -243,7 +243,9 @@ def live(tmp_path_factory):
             except ConfigError as exc:
                 out["no_series"] = str(exc).replace(prom.url, "http://127.0.0.1:<port>")
             out["sent_a"] = _sent_in(traffic, out["direct"].start, out["direct"].end)
-            out["direct_tuning"] = m.until("generation 1 from /metrics", lambda s: s.get("state") == "tuning", 180)
+            # Stopped once its first trial runs: not inside the generation's Ray start-up.
+            out["direct_tuning"] = m.until("generation 1 from /metrics", lambda s: s.get("state") == "tuning"
+                                           and (s.get("running") or {}).get("phase") not in (None, "queued"), 240)
             out["direct_rc"] = m.stop()
 
             hook_url = f"http://127.0.0.1:{hook.server_address[1]}/deploy"
