@@ -6,8 +6,7 @@ in the driver's loop; it touches the source again only after this thread has sto
 traffic the generation tunes on (workload/drift.py) is said at once, on the console and as
 `watch.last_change`; `daemon.on_change` says what follows:
 
-    wait    the generation goes on; the next one starts once it ends and a whole window of
-            the new traffic has been read (counted from when the change was first seen)
+    wait    the generation goes on; once it ends, the traffic is read afresh (daemon/loop.py)
     abort   the generation ends now (shutdown.Handoff, checked by the driver's loops: the
             running trials are stopped and queued again, the finished ones kept), and the next
             one starts on the new traffic

@@ -244,8 +244,8 @@ class Daemon:
             self.console.print(f"generation {n} ended early for the new traffic: its {finished_count(study)} finished "
                                "trial(s) are kept, the running one was stopped and queued again")
             return study, plan, True
-        finally:
-            if watch is not None and watch.seen is not None:
+        finally:  # an aborted generation's change counts from its first sight; after `wait`, the
+            if watch is not None and watch.aborted and watch.seen is not None:  # traffic is read afresh
                 self._pending = watch.seen
 
     def _generation_watch(self, n: int, source: Path | None) -> GenerationWatch | None:
