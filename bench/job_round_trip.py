@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,8 +39,7 @@ def main() -> None:
         entry = [sys.executable, "-m", "optimizer", "run", "--config", args.config, "--ray-address", "auto",
                  "--storage", storage, "--artifacts-dir", str(work / "artifacts")]
         t0 = time.monotonic()
-        job = subprocess.run([str(rayhead.RAY), "job", "submit", "--address", head.address,
-                              "--working-dir", str(ROOT), "--", *entry], capture_output=True, text=True, env=head.env)
+        job = rayhead.submit(head, ["--working-dir", str(ROOT), "--", *entry], timeout=120)
         round_trip = time.monotonic() - t0
         ended = re.search(r"Job '(\S+)' (succeeded|failed|stopped)", job.stdout + job.stderr)
         print(f"ray job submit -> {ended.group(2).upper() if ended else 'unknown: ' + job.stderr[-500:]}: "

@@ -6,6 +6,10 @@ auth on (started with RAY_AUTH_MODE=token, which its clients need too). Stopping
 kills the head's own processes, those naming its temp dir or its GCS port and their children
 (workers, a job's driver, a trial's vLLM), never another Ray on the machine: `ray stop --force`
 would kill every Ray process here, including another study's embedded one.
+
+`ray start --head` returns before the head's dashboard agent has registered: a job submitted in
+that gap is refused with "No available agent to submit job, please try again later" (seen on a
+loaded CI machine). `submit` retries that one refusal until its deadline.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +59,21 @@ def start(temp_dir: str, timeout: float = 120.0) -> Head:
     if done.returncode != 0:
         raise RuntimeError(f"ray start --head failed: {done.stdout[-2000:]}{done.stderr[-3000:]}")
     return Head(temp_dir, gcs, dashboard, env)
+
+
+NO_AGENT = "No available agent to submit job"
+
+
+def submit(head: Head, args: list[str], timeout: float = 120.0, **run_kw) -> subprocess.CompletedProcess:
+    """`ray job submit --address <head> *args`, retried while the head has no job agent yet
+    (every 2 s, up to `timeout`); returns the last attempt. `run_kw` goes to subprocess.run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = subprocess.run([str(RAY), "job", "submit", "--address", head.address, *args], capture_output=True,
+                              text=True, env=head.env, **run_kw)
+        if done.returncode == 0 or NO_AGENT not in done.stdout + done.stderr or time.monotonic() > deadline:
+            return done
+        time.sleep(2.0)
 
 
 def add_node(head: Head, resources: dict, num_cpus: int = 1, env: dict | None = None, timeout: float = 120.0) -> None:

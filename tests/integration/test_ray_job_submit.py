@@ -70,7 +70,7 @@ def ray_head():
     head = None
     try:
         head = rayhead.start(temp_dir)
-        yield {"address": head.address, "env": head.env, "temp_dir": temp_dir}
+        yield {"address": head.address, "env": head.env, "temp_dir": temp_dir, "head": head}
     finally:
         left = rayhead.stop(head) if head is not None else set()
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -81,9 +81,8 @@ def _submit(head: dict, workdir: Path, job_id: str) -> float:
     """`ray job submit --no-wait` the study in `workdir`; returns the time just before submitting."""
     entry = [sys.executable, "-m", "optimizer", "run", "--config", "study.yaml", "--ray-address", "auto"]
     t0 = time.monotonic()
-    run = subprocess.run([str(RAY), "job", "submit", "--address", head["address"], "--working-dir", str(workdir),
-                          "--submission-id", job_id, "--no-wait", "--", *entry],
-                         capture_output=True, text=True, timeout=120, env=head["env"])
+    run = rayhead.submit(head["head"], ["--working-dir", str(workdir), "--submission-id", job_id, "--no-wait", "--",
+                                        *entry], timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return t0
 
