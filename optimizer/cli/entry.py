@@ -1,12 +1,15 @@
 """The command line's entry: one parser, every command registered the same way, one error rule.
 
 Every OptimizerError becomes one line on stderr and its exit code (2 for bad input); a stop
-signal prints what the command left behind and exits 130.
+signal prints what the command left behind and exits 130 (the daemon 0), and the exit then skips
+the interpreter's last garbage collection.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import sys
 from pathlib import Path
 
@@ -55,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(getattr(command, "INTERRUPTED", run.INTERRUPTED), file=sys.stderr)
         return 130
+    finally:
+        if shutdown.requested.is_set():
+            # A stop: the interpreter's last garbage collection at exit walks everything the run built
+            # (measured: 2.6-14 s on a loaded 2-core machine; 0.5 s without it). What needs closing
+            # was closed on the way out (the storage, Ray, the servers); the kernel frees the rest.
+            atexit.register(gc.freeze)
 
 
 def _warn_untested_vllm(console: Console) -> None:

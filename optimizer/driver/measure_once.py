@@ -16,7 +16,7 @@ from optimizer.driver import poll
 from optimizer.driver import tell as outcome
 from optimizer.driver.launch import make_spec
 from optimizer.driver.plan import Plan
-from optimizer.driver.poll import note_server, phase_of, stop_task
+from optimizer.driver.poll import note_server, phase_of, stop_task, stop_tasks
 from optimizer.driver.progress import Progress
 from optimizer.driver.ray_runtime import ray_runtime, run_trial
 from optimizer.driver.resources import ray_resources
@@ -82,7 +82,7 @@ def run_task(spec: TrialSpec, plan: Plan, board, progress: Progress, runstate: R
         return lost_trial_result(spec.number, exc, phase_of(board, spec.number))
     except BaseException:
         with shutdown.deferred():
-            stop_task(ref, plan, board, spec.number, runstate, key, grace=poll.STOP_GRACE_S)
+            stop_tasks([(ref, key, f"re-measurement {spec.number}")], runstate, progress)
         raise
     finally:
         runstate.remove_server(key)

@@ -1,10 +1,22 @@
 """Watching running trials through Ray: their phases, stage checkpoints judged for early
 stop, their servers' process groups recorded, results collected; and stopping them.
+
+Every read of the board gives up at once when a stop is asked for (ray_runtime.board_get), and a
+stop signal's stop (`stop_all`) asks Ray for no answer at all, within a bound nothing slow can
+stretch. The tasks are cancelled together (each then stops its own server: SIGTERM, and SIGKILL
+after 3 s for a server not ready yet, engine/vllm.py), and the driver waits up to STOP_GRACE_S for
+the servers themselves to be gone, not for the tasks' answers; then it kills whatever is left. It
+finds the servers without Ray: the run-state's records, and the processes on this host that carry
+this run's tag (a server the board had not told of yet). The board and the trials' workers run at
+Ray's worker priority (nice 15) and can take seconds per answer on a machine busy with a vLLM
+start-up: a stop that asked them (10 s per read) took 33 s to exit. A server on another node is
+stopped by its own guard when its worker ends with the driver's Ray (engine/lifeline.py).
 """
 
 from __future__ import annotations
 
 import math
+import socket
 import time
 
 import optuna
@@ -13,8 +25,10 @@ import ray
 from optimizer.driver.launch import Running
 from optimizer.driver.plan import Plan
 from optimizer.driver.progress import Progress
-from optimizer.driver.ray_runtime import GONE, GUARD_SETTLE_S, REAPED, reap_server
+from optimizer.driver.ray_runtime import GONE, GUARD_SETTLE_S, REAPED, board_get, reap_server
 from optimizer.driver.store.driver_lock import RunState
+from optimizer.engine import lifeline
+from optimizer.engine.vllm import NOT_READY_STOP_S, group_pids
 from optimizer.errors import first_line
 from optimizer.trial import early_stop as earlystop
 from optimizer.trial.spec import lost_trial_result
@@ -28,7 +42,6 @@ def lost_server_note(exc: BaseException, found: str) -> str | None:
     """What to say of the server of a trial lost with `exc` (nothing for an error the task raised:
     its worker lives, and the task stopped its server itself)."""
     return None if isinstance(exc, ray.exceptions.RayTaskError) else LOST_SERVER.get(found)
-STOP_GRACE_S = 10  # on a stop signal: how long the trial may take to stop its server before the driver kills it
 
 
 def poll(running: list[Running], plan: Plan, board, progress: Progress, runstate: RunState,
@@ -41,10 +54,15 @@ def poll(running: list[Running], plan: Plan, board, progress: Progress, runstate
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.5)  # also how soon a stage's verdict goes back
     judge = plan.objective if plan.cfg.early_stop.enabled else None
     phases = read_phases(board)
+    heard = phases is not None  # the board answered (not one too slow, nor a stop that cannot wait)
+    phases = phases or {}
     done = []
     for r in running:
         n = r.trial.number
-        progress.phase(n, phases.get(n, "queued"), time.monotonic() - r.started)
+        if heard:
+            progress.phase(n, phases.get(n, "queued"), time.monotonic() - r.started)
+        else:
+            progress.heartbeat()  # the loop runs; the phase shown stays the last one heard
         if judge is not None:
             judge_checkpoints(board, r.trial, judge, best if best is not None else r.best, progress,
                                plan.cfg.early_stop.margin)
@@ -63,27 +81,55 @@ def poll(running: list[Running], plan: Plan, board, progress: Progress, runstate
     return done
 
 
-def stop_all(running: list[Running], plan: Plan, board, runstate: RunState, progress: Progress) -> None:
-    """Stop every running trial's task and server within STOP_GRACE_S overall (cancelled together,
-    then each reaped if still there). A server that cannot be reaped is named, and stays in the
-    run-state file so that the next start on this storage stops it."""
-    for r in running:
-        if not ray.wait([r.ref], timeout=0)[0]:
-            ray.cancel(r.ref)
+STOP_GRACE_S = NOT_READY_STOP_S + 0.5  # for the trials to stop their own servers (one not ready: SIGKILL at 3 s)
+KILL_GRACE_S = 0.5  # then the driver's SIGTERM to what is left, and SIGKILL this much later (engine/lifeline.py)
+SCAN_S = 0.2  # how often the servers' groups are looked at meanwhile
+
+
+def stop_all(running: list, plan, board, runstate: RunState, progress: Progress) -> None:
+    """Stop every running trial's task and server (study.py's `Running`s: their refs, trials and
+    run-state keys); `plan` and `board` are not needed (kept for the caller's one signature)."""
+    stop_tasks([(r.ref, r.key, f"trial {r.trial.number}") for r in running], runstate, progress)
+
+
+def stop_tasks(tasks: list[tuple], runstate: RunState, progress: Progress) -> None:
+    """Stop the tasks `(ref, run-state key, name)` and their servers within about STOP_GRACE_S +
+    KILL_GRACE_S. A server that cannot be stopped is named, and stays in the run-state file so
+    that the next start on this storage stops it."""
+    for ref, _, _ in tasks:
+        if not ray.wait([ref], timeout=0)[0]:
+            ray.cancel(ref)
+    recorded = runstate.servers()
     deadline = time.monotonic() + STOP_GRACE_S
-    for r in running:
-        try:
-            ray.get(r.ref, timeout=max(0.1, deadline - time.monotonic()))
-        except (ray.exceptions.RayError, TimeoutError):
-            pass  # cancelled, timed out or lost with its worker: its server is reaped next
-        try:  # one trial's clean-up failing must not leave the others' servers running
-            if reap_server(board, r.trial.number, timeout=5) not in (GONE, REAPED):
-                runstate.reap(r.key)
-            runstate.remove_server(r.key)
-        except Exception as exc:  # noqa: BLE001 - said, and left on record for the next start
-            progress.note(f"trial {r.trial.number}: its server could not be stopped ({type(exc).__name__}: "
-                          f"{first_line(exc)}); it stays recorded in {runstate.path.name}, and the next start "
-                          "on this storage stops it")
+    groups = _groups(recorded, runstate)
+    while any(group_pids(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(SCAN_S)
+        groups |= _groups(recorded, runstate)  # a server started just before its task was cancelled
+    for pgid in sorted(groups):
+        if group_pids(pgid):  # SIGTERM, then SIGKILL again each round: a process forked meanwhile is not missed
+            lifeline.stop_group(pgid, KILL_GRACE_S)
+    for _, key, name in tasks:
+        _settle(key, name, recorded, runstate, progress)
+
+
+def _groups(recorded: dict, runstate: RunState) -> set[int]:
+    here = socket.gethostname()
+    return {int(s["pgid"]) for s in recorded.values() if s.get("host") == here} | runstate.run_groups()
+
+
+def _settle(key: str, name: str, recorded: dict, runstate: RunState, progress: Progress) -> None:
+    """Drop the record of a server that is gone; name one that is not (it stays on record)."""
+    where = recorded.get(key)
+    try:
+        left = group_pids(int(where["pgid"])) if where and where.get("host") == socket.gethostname() else []
+        if not left:
+            runstate.remove_server(key)
+            return
+        why = f"processes {left} still there after SIGKILL"
+    except Exception as exc:  # noqa: BLE001 - said, and left on record for the next start
+        why = f"{type(exc).__name__}: {first_line(exc)}"
+    progress.note(f"{name}: its server could not be stopped ({why}); it stays recorded in {runstate.path.name}, "
+                  "and the next start on this storage stops it")
 
 
 def cancel(ref, plan: Plan, grace: float | None = None) -> None:
@@ -116,7 +162,7 @@ def note_server(board, number: int, key: str, runstate: RunState, plan: Plan) ->
     if key in runstate.servers():
         return None
     try:
-        where = ray.get(board.server_of.remote(number), timeout=10)
+        where = board_get(board.server_of.remote(number))
     except (ray.exceptions.RayError, TimeoutError):
         return None  # the board is slow or gone: try again next poll
     if not where:
@@ -129,7 +175,7 @@ def judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None,
                        margin: float = 0.0) -> None:
     """Report each new stage's value to Optuna and answer the trial: go on, or stop (it cannot win)."""
     try:
-        checkpoints = ray.get(board.take_checkpoints.remote(trial.number), timeout=10)
+        checkpoints = board_get(board.take_checkpoints.remote(trial.number))
     except (ray.exceptions.RayError, TimeoutError):
         return
     for step, payload in checkpoints:
@@ -141,16 +187,16 @@ def judge_checkpoints(board, trial: optuna.Trial, objective, best: float | None,
         progress.checkpoint(trial.number, step, value, objective, reason)
 
 
-def read_phases(board) -> dict:
-    """Every trial's phase, in one read of the board ({} if the board is slow or gone)."""
+def read_phases(board) -> dict | None:
+    """Every trial's phase, in one read of the board (None if the board is slow or gone)."""
     try:
-        return ray.get(board.get.remote(), timeout=10)
+        return board_get(board.get.remote())
     except (ray.exceptions.RayError, TimeoutError):
-        return {}
+        return None
 
 
 def phase_of(board, number: int, default: str = "starting") -> str:
     try:
-        return ray.get(board.get.remote(), timeout=10).get(number, default)
+        return board_get(board.get.remote()).get(number, default)
     except (ray.exceptions.RayError, TimeoutError):
         return default

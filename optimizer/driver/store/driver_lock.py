@@ -102,12 +102,14 @@ def tagged_groups(digest: str) -> set[int]:
     """Process groups on this host led by a trial server of this storage whose driver is gone
     (never a live driver's: e.g. one started from another artifacts directory on a database
     server, which this lock does not see)."""
+    return _groups_where(lambda env: env.get(STORAGE_TAG) == digest and not _run_alive(env.get(RUN_TAG)))
+
+
+def _groups_where(wanted) -> set[int]:
+    """The process groups of this host's processes whose environment `wanted` accepts."""
     groups = set()
     for p in psutil.process_iter(["pid"]):
-        env = _env_of(p.info["pid"])
-        if env.get(STORAGE_TAG) != digest:
-            continue
-        if _run_alive(env.get(RUN_TAG)):
+        if not wanted(_env_of(p.info["pid"])):
             continue
         try:
             groups.add(os.getpgid(p.info["pid"]))
@@ -220,6 +222,11 @@ class RunState:
 
     def servers(self) -> dict:
         return dict(self._record.get("servers", {}))
+
+    def run_groups(self) -> set[int]:
+        """The process groups of this run's trial servers on this host, found by their tag (no Ray:
+        also one the board had not told of yet, or one whose board does not answer)."""
+        return _groups_where(lambda env: env.get(RUN_TAG) == self.run_id)
 
     def reap(self, key: str, timeout: float = 5.0) -> None:
         """Kill the recorded server's process group if it runs on this host (the board is gone)."""

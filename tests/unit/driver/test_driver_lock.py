@@ -292,3 +292,18 @@ def test_a_server_whose_driver_still_runs_is_never_killed(url, tmp_path, spawned
     assert rs.acquire().servers_killed == [server.pid]
     rs.release()
     _until(lambda: _gone(server.pid))
+
+
+def test_this_runs_servers_are_found_by_their_tag_and_no_others(url, tmp_path, spawned):
+    """What a stop uses to find its servers without asking Ray (driver/poll.py stop_tasks)."""
+    rs = RunState(url, tmp_path / "artifacts")
+    rs.acquire()
+    try:
+        mine = _spawn(spawned, tags=rs.server_env())
+        other = _spawn(spawned, tags={STORAGE_TAG: rs.digest, RUN_TAG: "another-run"})
+        untagged = _spawn(spawned)
+        _until(lambda: mine.pid in rs.run_groups())
+        found = rs.run_groups()
+        assert mine.pid in found and other.pid not in found and untagged.pid not in found
+    finally:
+        rs.release()
