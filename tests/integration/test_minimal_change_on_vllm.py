@@ -31,6 +31,7 @@ from optuna_dashboard import get_note
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.verdict.recommendation import MINIMAL, recommend
 from optimizer.testing.memory import memory_fraction
+from optimizer.testing.one_process import ONE_PROCESS_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ def minimal_study(tmp_path_factory):
                   "max-model-len": {"low": 1024, "high": 4096}, "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
         "workload": {"requests": 48, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
                      "output": [64, 96], "arrival": {"process": "closed", "concurrency": 16}},
-        "engine": {"extra_args": ["--enforce-eager"]},  # no torch.compile: ~20 s less per boot, same knob effects
+        "engine": {"extra_args": ["--enforce-eager"], "env": ONE_PROCESS_ENV},  # no torch.compile: ~20 s less per boot, same knob effects
         "objective": {"name": "throughput"},
         "early_stop": {"enabled": False},
         "confirm": {"top": 1, "repeats": 1, "minimal_boots": 4},

@@ -39,6 +39,7 @@ from optimizer.engine.device import read_node_memory
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.testing import ray_head as rayhead
 from optimizer.testing.memory import memory_fraction
+from optimizer.testing.one_process import ONE_PROCESS_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -137,7 +138,7 @@ def job_study(ray_head, postgres_url, tmp_path_factory):
                      "output": [16, 32], "arrival": {"process": "closed", "concurrency": 8}},
         "objective": {"name": "latency", "metric": "ttft_p95"},
         "confirm": {"top": 0},
-        "engine": {"extra_args": ["--enforce-eager"]},  # no torch.compile: ~20 s less for its one boot
+        "engine": {"extra_args": ["--enforce-eager"], "env": ONE_PROCESS_ENV},  # no torch.compile: ~20 s less for its one boot
     }
     (workdir / "study.yaml").write_text(yaml.safe_dump(cfg))
     job_id = f"study-{name}"

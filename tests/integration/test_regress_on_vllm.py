@@ -22,6 +22,7 @@ import yaml
 from optimizer.engine.device import cpu_runs_fp8_kv
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.testing.memory import memory_fraction
+from optimizer.testing.one_process import ONE_PROCESS_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,7 @@ def regress(tmp_path_factory):
            "model": {"path": str(model), "dtype": "bfloat16"},
            "baseline": {"max-num-seqs": 8, "gpu-memory-utilization": fraction, "max-model-len": 4096,
                         "kv-cache-dtype": "auto"},
-           "engine": {"extra_args": ["--enforce-eager"]},  # no torch.compile: ~30 s less a boot; both sides eager
+           "engine": {"extra_args": ["--enforce-eager"], "env": ONE_PROCESS_ENV},  # no torch.compile: ~30 s less a boot; both sides eager
            "regression": {"prompts": 8, "max_tokens": 24}}
     path = root / "study.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -37,6 +37,7 @@ from optimizer.engine.device import cpu_runs_fp8_kv, read_node_memory
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.testing.memory import memory_fraction
 from optimizer.workload.materialize import read_workload
+from optimizer.testing.one_process import ONE_PROCESS_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,7 @@ def finished_study(tmp_path_factory):
         "early_stop": {"stages": 4, "margin": 0},  # exact: the test's slow trial is far behind anyway
         "confirm": {"top": 1, "repeats": 1},
         "regression": {"enabled": True, "prompts": 4, "max_tokens": 16},
-        "engine": {"extra_args": ["--enforce-eager"]},  # no torch.compile: ~20 s less a boot; start-up is not what is tested
+        "engine": {"extra_args": ["--enforce-eager"], "env": ONE_PROCESS_ENV},  # no torch.compile: ~20 s less a boot; start-up is not what is tested
     }
     path = root / "study.yaml"
     path.write_text(yaml.safe_dump(cfg))
