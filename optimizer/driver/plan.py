@@ -23,6 +23,7 @@ from optimizer.driver.resources import largest_request
 from optimizer.driver.store.database import check_storage, normalize_url, open_storage
 from optimizer.engine.compile_cache import cache_dir, default_root
 from optimizer.engine.device import Device, detect
+from optimizer.engine.real_model import write_real_model
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.engine.vllm_version import installed_vllm
 from optimizer.errors import ConfigError, OptimizerError
@@ -101,9 +102,11 @@ def _this_machine(device: Device) -> dict:
 
 
 def load_workload(cfg: StudyConfig) -> tuple[ModelInfo, Workload]:
-    """The model (the tiny one written first if the config asks) and the workload built for it."""
+    """The model (a demo one written first if the config asks) and the workload built for it."""
     if cfg.model.tiny:
         write_tiny_model(cfg.model.path)
+    elif cfg.model.smollm2:
+        write_real_model(cfg.model.path)
     model = load_model_info(cfg.model.path, cfg.model.dtype)
     return model, build_workload(cfg.workload, Vocabulary(model.vocab_size, model.source, model.max_positions))
 
