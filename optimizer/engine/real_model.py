@@ -71,9 +71,10 @@ def write_real_model(directory: str | Path) -> Path:
     d = Path(directory)
     if is_converted(d, gguf):
         return d
-    if importlib.util.find_spec("gguf") is None:
-        raise ConfigError("model: converting the real demo model needs the package gguf; run `pip install gguf` "
-                          "(or `make setup`)")
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:  # transformers reads GGUF through gguf, and asks for accelerate to load one
+        raise ConfigError(f"model: converting the real demo model needs the package{'s' * (len(missing) > 1)} "
+                          f"{' and '.join(missing)}; run `pip install {' '.join(missing)}` (or `make setup`)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
