@@ -4,13 +4,18 @@ Counters are cumulative, so a snapshot is taken just before and just after the m
 window and the difference is kept (docs/vllm-facts.md#metrics-counters); gauges (KV-cache usage, queue length) are
 sampled during the window for their peak. The deltas let the replay cross-check its own
 token counts against the server's and show what the client cannot see: preemptions,
-prefix-cache hits, time spent queued.
+prefix-cache hits, time spent queued, and, with speculative decoding on, how many drafted
+tokens were accepted (acceptance = accepted / drafted tokens; mean accepted length = 1 +
+accepted / drafts, the tokens each verification step yields; per position, the share of drafts
+whose k-th token was accepted). With speculation off vLLM exports no such counter and the view
+has no `spec_` key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -26,6 +31,12 @@ COUNTERS = {  # our name -> vLLM's sample name (v1 engine)
     "queue_time_sum_s": "vllm:request_queue_time_seconds_sum",
     "queue_time_count": "vllm:request_queue_time_seconds_count",
 }
+SPEC_COUNTERS = {  # with --speculative-config only
+    "spec_drafts": "vllm:spec_decode_num_drafts_total",
+    "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # one series per draft position
 GAUGES = {"kv_cache_usage": "vllm:kv_cache_usage_perc", "waiting": "vllm:num_requests_waiting",
           "running": "vllm:num_requests_running"}
 
@@ -39,7 +50,11 @@ def parse(text: str) -> dict[str, float]:
             continue
         if "}" in line:  # name{labels} value [timestamp]; the last brace ends the labels
             head, _, rest = line.rpartition("}")
-            name, fields = head.split("{", 1)[0].strip(), rest.split()
+            name, _, labels = head.partition("{")
+            name, fields = name.strip(), rest.split()
+            if name == PER_POSITION:  # kept apart per position: PER_POSITION[0], [1], ...
+                position = re.search(r'position="(\d+)"', labels)
+                name = f"{name}[{position.group(1)}]" if position else name
         else:  # name value [timestamp]
             name, *fields = line.split()
         try:
@@ -126,4 +141,22 @@ def deltas(before: dict[str, float], after: dict[str, float], peaks: Peaks | Non
     out["queue_time_mean_ms"] = out.pop("queue_time_sum_s") * 1000 / count if count else math.nan
     for ours, value in (peaks.values if peaks else {}).items():
         out[f"{ours}_peak"] = value
+    out.update(speculation(before, after))
+    return out
+
+
+def speculation(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Speculative decoding during the window: drafts, drafted and accepted tokens, acceptance,
+    mean accepted length, and acceptance per draft position (`spec_accepted_pos_<k>`); {} when
+    the server drafted nothing (speculation off, or no request decoded)."""
+    out = {ours: after.get(theirs, 0.0) - before.get(theirs, 0.0) for ours, theirs in SPEC_COUNTERS.items()}
+    drafts, drafted = out["spec_drafts"], out["spec_draft_tokens"]
+    if drafts <= 0 or drafted <= 0:
+        return {}
+    out["spec_acceptance"] = out["spec_accepted_tokens"] / drafted
+    out["spec_mean_accepted_length"] = 1.0 + out["spec_accepted_tokens"] / drafts
+    positions = sorted(int(k[len(PER_POSITION) + 1:-1]) for k in after if k.startswith(PER_POSITION + "["))
+    for k in positions:
+        key = f"{PER_POSITION}[{k}]"
+        out[f"spec_accepted_pos_{k}"] = (after[key] - before.get(key, 0.0)) / drafts
     return out

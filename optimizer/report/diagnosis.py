@@ -22,6 +22,8 @@ engine/failures.py):
     queuing         requests waited, running at the cap, and the   raise max-num-seqs; check upstream concurrency
                     objective clearly behind the best
     slo_missed      COMPLETE but an SLO is exceeded                the knob that moves that SLO
+    speculation     speculative decoding on (its counters moved)   turn it off for this traffic, or draft
+                    and clearly behind the best                    fewer tokens
     light_load      running far below the cap, KV cache nearly     load harder: the result says little
                     empty, nothing queued
     behind_best     clearly behind the best, nothing above         its flags are slower here
@@ -314,6 +316,23 @@ def _slo_words(f: _Facts, key: str, excess: float | None) -> tuple[str, str]:
     return words, f"lower max-num-seqs{f.now('max-num-seqs')}: smaller batches finish each request sooner"
 
 
+def _speculation(f: _Facts, ctx: Context) -> _Found | None:
+    """Speculation costs a verification pass per step; it pays when drafts are accepted and the batch
+    has compute to spare, and loses when they are not or the batch is full."""
+    acceptance, gap = f.get("spec_acceptance"), ctx.shortfall(f.value)
+    if f.state != COMPLETE or acceptance is None or gap is None or gap <= WEAK_SHORTFALL:
+        return None
+    running, length = f.get("running_peak"), f.get("spec_mean_accepted_length")
+    at = f" at up to {_n(running)} running sequences" if running is not None else ""
+    per_step = f" ({length:.2f} tokens per step)" if length is not None else ""
+    return _Found(f"speculative decoding accepted {acceptance:.0%} of its drafted tokens{per_step}{at}; "
+                  f"{ctx.behind(f.value)}: verifying the drafts cost more than they saved",
+                  "turn speculation off for this traffic, or draft fewer tokens (num_speculative_tokens); it pays "
+                  "where outputs repeat the prompt and the batch has compute to spare",
+                  f.server_evidence("spec_acceptance", "spec_mean_accepted_length", "running_peak",
+                                    "prefix_cache_hit_rate") + f"; {ctx.metric}={_n(f.value)} best={_n(ctx.best)}")
+
+
 def _light_load(f: _Facts, ctx: Context) -> _Found | None:
     cap, running, kv = f.max_num_seqs, f.get("running_peak"), f.get("kv_cache_usage_peak")
     if f.state != COMPLETE or f.attrs.get("rate_search") or cap is None or running is None or kv is None:
@@ -356,6 +375,7 @@ _RULES = (
     _Rule("preemptions", _preemptions),  # before queuing: raising max-num-seqs would preempt more
     _Rule("queuing", _queuing),  # before slo_missed: the wait is part of TTFT, the cap the knob
     _Rule("slo_missed", _slo_missed),  # before light_load: a miss says the load mattered
+    _Rule("speculation", _speculation),  # before light_load: a light load does not explain drafts rejected
     _Rule("light_load", _light_load),
     _Rule("behind_best", _behind_best),
 )

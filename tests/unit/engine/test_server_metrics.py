@@ -16,6 +16,7 @@ from aiohttp import web
 from optimizer.engine.server_metrics import (
     COUNTERS,
     GAUGES,
+    SPEC_COUNTERS,
     Peaks,
     deltas,
     parse,
@@ -198,3 +199,28 @@ def test_settled_after_returns_at_once_when_the_server_is_gone():
 def test_parse_ignores_a_sample_timestamp():
     snap = parse("vllm:num_requests_waiting 3 1700000000000\n")
     assert snap == {"vllm:num_requests_waiting": 3.0}
+
+
+# -- speculative decoding: real scrapes of a SmolLM2 server with n-gram speculation ---------------
+
+
+def test_speculation_counts_acceptance_from_the_real_counters():
+    """spec_before/after.prom: SmolLM2-135M-Instruct, n-gram (4 tokens, lookup 2-4), 4 copy-heavy
+    prompts answered one at a time (bench/speculation_metrics.py --save-fixtures)."""
+    before = parse((FIXTURES / "spec_before.prom").read_text())
+    after = parse((FIXTURES / "spec_after.prom").read_text())
+    view = deltas(before, after)
+    drafts = after[SPEC_COUNTERS["spec_drafts"]] - before.get(SPEC_COUNTERS["spec_drafts"], 0.0)
+    drafted = after[SPEC_COUNTERS["spec_draft_tokens"]] - before.get(SPEC_COUNTERS["spec_draft_tokens"], 0.0)
+    accepted = after[SPEC_COUNTERS["spec_accepted_tokens"]] - before.get(SPEC_COUNTERS["spec_accepted_tokens"], 0.0)
+    assert drafts > 0 and drafted == 4 * drafts  # 4 tokens drafted each time
+    assert view["spec_acceptance"] == pytest.approx(accepted / drafted) and 0 < view["spec_acceptance"] <= 1
+    assert view["spec_mean_accepted_length"] == pytest.approx(1 + accepted / drafts)
+    per_pos = [view[f"spec_accepted_pos_{k}"] for k in range(4)]
+    assert sum(per_pos) * drafts == pytest.approx(accepted)  # the positions add up to the total
+    assert per_pos == sorted(per_pos, reverse=True)  # a later token is accepted only after the earlier ones
+    assert "spec_accepted_pos_4" not in view
+
+
+def test_without_speculation_the_view_has_no_spec_key(before, after):
+    assert not [k for k in deltas(before, after) if k.startswith("spec_")]

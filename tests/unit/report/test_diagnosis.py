@@ -536,3 +536,30 @@ def test_diagnose_study_lists_failed_and_weak_trials_in_order():
     assert [(d.trial, d.kind) for d in found] == [(1, "kv_too_small"), (2, "behind_best"), (4, "oom_at_start")]
     assert all(d.kind in KINDS and d.cause and d.remedy and d.evidence for d in found)
     assert all("\n" not in d.cause + d.remedy for d in found)
+
+
+def _speculating_view(running: float) -> dict:
+    """The real scrapes of a SmolLM2 server with n-gram speculation (tests/fixtures/vllm_metrics/spec_*.prom)."""
+    before, after = (PROM / "spec_before.prom").read_text(), (PROM / "spec_after.prom").read_text()
+    p = Peaks()
+    p.add(parse(_set(after, {GAUGES["running"]: running})))
+    return deltas(parse(before), parse(after), p)
+
+
+def test_speculation_behind_the_best_names_its_acceptance_and_the_batch():
+    study = study_for()
+    completed(study, every_s=0.25)
+    server = _speculating_view(running=12)
+    d = diag(study, completed(study, every_s=0.5, server=server))
+    assert d.kind == "speculation"
+    assert d.cause == (f"speculative decoding accepted {server['spec_acceptance']:.0%} of its drafted tokens "
+                       f"({server['spec_mean_accepted_length']:.2f} tokens per step) at up to 12 running sequences; "
+                       "output_throughput 62.3 is 46% below the best 115: verifying the drafts cost more than they saved")
+    assert d.remedy.startswith("turn speculation off for this traffic, or draft fewer tokens")
+    assert "spec_acceptance=" in d.evidence and "running_peak=12" in d.evidence
+
+
+def test_speculation_that_wins_is_not_diagnosed():
+    study = study_for()
+    completed(study, every_s=0.5)
+    assert diag(study, completed(study, every_s=0.25, server=_speculating_view(running=14))) is None
