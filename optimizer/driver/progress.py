@@ -190,10 +190,19 @@ class Progress:
             self.console.print(
                 f"  {self._who(number)}[green]COMPLETE[/] {objective.metric}={shown} {objective.unit}{feasible} | {extra}"
                 f"{m['output_throughput']:.0f} tok/s, p95 TTFT {m['ttft_ms_p95']:.0f} ms, "
-                f"p95 TPOT {m['tpot_ms_p95']:.1f} ms, errors {m['error_rate']:.0%} | {times}")
+                f"p95 TPOT {m['tpot_ms_p95']:.1f} ms, errors {m['error_rate']:.0%}{_speculation(result.server)} | {times}")
         else:
             f = result.failure
             self.console.print(f"  {self._who(number)}[yellow]{state.name}[/] {f.kind}: {f.evidence[:240]}")
             saved = result.early_stop.get("saved_s") if result.early_stop else None
             self.console.print(f"    remedy: {f.remedy} | {times}" + (f", ~{saved:.0f}s of replay saved" if saved else ""))
         self._best = best_line(study, objective) or self._best
+
+
+def _speculation(server: dict) -> str:
+    """', speculation accepted 87% (4.49 tokens/step)' when the server drafted tokens in the replay."""
+    acceptance = (server or {}).get("spec_acceptance")
+    if acceptance is None:
+        return ""
+    length = server.get("spec_mean_accepted_length")
+    return f", speculation accepted {acceptance:.0%}" + (f" ({length:.2f} tokens/step)" if length is not None else "")
