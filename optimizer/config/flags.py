@@ -4,6 +4,7 @@ in knob order, booleans as --flag / --no-flag; only knobs by their exact names b
 
 from __future__ import annotations
 
+from optimizer.engine import speculative_config as speculation
 from optimizer.config.space import KNOBS, Knob
 
 
@@ -23,6 +24,8 @@ def to_cli_args(params: dict) -> list[str]:
     args = []
     for name in (n for n in KNOBS if n in params):
         value = params[name]
+        if name == speculation.KNOB and value == speculation.OFF:
+            continue  # speculation off: vLLM's default, no flag
         if isinstance(value, bool):
             args.append(f"--{name}" if value else f"--no-{name}")
         elif isinstance(value, float):

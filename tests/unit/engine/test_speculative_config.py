@@ -1,4 +1,4 @@
-"""config/speculation.py: a `--speculative-config` in engine.extra_args is checked before anything
+"""engine/speculative_config.py: a `--speculative-config` in engine.extra_args is checked before anything
 boots; each mistake is one line naming the fix, exit 2, and nothing is written."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import ray
 
 from optimizer.cli import main
-from optimizer.config import speculation
+from optimizer.engine import speculative_config as speculation
 from optimizer.errors import ConfigError
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
@@ -92,3 +92,14 @@ def test_the_troubleshooting_table_quotes_the_real_lines(tmp_path, monkeypatch):
     lines.append(str(exc.value))
     for line in lines:
         assert f"`` error: {line} ``" in docs, line
+
+
+def test_held_fixed_and_searched_at_once_is_refused(tmp_path, monkeypatch, capsys, tiny_model):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "study.yaml").write_text("space: {speculative-config: {}}\nengine: {extra_args: "
+                                         f"['--speculative-config', '{json.dumps(NGRAM)}']}}\n")
+    code = main(["run", "--config", "study.yaml", "--model", str(tiny_model), "--storage",
+                 f"sqlite:///{tmp_path / 'study.db'}"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1 and "also searched (space.speculative-config)" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]

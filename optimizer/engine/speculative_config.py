@@ -1,4 +1,11 @@
-"""A `--speculative-config` in `engine.extra_args`, checked before anything boots.
+"""Speculative decoding's configuration: the `speculative-config` knob, and a `--speculative-config`
+in `engine.extra_args`, both checked before anything boots.
+
+The knob is categorical: "off" (no flag) or the JSON text vLLM takes. Its default choices are off
+and n-gram proposals of 2 and 4 tokens (lookup 2-4): n-gram needs no second model and no memory
+beyond the target's, so every draw can start on any device. Other methods (a draft model, EAGLE
+heads, MTP) go in the knob's `choices` with their paths; the KV precheck does not count a draft
+model's memory.
 
 vLLM reads the flag's JSON only once a server starts, minutes into a trial on a GPU; a typo there
 would fail every trial the same way. The checks here are the ones vLLM 0.32 makes at start, and
@@ -25,10 +32,15 @@ from pathlib import Path
 from optimizer.errors import ConfigError
 
 FLAG = "--speculative-config"
+KNOB = FLAG.removeprefix("--")
+OFF = "off"
 METHODS = ("ngram", "ngram_gpu", "medusa", "mlp_speculator", "draft_model", "suffix", "custom_class", "eagle",
            "eagle3", "extract_hidden_states", "mtp", "dflash", "dspark")
 # The model-specific MTP names (deepseek_mtp, qwen3_next_mtp, ...) end in _mtp: all accepted as MTP.
 DRAFT_MODEL_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark")
+DEFAULT_CHOICES = (OFF, '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4, '
+                   '"prompt_lookup_min": 2}', '{"method": "ngram", "num_speculative_tokens": 4, '
+                   '"prompt_lookup_max": 4, "prompt_lookup_min": 2}')
 EXAMPLE = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}'
 
 
@@ -46,6 +58,17 @@ def check_args(args: list[str], where: str, target_vocab: int | None = None) -> 
     """The parsed speculative config in `args` after its checks, or None when there is none."""
     text = given(args)
     return None if text is None else check(text, f"{where} {FLAG}", target_vocab)
+
+
+def choice(value, where: str) -> str:
+    """One of the knob's choices as given: "off", or a config that passes `check`."""
+    if value == OFF:
+        return OFF
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {value!r}: give \"off\" or the JSON text of a speculative config, quoted, "
+                          f"e.g. '{EXAMPLE}'")
+    check(value, f"{where} {value}")
+    return value
 
 
 def check(text: str, where: str, target_vocab: int | None = None) -> dict:
