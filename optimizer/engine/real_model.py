@@ -77,7 +77,10 @@ def write_real_model(directory: str | Path) -> Path:
                           f"{' and '.join(missing)}; run `pip install {' '.join(missing)}` (or `make setup`)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # its GGUF notices and progress bars are not the operator's concern
+    hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
     model.hf_quantizer = None  # dequantized on load: what is left is plain bf16, which may be saved
