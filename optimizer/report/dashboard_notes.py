@@ -14,6 +14,8 @@ Neither may stop a study: a refused write is returned as a one-line reason.
 
 from __future__ import annotations
 
+import shlex
+
 from pathlib import Path
 
 import optuna
@@ -78,7 +80,7 @@ def note_text(t: optuna.trial.FrozenTrial, metric: str, unit: str, diagnosis=Non
     if t.user_attrs.get("regression"):
         lines += ["", f"**Outputs vs baseline**: {t.user_attrs['regression'].get('summary', '')}"]
     lines += ["", "Files: " + ", ".join(TRIAL_FILES) + " (artifacts below; also in "
-              f"`artifacts/<study>/trial-{t.number}/`)", "", "`vllm serve MODEL " + " ".join(args) + "`"]
+              f"`artifacts/<study>/trial-{t.number}/`)", "", "`vllm serve MODEL " + shlex.join(args) + "`"]
     return "\n".join(lines) + "\n"
 
 

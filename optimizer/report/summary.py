@@ -9,6 +9,8 @@ boots the KV precheck avoided, replay time early stopping saved.
 
 from __future__ import annotations
 
+import shlex
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +41,7 @@ class Summary:
 
 def serve_command(model: str, args: list[str]) -> str:
     """The `vllm serve` command for a trial's flags."""
-    return " ".join(["vllm", "serve", model, *args])
+    return shlex.join(["vllm", "serve", model, *args])  # pasted into a shell: a --speculative-config's JSON quoted
 
 
 def serve_yaml(args: list[str]) -> dict:

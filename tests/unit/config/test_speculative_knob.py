@@ -5,6 +5,7 @@ and the flag as written parsed by vLLM's own `serve` parser from best.yaml."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import optuna
 import pytest
@@ -67,3 +68,12 @@ def test_vllm_parses_it_from_best_yaml(tmp_path, tiny_model):
     path.write_text(yaml.safe_dump(serve_yaml(to_cli_args({"max-num-seqs": 8, "speculative-config": NGRAM_3}))))
     ns = parse_with_vllm(str(tiny_model), path)
     assert ns.max_num_seqs == 8 and ns.speculative_config == json.loads(NGRAM_3)
+
+
+def test_the_deploy_command_quotes_it_for_a_shell():
+    from optimizer.report.summary import serve_command
+
+    args = to_cli_args({"max-num-seqs": 8, "speculative-config": NGRAM_3})
+    command = serve_command("/models/m", args)
+    assert shlex.split(command) == ["vllm", "serve", "/models/m", *args]
+    assert serve_command("/models/m", ["--max-num-seqs", "8"]) == "vllm serve /models/m --max-num-seqs 8"
