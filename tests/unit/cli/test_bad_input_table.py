@@ -60,7 +60,7 @@ CASES = [
     ("unknown-parameter", "unknown parameter", "space: {max-batch-size: {low: 1, high: 8}}\n", [], None,
      "space: unknown parameter 'max-batch-size'; known: max-num-seqs, gpu-memory-utilization, max-model-len, "
      "kv-cache-dtype, enable-chunked-prefill, max-num-batched-tokens, enable-prefix-caching, block-size, "
-     "tensor-parallel-size, attention-backend"),
+     "tensor-parallel-size, attention-backend, speculative-config"),
     ("extra-arg-abbreviation", "an extra vLLM flag that only starts a knob's name",
      SPACE + "engine: {extra_args: ['--max-num-seq', '8']}\n", [], None,
      "engine.extra_args: '--max-num-seq' only starts --max-num-seqs (vLLM takes it for that); write it in full"),
@@ -158,7 +158,7 @@ CASES = [
      SPACE, ["regress", "--candidate", "max-num-seq=8"], None,
      "--candidate 'max-num-seq=8': unknown parameter 'max-num-seq'; did you mean 'max-num-seqs'? known: max-num-seqs, "
      "gpu-memory-utilization, max-model-len, kv-cache-dtype, enable-chunked-prefill, max-num-batched-tokens, "
-     "enable-prefix-caching, block-size, tensor-parallel-size, attention-backend"),
+     "enable-prefix-caching, block-size, tensor-parallel-size, attention-backend, speculative-config"),
     ("missing-prompts-file", "a missing prompt file for the output check",
      SPACE + "regression: {enabled: true, prompts_file: prompts.txt}\n", [], None,
      "regression.prompts_file prompts.txt: cannot read it (No such file or directory); give a UTF-8 text file "
