@@ -4,8 +4,8 @@ in knob order, booleans as --flag / --no-flag; only knobs by their exact names b
 
 from __future__ import annotations
 
-from optimizer.engine import speculative_config as speculation
 from optimizer.config.space import KNOBS, Knob
+from optimizer.engine import speculative_config as speculation
 
 
 def engine_args_for(params: dict, device_kind: str) -> list[str]:

@@ -30,11 +30,11 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 
-from optimizer.engine import speculative_config as speculation
 from optimizer.config.kv_dtypes import KV_DTYPES, NO_FP8, without_fp8
 from optimizer.config.model_info import ModelInfo
 from optimizer.config.round_values import DEFAULT_BLOCK, LADDERS, round_draw
 from optimizer.config.schema import KnobRange, StudyConfig
+from optimizer.engine import speculative_config as speculation
 from optimizer.engine.device import GIB, Device
 from optimizer.errors import ConfigError
 

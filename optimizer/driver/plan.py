@@ -14,7 +14,6 @@ import optuna
 
 from objectives import get_objective
 from optimizer.config import space as space_mod
-from optimizer.engine import speculative_config as speculation
 from optimizer.config.model_info import ModelInfo, load_model_info
 from optimizer.config.paths import directory_expected
 from optimizer.config.schema import StudyConfig
@@ -24,6 +23,7 @@ from optimizer.driver.resources import largest_request
 from optimizer.driver.store.database import check_storage, normalize_url, open_storage
 from optimizer.engine.compile_cache import cache_dir, default_root
 from optimizer.engine.device import Device, detect
+from optimizer.engine import speculative_config as speculation
 from optimizer.engine.real_model import write_real_model
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.engine.vllm_version import installed_vllm

@@ -38,9 +38,8 @@ METHODS = ("ngram", "ngram_gpu", "medusa", "mlp_speculator", "draft_model", "suf
            "eagle3", "extract_hidden_states", "mtp", "dflash", "dspark")
 # The model-specific MTP names (deepseek_mtp, qwen3_next_mtp, ...) end in _mtp: all accepted as MTP.
 DRAFT_MODEL_METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark")
-DEFAULT_CHOICES = (OFF, '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4, '
-                   '"prompt_lookup_min": 2}', '{"method": "ngram", "num_speculative_tokens": 4, '
-                   '"prompt_lookup_max": 4, "prompt_lookup_min": 2}')
+DEFAULT_CHOICES = (OFF, *(json.dumps({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4,
+                                     "prompt_lookup_min": 2}) for k in (2, 4)))
 EXAMPLE = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}'
 
 

@@ -56,14 +56,17 @@ def test_a_local_draft_with_another_vocabulary_is_refused(tmp_path):
     assert speculation.check(draft, "x", target_vocab=32000)["model"] == str(tmp_path)
 
 
-def test_run_refuses_it_before_anything_starts(tmp_path, monkeypatch, capsys, tiny_model):
+def _run(tmp_path, monkeypatch, capsys, model, space: str, extra: str) -> tuple[int, list[str]]:
+    """`run` in an empty directory with `space` and `--speculative-config extra`; its exit code and stderr lines."""
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "study.yaml").write_text(f"space: {space}\nengine: {{extra_args: ['--speculative-config', '{extra}']}}\n")
+    code = main(["run", "--config", "study.yaml", "--model", str(model), "--storage", f"sqlite:///{tmp_path / 'study.db'}"])
+    return code, capsys.readouterr().err.splitlines()
+
+
+def test_run_refuses_it_before_anything_starts(tmp_path, monkeypatch, capsys, tiny_model):
     bad = json.dumps({"method": "ngram", "num_speculative_tokens": 0})
-    (tmp_path / "study.yaml").write_text("space: {max-num-seqs: {low: 4, high: 8}}\nengine: {extra_args: "
-                                         f"['--speculative-config', '{bad}']}}\n")
-    code = main(["run", "--config", "study.yaml", "--model", str(tiny_model), "--storage",
-                 f"sqlite:///{tmp_path / 'study.db'}"])
-    err = capsys.readouterr().err.splitlines()
+    code, err = _run(tmp_path, monkeypatch, capsys, tiny_model, "{max-num-seqs: {low: 4, high: 8}}", bad)
     assert code == 2 and len(err) == 1 and "num_speculative_tokens is 0" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]
     assert not ray.is_initialized()
@@ -95,11 +98,6 @@ def test_the_troubleshooting_table_quotes_the_real_lines(tmp_path, monkeypatch):
 
 
 def test_held_fixed_and_searched_at_once_is_refused(tmp_path, monkeypatch, capsys, tiny_model):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "study.yaml").write_text("space: {speculative-config: {}}\nengine: {extra_args: "
-                                         f"['--speculative-config', '{json.dumps(NGRAM)}']}}\n")
-    code = main(["run", "--config", "study.yaml", "--model", str(tiny_model), "--storage",
-                 f"sqlite:///{tmp_path / 'study.db'}"])
-    err = capsys.readouterr().err.splitlines()
+    code, err = _run(tmp_path, monkeypatch, capsys, tiny_model, "{speculative-config: {}}", json.dumps(NGRAM))
     assert code == 2 and len(err) == 1 and "also searched (space.speculative-config)" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]
