@@ -15,7 +15,9 @@ from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.config.candidate import parse_candidate
 from optimizer.errors import ConfigError
 from optimizer.outputs import compare as regression
-from optimizer.outputs.gate import answer, trial_spec_part
+from optimizer.outputs import speculation_check
+from optimizer.outputs.gate import answer, speculating, trial_spec_part
+from optimizer.outputs.speculation_check import split
 
 NAME = "regress"
 BOOTS_VLLM = True
@@ -67,18 +69,20 @@ def main(ns: argparse.Namespace, console) -> int:
 def _compare_all(ns, console, plan, candidates: list[dict]) -> int:
     from optimizer.driver.launch import make_spec  # noqa: PLC0415
 
-    prompts, max_tokens, top_k = trial_spec_part(plan.cfg)
+    prompts, max_tokens, top_k, _ = trial_spec_part(plan.cfg)
     base = dict(plan.cfg.baseline or {})
     configs = [("baseline", base)] + [(f"candidate {i + 1}", {**base, **c}) for i, c in enumerate(candidates)]
+    # With speculation in a candidate, every server also answers `batch` at a time (speculation_check.py).
+    batch = plan.cfg.regression.batch if any(speculating(p) for _, p in configs[1:]) and not speculating(base) else 1
     console.print(f"Output check: {len(prompts)} prompts, {max_tokens} greedy tokens each, top-{top_k} logprobs, "
-                  f"one prompt at a time; {len(configs)} server boots")
+                  f"one prompt at a time{f' and {batch} at a time' if batch > 1 else ''}; {len(configs)} server boots")
     answers, report, worst = {}, [], 0.0
     for i, (name, params) in enumerate(configs):
         shutdown.check()  # a signal that came while the last server stopped
         spec = make_spec(i, plan, params, f"regress/{i}")  # its server.log: artifacts/<study>/regress/<i>/
         console.print(f"[bold]{name}[/]: {' '.join(spec.vllm_args)}")
         t = time.monotonic()
-        outputs, why = answer(spec, prompts, max_tokens, top_k)
+        outputs, why = answer(spec, prompts, max_tokens, top_k, batch)
         changed = {k: v for k, v in params.items() if base.get(k) != v} or "(same as the baseline)"
         if outputs is None:
             console.print(f"  [red]could not answer[/]: {why} (log: {spec.log_path})")
@@ -91,24 +95,28 @@ def _compare_all(ns, console, plan, candidates: list[dict]) -> int:
         console.print(f"  answered in {time.monotonic() - t:.0f} s (boot included)")
         answers[name] = outputs
         if i == 0:
-            gap = regression.median_gap(outputs)
+            gap = regression.median_gap(split(outputs)[0])
             if gap is not None:
                 console.print(f"The baseline's median lead of its top-1 token over the runner-up: {gap:.3f} nats "
                               "(small: near-ties any numeric change can flip)")
             continue
-        cmp = regression.compare(answers["baseline"], outputs)
-        worst = max(worst, cmp.flip_rate)
-        console.print(f"{name} {changed}: {cmp.summary()}")
+        cmp = regression.compare(split(answers["baseline"])[0], split(outputs)[0])
+        found = speculation_check.check(answers["baseline"], outputs) if speculating(params) else None
+        worst = max(worst, found.flip_rate if found else cmp.flip_rate)
+        console.print(f"{name} {changed}: {found.summary() if found else cmp.summary()}")
         for flip in cmp.flips[:10]:
             margin = "beyond the top-k" if flip.margin is None else f"{flip.margin:.3f} nats"
             console.print(f"  prompt {flip.prompt}: token {flip.position} {flip.reference} -> {flip.candidate}, "
                           f"baseline's margin {margin}")
-        report.append({"name": name, "params": params, "changed": changed, **cmp.to_dict(), "summary": cmp.summary()})
+        report.append({"name": name, "params": params, "changed": changed, **cmp.to_dict(),
+                       **({"speculation": found.to_dict()} if found else {}),
+                       "summary": found.summary() if found else cmp.summary()})
     out = Path(ns.out) if ns.out else plan.artifacts / "regress.json"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"prompts": list(prompts), "max_tokens": max_tokens, "top_k": top_k,
-                                   "baseline": base, "median_gap_nats": regression.median_gap(answers["baseline"]),
+                                   "baseline": base, "batch": batch,
+                                   "median_gap_nats": regression.median_gap(split(answers["baseline"])[0]),
                                    "candidates": report,
                                    "outputs": {n: [o.to_dict() for o in o_list] for n, o_list in answers.items()}},
                                   indent=1, default=str))

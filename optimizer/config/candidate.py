@@ -5,8 +5,11 @@ that is not exactly a knob's is refused (config/space.py, Knobs.named), never pa
 
 from __future__ import annotations
 
+import json
+
 from optimizer.config.flags import from_cli_args
 from optimizer.config.space import KNOBS
+from optimizer.engine import speculative_config as speculation
 from optimizer.errors import ConfigError
 
 
@@ -14,7 +17,7 @@ def parse_candidate(text: str, flag: str = "--candidate") -> dict:
     """'kv-cache-dtype=fp8 max-num-seqs=32' -> {'kv-cache-dtype': 'fp8', 'max-num-seqs': 32}: typed as
     the space types each knob (true/false for an on/off knob); raises ConfigError naming `flag`."""
     out = {}
-    for item in text.replace(",", " ").split():
+    for item in _items(text):
         key, eq, value = item.removeprefix("--").partition("=")
         if not eq or not key or not value:
             raise ConfigError(f"{flag} '{text}': '{item}' is not knob=value; write e.g. 'kv-cache-dtype=fp8'")
@@ -24,8 +27,36 @@ def parse_candidate(text: str, flag: str = "--candidate") -> dict:
     return out
 
 
+def _items(text: str) -> list[str]:
+    """'a=1, b=2' -> ['a=1', 'b=2']; a value that opens with '{' is one JSON object, spaces and commas
+    inside it included (speculative-config='{"method": "ngram", ...}')."""
+    items, i, seps = [], 0, " ,\t\n"
+    while i < len(text):
+        if text[i] in seps:
+            i += 1
+            continue
+        j = i
+        while j < len(text) and text[j] not in seps and text[j] != "=":
+            j += 1
+        if text[j:j + 2] == "={":
+            try:
+                obj, end = json.JSONDecoder().raw_decode(text, j + 1)
+                items.append(text[i:j + 1] + json.dumps(obj))
+                i = end
+                continue
+            except ValueError:
+                pass  # not JSON after all: the value runs to the next separator, and is judged as such
+        while j < len(text) and text[j] not in seps:
+            j += 1
+        items.append(text[i:j])
+        i = j
+    return items
+
+
 def _typed(key: str, value: str, where: str):
     knob = KNOBS.named(key, where)
+    if key == speculation.KNOB:
+        return speculation.choice(value, where)  # "off" or a config vLLM can start
     if knob.kind == "bool":
         if value.lower() not in BOOLS:
             raise ConfigError(f"{where}: {key} is on or off; write {key}=true or {key}=false")

@@ -28,6 +28,11 @@ length" of one that failed) replaces it. A calibration stores non-KV *bytes*, no
 capacity, so it stays valid when the node's MemTotal changes between trials (it does on
 this machine, see docs/vllm-facts.md#node-memory-changes); pass the `Device` as read for the trial in question.
 
+A speculative config that loads a second model from a local directory (draft_model, EAGLE
+heads) adds that model's weights to the non-KV memory and its layers' KV bytes to every token:
+vLLM allocates the draft's KV blocks from the same budget (`uses_draft_kv_cache`). A draft
+given as a Hub id is not counted (its config is not read before the boot).
+
 Scope: decoder models with uniform full attention, as `ModelInfo` describes them. Sliding
 window, MLA, hybrid (Mamba) models and pipeline parallelism are not modelled; for them the
 estimate is rougher (it over-states the KV need of sliding-window layers, so it may
@@ -36,12 +41,16 @@ predict "does not fit" wrongly: the study should only prune on it for plain mode
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from optimizer.config.model_info import ModelInfo
+from optimizer.config.model_info import ModelInfo, load_model_info
+from optimizer.engine import speculative_config as speculation
 from optimizer.engine.device import GIB, Device
+from optimizer.errors import ConfigError
 
 MIB = 1024**2
 KIB = 1024
@@ -103,7 +112,8 @@ class _Setting:
     kv_dtype: str
     block_size: int
     tp: int
-    bytes_per_token: int  # per rank
+    bytes_per_token: int  # per rank, a draft model's layers included
+    draft_weights: int = 0  # per rank: a draft model's weights, loaded beside the target's
 
     @property
     def block_bytes(self) -> int:
@@ -119,6 +129,9 @@ def _setting(model: ModelInfo, device: Device, params: dict) -> _Setting:
     # heads than ranks (ModelConfig.get_num_kv_heads: max(1, heads // tp)).
     heads_per_rank = max(1, model.kv_heads // tp)
     per_token = model.kv_bytes_per_token(kv_dtype) * heads_per_rank // model.kv_heads
+    draft = draft_model_info(params.get(speculation.KNOB))
+    if draft is not None:  # its layers' KV blocks come out of the same budget, its weights before it
+        per_token += draft.kv_bytes_per_token(kv_dtype) * max(1, draft.kv_heads // tp) // draft.kv_heads
     return _Setting(
         util=_float(params.get("gpu-memory-utilization"), DEFAULT_UTILIZATION),
         max_model_len=_int(params.get("max-model-len"), model.max_positions),
@@ -126,7 +139,27 @@ def _setting(model: ModelInfo, device: Device, params: dict) -> _Setting:
         block_size=max(1, _int(params.get("block-size"), default_block)),
         tp=tp,
         bytes_per_token=per_token,
+        draft_weights=draft.weight_bytes() // tp if draft is not None else 0,
     )
+
+
+def draft_model_info(text) -> ModelInfo | None:
+    """The shape of the second model a speculative config loads (draft_model, EAGLE heads, ...) when
+    it is a local directory with a config.json; None otherwise (off, n-gram, MTP, a Hub id: not counted)."""
+    if not isinstance(text, str) or text == speculation.OFF:
+        return None
+    try:
+        cfg = json.loads(text)
+    except ValueError:
+        return None
+    path = cfg.get("model") if isinstance(cfg, dict) else None
+    if cfg.get("method") not in (*speculation.DRAFT_MODEL_METHODS, None) or not isinstance(path, str) \
+            or not (Path(path).expanduser() / "config.json").is_file():
+        return None
+    try:
+        return load_model_info(path)
+    except ConfigError:
+        return None  # vLLM says what is wrong with it, at start
 
 
 def _requested(device: Device, util: float) -> int:
@@ -160,13 +193,13 @@ class Calibration:
     evidence: str = ""  # where the number came from, one line
 
     def non_kv_bytes(self, model: ModelInfo, tp: int = 1) -> int:
-        return max(0, _weights_per_rank(model, tp) + self.overhead_bytes)
+        return max(0, _weights_per_rank(model, tp) + self.overhead_bytes)  # a draft model's weights not included
 
     @classmethod
     def _from_budget(cls, model: ModelInfo, device: Device, s: _Setting, budget: float,
                      evidence: str) -> Calibration:
         non_kv = _requested(device, s.util) - budget
-        return cls(int(round(non_kv)) - _weights_per_rank(model, s.tp), 1, evidence)
+        return cls(int(round(non_kv)) - _weights_per_rank(model, s.tp) - s.draft_weights, 1, evidence)
 
     @classmethod
     def from_failure(cls, model: ModelInfo, device: Device, params: dict,
@@ -206,7 +239,7 @@ class Calibration:
                                     f"{device.memory.total / GIB:.2f} GiB, kv {s.kv_dtype}")
         non_kv = parse_non_kv_bytes(log_text)
         if non_kv is not None:
-            return cls(non_kv - _weights_per_rank(model, s.tp), 1,
+            return cls(non_kv - _weights_per_rank(model, s.tp) - s.draft_weights, 1,
                        f"log: {non_kv / GIB:.2f} GiB consumed by non-kv usages")
         return None
 
@@ -256,7 +289,7 @@ def estimate(model: ModelInfo, device: Device, params: dict, calibration: Calibr
     max-model-len fits. See the module docstring for the formula and its vLLM source."""
     s = _setting(model, device, params)
     overhead = calibration.overhead_bytes if calibration else prior_overhead(device)
-    non_kv = max(0, _weights_per_rank(model, s.tp) + overhead)
+    non_kv = max(0, _weights_per_rank(model, s.tp) + s.draft_weights + overhead)
     requested = _requested(device, s.util)
     budget = requested - non_kv
     block = s.block_bytes

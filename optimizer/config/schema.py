@@ -153,6 +153,24 @@ class RegressionSpec(_Strict):
     prompts_file: str | None = Field(None, description="a text file, one prompt per line (default: built-in set)")
     max_tokens: int = Field(32, ge=1, le=2048, description="greedy tokens generated per prompt")
     top_k: int = Field(5, ge=1, le=20, description="logprobs kept per position (the margin at a flip)")
+    batch: int = Field(8, ge=2, le=64, description="with speculation searched: the prompts are also answered this "
+                       "many at a time, and a speculating trial is compared with the baseline at equal batch sizes")
+
+
+class SpeculationSpec(_Strict):
+    """The speculative-config knob's sub-space when `space` gives it no `choices`: off, or each method
+    that can run here with each draft length (engine/speculative_config.py, `sub_space`)."""
+
+    methods: list[str] | None = Field(None, description="ngram, suffix, mtp, draft_model, eagle, eagle3; "
+                                      "none: every one that can run here (the rest named in a note)")
+    num_speculative_tokens: list[int] = Field([2, 4], min_length=1, description="draft lengths tried per method")
+    prompt_lookup: list[tuple[int, int]] = Field([(2, 4)], min_length=1,
+                                                 description="ngram: (prompt_lookup_min, prompt_lookup_max) pairs")
+    per_batch_size: list[int] = Field(default_factory=list, description="also each draft length only while at "
+                                      "most this many sequences run, none above (num_speculative_tokens_per_batch_size)")
+    draft_model: str | None = Field(None, description="draft_model: a small model of the target's family")
+    eagle_head: str | None = Field(None, description="eagle: the EAGLE head trained for the target")
+    eagle3_head: str | None = Field(None, description="eagle3: the EAGLE-3 head trained for the target")
 
 
 class LiveWatch(_Strict):
@@ -255,6 +273,7 @@ class StudyConfig(_Strict):
     ray: RaySpec = Field(default_factory=RaySpec)
     daemon: DaemonSpec = Field(default_factory=DaemonSpec)
     regression: RegressionSpec = Field(default_factory=RegressionSpec)
+    speculation: SpeculationSpec = Field(default_factory=SpeculationSpec)
 
     @field_validator("study_name", "artifacts_dir")
     @classmethod
@@ -266,6 +285,17 @@ class StudyConfig(_Strict):
                 "give a directory, e.g. artifacts (the default)"
             raise ValueError(f"empty; {fix}")
         return value
+
+    @model_validator(mode="after")
+    def _one_speculation_space(self) -> "StudyConfig":
+        given = self.space.get("speculative-config")
+        if self.speculation.model_fields_set and given is not None and given.choices is not None:
+            raise ValueError("space.speculative-config gives choices and a `speculation:` section builds them; "
+                             "keep one")
+        if self.speculation.model_fields_set and "speculative-config" not in self.space:
+            raise ValueError("a `speculation:` section describes the speculative-config knob's choices, but "
+                             "space has no speculative-config; add `speculative-config: {}` to space")
+        return self
 
 
 def _first_error(exc: ValidationError, source: str, flags: dict[str, str] | None = None) -> ConfigError:

@@ -259,6 +259,9 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
         dim = default if spec is None else _from_config(name, spec, default)
         if name in LADDERS:
             dim = replace(dim, ladder=spec is None or spec.ladder is not False)
+        if name == speculation.KNOB and (spec is None or spec.choices is None):  # config `speculation:`
+            choices, note = speculation.sub_space(cfg.speculation, model.source, model.vocab_size)
+            dim, notes = Dimension(dim.knob, choices=choices), notes + ([note] if note else [])
         if name == "kv-cache-dtype" and not device.fp8_kv:
             kept, note = without_fp8(dim.choices)
             dim = replace(dim, choices=kept)

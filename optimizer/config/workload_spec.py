@@ -81,6 +81,24 @@ class ChatSpec(_Common):
         return self
 
 
+class TextSpec(_Common):
+    """Real text through the model's tokenizer and chat template: passages asked back (copy-heavy)
+    and open questions (workload/text.py)."""
+
+    scenario: Literal["text"] = "text"
+    requests: int = Field(32, ge=1)
+    copy_share: float = Field(0.5, ge=0, le=1, description="share of requests that quote a passage back "
+                              "(RAG answers, rewrites, code edits); the rest are open questions")
+    output: Span = Field((64, 128), description="open questions' output tokens (a quote is as long as its passage)")
+    arrival: ArrivalSpec = Field(default_factory=lambda: ArrivalSpec(process="closed", concurrency=8))
+
+    @model_validator(mode="after")
+    def _check(self) -> "TextSpec":
+        _check_spans(self, "output")
+        _no_trace_arrival(self.arrival)
+        return self
+
+
 class BatchSpec(_Common):
     """Offline work: everything queued at once (or `concurrency` at a time); throughput is all."""
 
@@ -190,7 +208,8 @@ class ObservedSpec(_Common):
                           "daemon: this when written here, else daemon.watch.requests)")
 
 
-WorkloadSpec = Annotated[Union[ChatSpec, BatchSpec, RagSpec, BurstSpec, AgentSpec, TraceSpec, ObservedSpec],
+WorkloadSpec = Annotated[Union[ChatSpec, BatchSpec, RagSpec, BurstSpec, AgentSpec, TraceSpec, ObservedSpec,
+                               TextSpec],
                          Field(discriminator="scenario")]
 
 

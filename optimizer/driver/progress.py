@@ -200,9 +200,11 @@ class Progress:
 
 
 def _speculation(server: dict) -> str:
-    """', speculation accepted 87% (4.49 tokens/step)' when the server drafted tokens in the replay."""
+    """', speculation accepted 87% (4.49 tokens/step), prefix-cache hits 40%' when the server drafted
+    tokens in the replay (the prefix cache's hits beside it: speculation can lower them)."""
     acceptance = (server or {}).get("spec_acceptance")
     if acceptance is None:
         return ""
-    length = server.get("spec_mean_accepted_length")
-    return f", speculation accepted {acceptance:.0%}" + (f" ({length:.2f} tokens/step)" if length is not None else "")
+    length, hits = server.get("spec_mean_accepted_length"), server.get("prefix_cache_hit_rate")
+    return (f", speculation accepted {acceptance:.0%}" + (f" ({length:.2f} tokens/step)" if length is not None else "")
+            + (f", prefix-cache hits {hits:.0%}" if hits is not None else ""))

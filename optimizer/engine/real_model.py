@@ -18,6 +18,7 @@ converted from the same file (`SOURCE_FILE` records its name and size) is kept a
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -81,6 +82,7 @@ def write_real_model(directory: str | Path) -> Path:
 
     hf_logging.set_verbosity_error()  # its GGUF notices and progress bars are not the operator's concern
     hf_logging.disable_progress_bar()
+    _quiet_gguf_progress()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
     model.hf_quantizer = None  # dequantized on load: what is left is plain bf16, which may be saved
@@ -92,3 +94,12 @@ def write_real_model(directory: str | Path) -> Path:
     tokenizer.save_pretrained(str(d))
     (d / SOURCE_FILE).write_text(json.dumps(_source(gguf)) + "\n")
     return d
+
+
+def _quiet_gguf_progress() -> None:
+    """transformers' GGUF reader draws its own tqdm bar, which its logging switch does not reach."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is not None and not isinstance(bar, functools.partial):
+        gguf_utils.tqdm = functools.partial(bar, disable=True)

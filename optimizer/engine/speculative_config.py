@@ -1,11 +1,12 @@
 """Speculative decoding's configuration: the `speculative-config` knob, and a `--speculative-config`
 in `engine.extra_args`, both checked before anything boots.
 
-The knob is categorical: "off" (no flag) or the JSON text vLLM takes. Its default choices are off
-and n-gram proposals of 2 and 4 tokens (lookup 2-4): n-gram needs no second model and no memory
-beyond the target's, so every draw can start on any device. Other methods (a draft model, EAGLE
-heads, MTP) go in the knob's `choices` with their paths; the KV precheck does not count a draft
-model's memory.
+The knob is categorical: "off" (no flag) or the JSON text vLLM takes. Its choices are given in
+`space`, or built from config `speculation:` by `sub_space` (off, then each method that can run
+here with each draft length; what cannot run is left out with a note). Without that section they
+are off and n-gram proposals of 2 and 4 tokens (lookup 2-4): n-gram needs no second model and no
+memory beyond the target's, so every draw can start on any device. A local draft model's memory
+is counted by the KV precheck (config/kv_fit.py).
 
 vLLM reads the flag's JSON only once a server starts, minutes into a trial on a GPU; a typo there
 would fail every trial the same way. The checks here are the ones vLLM 0.32 makes at start, and
@@ -92,6 +93,7 @@ def check(text: str, where: str, target_vocab: int | None = None) -> dict:
     if low is not None and high is not None and low > high:
         raise ConfigError(f"{where}: prompt_lookup_min ({low}) is above prompt_lookup_max ({high}); "
                           "the n-gram lookup needs min <= max")
+    _check_schedule(cfg.get("num_speculative_tokens_per_batch_size"), where)
     if method in DRAFT_MODEL_METHODS and not cfg.get("model"):
         raise ConfigError(f"{where}: method {method!r} drafts with a second model; give its path or "
                           "Hugging Face id as \"model\"")
@@ -100,6 +102,29 @@ def check(text: str, where: str, target_vocab: int | None = None) -> dict:
                           "run `pip install arctic-inference`, or use method 'ngram'")
     _same_vocabulary(cfg.get("model"), target_vocab, where)
     return cfg
+
+
+def _check_schedule(schedule, where: str) -> None:
+    """vLLM's rules for a per-batch-size schedule: [start, end, tokens] rows, whole numbers, start <= end,
+    tokens >= 0, ranges that do not overlap, the first starting at batch size 1."""
+    if schedule is None:
+        return
+    key = "num_speculative_tokens_per_batch_size"
+    rows = schedule if isinstance(schedule, list) else None
+    if not rows or any(not isinstance(r, list) or len(r) != 3 or any(isinstance(x, bool) or not isinstance(x, int)
+                                                                    for x in r) for r in rows):
+        raise ConfigError(f"{where}: {key} is {schedule!r}; give [start, end, tokens] rows of whole numbers, "
+                          "e.g. [[1, 8, 4], [9, 256, 0]]")
+    end = 0
+    for start, stop, tokens in sorted(rows):
+        if start < 1 or start > stop or tokens < 0:
+            raise ConfigError(f"{where}: {key} row {[start, stop, tokens]}: give 1 <= start <= end and tokens >= 0")
+        if start <= end:
+            raise ConfigError(f"{where}: {key}: the ranges overlap at batch size {start}; make them disjoint")
+        end = stop
+    if min(r[0] for r in rows) != 1:
+        raise ConfigError(f"{where}: {key}: the first range must start at batch size 1 (every batch size needs a "
+                          "draft length)")
 
 
 def _same_vocabulary(draft: str | None, target_vocab: int | None, where: str) -> None:
@@ -114,3 +139,73 @@ def _same_vocabulary(draft: str | None, target_vocab: int | None, where: str) ->
         raise ConfigError(f"{where}: the draft model {draft} has a vocabulary of {vocab} tokens, the target "
                           f"{target_vocab}; a draft must share the target's tokenizer: pick a draft of the same "
                           "family")
+
+
+# ---- the knob's sub-space (config `speculation:`) ------------------------------------------------------
+
+# Each method and what it needs beyond vLLM; `sub_space` leaves out what cannot run, with the fix.
+SUB_SPACE_METHODS = ("ngram", "suffix", "mtp", "draft_model", "eagle", "eagle3")
+_PATH_OF = {"draft_model": "draft_model", "eagle": "eagle_head", "eagle3": "eagle3_head"}
+
+
+def sub_space(spec, model_dir: str, target_vocab: int | None) -> tuple[tuple[str, ...], str | None]:
+    """The knob's choices for config `speculation:` (schema.SpeculationSpec): off, then each method that
+    can run here with each draft length (n-gram: each lookup window; with `per_batch_size`, each draft
+    length also only up to that many running sequences). Returns the choices and a note naming the
+    methods left out and why; a method the config names that cannot run is a ConfigError."""
+    asked = spec.methods
+    for m in asked or ():
+        if m not in SUB_SPACE_METHODS:
+            raise ConfigError(f"speculation.methods: unknown method {m!r}; give some of {', '.join(SUB_SPACE_METHODS)}")
+    left_out, choices = [], [OFF]
+    for method in SUB_SPACE_METHODS if asked is None else asked:
+        why = _cannot_run(method, spec, model_dir)
+        if why and asked is not None:
+            raise ConfigError(f"speculation.methods: {method} cannot run here: {why}")
+        if why:
+            left_out.append(f"{method} ({why})")
+            continue
+        for cfg in _configs(method, spec):
+            choices.append(json.dumps(cfg))
+    for text in choices[1:]:
+        check(text, "speculation", target_vocab)
+    searched = sorted({json.loads(c)["method"] for c in choices[1:]})
+    note = (f"speculative-config: off and {', '.join(searched) or 'nothing else'} searched; left out: "
+            f"{'; '.join(left_out)}") if left_out else None
+    return tuple(dict.fromkeys(choices)), note
+
+
+def _cannot_run(method: str, spec, model_dir: str) -> str | None:
+    if method == "suffix" and importlib.util.find_spec("arctic_inference") is None:
+        return "needs the package arctic-inference: pip install arctic-inference"
+    if method == "mtp" and not has_mtp_layers(model_dir):
+        return "the model has no MTP layers"
+    if method in _PATH_OF and not getattr(spec, _PATH_OF[method]):
+        return f"give its path as speculation.{_PATH_OF[method]}"
+    return None
+
+
+def _configs(method: str, spec) -> list[dict]:
+    out = []
+    for k in spec.num_speculative_tokens:
+        base = {"method": method, "num_speculative_tokens": k}
+        if method in _PATH_OF:
+            base["model"] = getattr(spec, _PATH_OF[method])
+        windows = [{"prompt_lookup_max": hi, "prompt_lookup_min": lo} for lo, hi in spec.prompt_lookup] \
+            if method == "ngram" else [{}]
+        for window in windows:
+            out.append({**base, **window})
+            out += [{**base, **window, "num_speculative_tokens_per_batch_size": [[1, b, k], [b + 1, b + 1, 0]]}
+                    for b in spec.per_batch_size]
+    return out
+
+
+def has_mtp_layers(model_dir: str) -> bool:
+    """Whether the model's config.json declares multi-token-prediction layers (DeepSeek-V3, GLM-4.5,
+    MiMo: num_nextn_predict_layers; Qwen3-Next: mtp_num_hidden_layers)."""
+    try:
+        config = json.loads((Path(model_dir).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(isinstance(config.get(k), int) and config[k] > 0
+               for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers"))

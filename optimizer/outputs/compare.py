@@ -1,7 +1,7 @@
 """Output regression: does a candidate server still pick the same tokens as the baseline?
 
 Method. Each prompt of a fixed set is sent alone (one request at a time: batching can change
-the numerics) to `/v1/completions` with greedy decoding (`temperature: 0`), `ignore_eos`, a
+the numerics; outputs/speculation_check.py also sends them `batch` at a time) to `/v1/completions` with greedy decoding (`temperature: 0`), `ignore_eos`, a
 fixed length and the top-k logprobs of every generated token. The reference (baseline) and
 candidate outputs are then compared token by token, per prompt, up to and including the first
 position where they differ (a *flip*), and no further: decoding is free-running, so after a
@@ -25,7 +25,8 @@ import statistics
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
 
 from optimizer.errors import first_line
 
@@ -57,6 +58,7 @@ class Output:
     tokens: tuple[str, ...]
     logprobs: tuple[float, ...]
     top: tuple[dict[str, float], ...]
+    batch: int = 1  # how many prompts were in flight when it was answered (1: alone on the server)
 
     def __post_init__(self):
         if not len(self.tokens) == len(self.logprobs) == len(self.top):
@@ -65,12 +67,12 @@ class Output:
 
     def to_dict(self) -> dict:
         return {"prompt_index": self.prompt_index, "tokens": list(self.tokens),
-                "logprobs": list(self.logprobs), "top": [dict(t) for t in self.top]}
+                "logprobs": list(self.logprobs), "top": [dict(t) for t in self.top], "batch": self.batch}
 
     @classmethod
     def from_dict(cls, d: dict) -> Output:
         return cls(int(d["prompt_index"]), tuple(d["tokens"]), tuple(float(x) for x in d["logprobs"]),
-                   tuple({str(k): float(v) for k, v in t.items()} for t in d["top"]))
+                   tuple({str(k): float(v) for k, v in t.items()} for t in d["top"]), int(d.get("batch", 1)))
 
 
 def request_body(model: str, prompt: str, max_tokens: int, top_k: int) -> dict:
@@ -97,25 +99,38 @@ def parse_completion(prompt_index: int, body: dict) -> Output:
 
 
 def collect(base_url: str, model: str, prompts: Sequence[str], max_tokens: int = 32, top_k: int = 5,
-            timeout: float = 120) -> list[Output]:
-    """Greedy outputs of `prompts` on the server at `base_url`, one request at a time, in order.
-    Raises RuntimeError naming the prompt (and the HTTP status and body start) on any failure."""
+            timeout: float = 120, batch: int = 1) -> list[Output]:
+    """Greedy outputs of `prompts` on the server at `base_url`, in prompt order: one request at a time,
+    or `batch` in flight at once (the numerics of a batch, which speculation's check compares at equal
+    batch sizes). Raises RuntimeError naming the prompt (and the HTTP status and body start) on any failure."""
     url = base_url.rstrip("/") + "/v1/completions"
     # No proxy from the environment (as aiohttp's default): the server is local or on the cluster.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    outputs = []
-    for i, prompt in enumerate(prompts):
+
+    def one(i: int, prompt: str) -> Output:
         data = json.dumps(request_body(model, prompt, max_tokens, top_k)).encode()
         req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
         try:
             with opener.open(req, timeout=timeout) as resp:
                 body = json.loads(resp.read())
-            outputs.append(parse_completion(i, body))
+            return replace(parse_completion(i, body), batch=batch)
         except urllib.error.HTTPError as exc:
             text = exc.read().decode(errors="replace")[:200]
             raise RuntimeError(f"prompt {i}: HTTP {exc.code} from {url}: {text}") from exc
         except (OSError, http.client.HTTPException, ValueError) as exc:  # refused, timeout, bad JSON/logprobs
             raise RuntimeError(f"prompt {i}: {url}: {first_line(exc)}") from exc
+
+    if batch <= 1:
+        return [one(i, p) for i, p in enumerate(prompts)]
+    with ThreadPoolExecutor(max_workers=batch) as pool:
+        return list(pool.map(one, range(len(prompts)), prompts))
+
+
+def collect_both(base_url: str, model: str, prompts, max_tokens: int, top_k: int, batch: int) -> list:
+    """The prompts' greedy outputs alone, and with `batch` above 1 also `batch` at a time."""
+    outputs = collect(base_url, model, prompts, max_tokens=max_tokens, top_k=top_k)
+    if batch > 1:
+        outputs += collect(base_url, model, prompts, max_tokens=max_tokens, top_k=top_k, batch=batch)
     return outputs
 
 

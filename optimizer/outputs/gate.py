@@ -24,7 +24,10 @@ from optimizer.engine.cpu_cores import bind_free_cores
 from optimizer.engine.failures import Failure
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import ConfigError
+from optimizer.engine import speculative_config as speculation
 from optimizer.outputs import compare as regression
+from optimizer.outputs import speculation_check
+from optimizer.outputs.speculation_check import split
 
 REFERENCE = "regression_reference"  # study user attribute: the baseline's answers
 
@@ -49,9 +52,17 @@ def prompt_set(spec) -> tuple[str, ...]:
 
 
 def trial_spec_part(cfg) -> tuple | None:
-    """What TrialSpec.regression carries for this config: (prompts, max_tokens, top_k), or None."""
+    """What TrialSpec.regression carries for this config: (prompts, max_tokens, top_k, batch), or None.
+    `batch` is 1 unless the study searches speculation (then regression.batch: each trial also answers
+    that many prompts at a time, outputs/speculation_check.py)."""
     r = cfg.regression
-    return (prompt_set(r), r.max_tokens, r.top_k) if r.enabled else None
+    batch = r.batch if speculation.KNOB in cfg.space else 1
+    return (prompt_set(r), r.max_tokens, r.top_k, batch) if r.enabled else None
+
+
+def speculating(params: dict) -> bool:
+    """Whether a trial's knobs turn speculative decoding on."""
+    return params.get(speculation.KNOB, speculation.OFF) != speculation.OFF
 
 
 def gate(study, trial, result, cfg):
@@ -80,27 +91,38 @@ def gate(study, trial, result, cfg):
                                                       "max_tokens or top_k (the config's regression section changed)"})
         return result
     try:
-        cmp = regression.compare([regression.Output.from_dict(o) for o in reference["outputs"]],
-                                 [regression.Output.from_dict(o) for o in result.outputs])
+        record, rate, summary = _compared([regression.Output.from_dict(o) for o in reference["outputs"]],
+                                          [regression.Output.from_dict(o) for o in result.outputs],
+                                          speculating(trial.params))
     except ValueError as exc:  # another prompt set than the reference's (the config changed)
         trial.set_user_attr("regression", {"summary": f"not compared: {exc}"})
         return result
-    record = {**cmp.to_dict(), "summary": cmp.summary(), "reference_trial": reference["trial"],
-              "max_flip_rate": r.max_flip_rate}
-    trial.set_user_attr("regression", record)
-    if r.max_flip_rate is not None and regression.exceeds(cmp, r.max_flip_rate):
+    trial.set_user_attr("regression", {**record, "summary": summary, "reference_trial": reference["trial"],
+                                       "max_flip_rate": r.max_flip_rate})
+    if r.max_flip_rate is not None and rate > r.max_flip_rate:
         return replace(result, failure=Failure(
-            "output_changed", f"vs trial {reference['trial']}: {cmp.summary()}"[:1000],
+            "output_changed", f"vs trial {reference['trial']}: {summary}"[:1000],
             f"this configuration changes the model's answers (flip rate above {r.max_flip_rate}): keep the "
-            "baseline's kv-cache-dtype / dtype / attention backend, or raise regression.max_flip_rate"))
+            "baseline's kv-cache-dtype / dtype / attention backend / speculative-config, or raise "
+            "regression.max_flip_rate"))
     return result
+
+
+def _compared(reference: list, candidate: list, speculates: bool) -> tuple[dict, float, str]:
+    """(the stored record, the flip rate the gate holds to its limit, the summary): for a speculating
+    trial with batched answers, the flips speculation adds at equal batch sizes apart from batching's."""
+    alone = regression.compare(*(split(reference)[0], split(candidate)[0]))
+    found = speculation_check.check(reference, candidate) if speculates else None
+    if found is None:
+        return alone.to_dict(), alone.flip_rate, alone.summary()
+    return {**alone.to_dict(), "speculation": found.to_dict()}, found.flip_rate, found.summary()
 
 
 def asked_for(cfg) -> dict:
     """What a reference must have answered to be comparable: the prompts (a digest), max_tokens, top_k."""
-    prompts, max_tokens, top_k = trial_spec_part(cfg)
+    prompts, max_tokens, top_k, batch = trial_spec_part(cfg)
     digest = hashlib.sha256("\n\0".join(prompts).encode()).hexdigest()[:16]
-    return {"prompts_sha256": digest, "max_tokens": max_tokens, "top_k": top_k}
+    return {"prompts_sha256": digest, "max_tokens": max_tokens, "top_k": top_k, "batch": batch}
 
 
 def hold_launches(study, cfg, running_trials) -> bool:
@@ -114,8 +136,9 @@ def hold_launches(study, cfg, running_trials) -> bool:
 # ---- python -m optimizer regress ---------------------------------------------------------------
 
 
-def answer(spec, prompts, max_tokens: int, top_k: int):
-    """Boot the spec's server, answer the prompts, stop it: (outputs, '') or (None, why)."""
+def answer(spec, prompts, max_tokens: int, top_k: int, batch: int = 1):
+    """Boot the spec's server, answer the prompts (alone, then `batch` at a time when above 1), stop it:
+    (outputs, '') or (None, why)."""
     server = VllmServer(spec.model, list(spec.vllm_args), Path(spec.log_path), env=spec.server_env(),
                         startup_timeout=spec.startup_timeout, shutdown_timeout=spec.shutdown_timeout)
     bind_free_cores(server)  # on CPU: clear of the cores other vLLM servers (production?) are bound to
@@ -124,9 +147,10 @@ def answer(spec, prompts, max_tokens: int, top_k: int):
             f = server.failure
             return None, f"{f.kind}: {f.evidence} (remedy: {f.remedy})" if f else "the server did not start"
         try:
-            return regression.collect(server.base_url, spec.model, prompts, max_tokens=max_tokens, top_k=top_k), ""
+            return regression.collect_both(server.base_url, spec.model, prompts, max_tokens, top_k, batch), ""
         except (RuntimeError, OSError, ValueError) as exc:
             return None, str(exc)[:500]
     finally:
         with shutdown.deferred():  # a signal now would skip the stop's escalation to SIGKILL
             server.stop()
+

@@ -23,6 +23,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna_dashboard import save_note
 
 from optimizer.errors import first_line
+from optimizer.report import speculation
 from optimizer.report.verdict_text import attribution, gain_text
 from optimizer.verdict.trials import knobs_of
 
@@ -72,6 +73,9 @@ def note_text(t: optuna.trial.FrozenTrial, metric: str, unit: str, diagnosis=Non
             if isinstance(metrics.get(key), (int, float))]
     if rows:
         lines += ["", "| metric | value |", "|---|---|", *rows]
+    spec = speculation.note_line(t.user_attrs.get("server") or {})
+    if spec:
+        lines += ["", f"**Speculation**: {spec}"]
     if kind:
         lines += ["", f"**Failure**: `{kind}`: {_quote(t.user_attrs.get('evidence', ''))}",
                   f"**Remedy**: {t.user_attrs.get('remedy', '')}"]

@@ -53,6 +53,7 @@ from optimizer.report.diagnosis_evidence import (
     _n,
     _no_kv_room,
     _oom_at_start,
+    prefix_hits_without_speculation,
 )
 
 COMPLETE, PRUNED, FAIL = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
@@ -79,6 +80,9 @@ MIN_PREEMPTIONS = 1
 # Share of compared answers allowed to change when the study recorded no limit (a guess, not
 # measured here): greedy runs of one configuration differ only at near-ties.
 DEFAULT_MAX_FLIP_RATE = 0.02
+# A prefix-cache hit rate 5 points below the trials without speculation is said beside speculation's cost:
+# the workload is the same in every trial, so the hits should be too.
+PREFIX_FALL = 0.05
 PRECISION_FLAGS = ("kv-cache-dtype", "dtype", "attention-backend")  # change the arithmetic, not the schedule
 
 
@@ -100,6 +104,7 @@ class Context:
     metric: str = "value"  # the objective's metric, e.g. output_throughput
     max_flip_rate: float | None = None  # the regression check's limit, when the study records one
     fp8_kv: bool = True  # whether the device can run an fp8 KV cache (the study's `fp8_kv` stamp)
+    prefix_hits_off: float | None = None  # the prefix-cache hit rate of the trials without speculation (median)
 
     def shortfall(self, value: float | None) -> float | None:
         """How far `value` is behind the best, as a share of it (0.3: 30% worse); None if unknown."""
@@ -126,7 +131,7 @@ def context_of(study: optuna.Study) -> Context:
                   if t.value is not None and all(c <= 0 for c in (t.constraints or {}).values())]
         best = (max if direction == "maximize" else min)(values) if values else None
     return Context(best, direction, metric, _float(study.user_attrs.get("max_flip_rate")),
-                   study.user_attrs.get("fp8_kv", True) is not False)
+                   study.user_attrs.get("fp8_kv", True) is not False, prefix_hits_without_speculation(study))
 
 
 def diagnose(trial: optuna.trial.FrozenTrial, context: Context) -> Diagnosis | None:
@@ -318,7 +323,8 @@ def _slo_words(f: _Facts, key: str, excess: float | None) -> tuple[str, str]:
 
 def _speculation(f: _Facts, ctx: Context) -> _Found | None:
     """Speculation costs a verification pass per step; it pays when drafts are accepted and the batch
-    has compute to spare, and loses when they are not or the batch is full."""
+    has compute to spare, and loses when they are not or the batch is full. Where the prefix cache hit
+    less than it did without speculation, that is said too (users report the hits falling with it on)."""
     acceptance, gap = f.get("spec_acceptance"), ctx.shortfall(f.value)
     if f.state != COMPLETE or acceptance is None or gap is None or gap <= WEAK_SHORTFALL:
         return None
@@ -326,11 +332,19 @@ def _speculation(f: _Facts, ctx: Context) -> _Found | None:
     at = f" at up to {_n(running)} running sequences" if running is not None else ""
     per_step = f" ({length:.2f} tokens per step)" if length is not None else ""
     return _Found(f"speculative decoding accepted {acceptance:.0%} of its drafted tokens{per_step}{at}; "
-                  f"{ctx.behind(f.value)}: verifying the drafts cost more than they saved",
+                  f"{ctx.behind(f.value)}: verifying the drafts cost more than they saved{_prefix_fall(f, ctx)}",
                   "turn speculation off for this traffic, or draft fewer tokens (num_speculative_tokens); it pays "
                   "where outputs repeat the prompt and the batch has compute to spare",
                   f.server_evidence("spec_acceptance", "spec_mean_accepted_length", "running_peak",
                                     "prefix_cache_hit_rate") + f"; {ctx.metric}={_n(f.value)} best={_n(ctx.best)}")
+
+
+def _prefix_fall(f: _Facts, ctx: Context) -> str:
+    """'; the prefix-cache hit rate fell from 73% without speculation to 40%', when it fell by 5 points or more."""
+    on, off = f.get("prefix_cache_hit_rate"), ctx.prefix_hits_off
+    if on is None or off is None or off - on < PREFIX_FALL:
+        return ""
+    return f"; the prefix-cache hit rate fell from {off:.0%} without speculation to {on:.0%}"
 
 
 def _light_load(f: _Facts, ctx: Context) -> _Found | None:

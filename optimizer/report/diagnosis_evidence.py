@@ -200,3 +200,12 @@ def _n(x: float | None) -> str:
 def _flag(value) -> str:
     """A knob's value as it is written on the command line (config/flags.to_cli_args)."""
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def prefix_hits_without_speculation(study: optuna.Study) -> float | None:
+    """The median prefix-cache hit rate of the measured trials that drafted nothing (None: no such trial)."""
+    rates = sorted(rate for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                   if "spec_acceptance" not in (server := t.user_attrs.get("server") or {})
+                   and (rate := _float(server.get("prefix_cache_hit_rate"))) is not None)
+    return rates[len(rates) // 2] if rates else None
+

@@ -27,6 +27,7 @@ import optuna
 
 from optimizer.config.flags import from_cli_args
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.report import speculation
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
 from optimizer.report.production import CAVEAT, production_table
@@ -63,6 +64,7 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
     _production(doc, study)
     _deploy(doc, s, model)
     _top(doc, study, s, objective)
+    _speculation(doc, study, objective)
     pictures = _pictures(doc, study, s, Path(artifacts), out_dir)
     _failures(doc, study)
     _savings(doc, study, s)
@@ -215,6 +217,19 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
         params = fmt_params(rep.knobs_of(t))
         rows.append([str(t.number), role, params, _values(t), *(_num(m.get(k)) for k in keys)])
     doc.table(["#", "role", "parameters", f"{objective.metric} ({objective.unit})", *keys], rows)
+
+
+def _speculation(doc: _Doc, study: optuna.Study, objective) -> None:
+    rows = speculation.rows(study)
+    if not rows:
+        return
+    doc.heading("Speculative decoding")
+    doc.para("What the servers' own counters said over each replay: the share of drafted tokens the target "
+             "accepted, tokens per verification step, acceptance by draft position, and the prefix-cache hit "
+             "rate beside them (speculation can lower it).")
+    headers = list(speculation.HEADERS)
+    headers[2] = f"{objective.metric} ({objective.unit})"
+    doc.table(headers, rows)
 
 
 def _failures(doc: _Doc, study: optuna.Study) -> None:

@@ -155,10 +155,10 @@ def _measure(server: VllmServer, spec: TrialSpec, driver: Driver, report) -> _Me
 
 def _outputs(base_url: str, spec: TrialSpec) -> tuple[tuple[dict, ...], str]:
     """The regression prompts' greedy outputs, or why not (an error never fails the measurement)."""
-    prompts, max_tokens, top_k = spec.regression
+    prompts, max_tokens, top_k, batch = spec.regression
     servermetrics.wait_idle(base_url)  # alone on the server: batching can change the numerics
     try:
-        got = regression.collect(base_url, spec.model, prompts, max_tokens=max_tokens, top_k=top_k)
+        got = regression.collect_both(base_url, spec.model, prompts, max_tokens, top_k, batch)
     except (RuntimeError, OSError, ValueError) as exc:
         return (), first_line(exc, 500)
     return tuple(o.to_dict() for o in got), ""

@@ -14,6 +14,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 
 from optimizer.errors import ConfigError
+from optimizer.workload import chat_template
 
 FIRST_ORDINARY_ID = 3  # ids below are special tokens in Llama-style vocabularies
 MAX_DRAWN_ID = 32000  # stay inside the base vocabulary of any tokenizer we may meet
@@ -66,6 +67,21 @@ class Vocabulary:
     def encode(self, text: str) -> tuple[int, ...]:
         """Token ids of `text` under the served model's tokenizer, without special tokens."""
         return tuple(self._tokenizer(text, add_special_tokens=False).ids)
+
+    def chat(self, message: str) -> tuple[int, ...]:
+        """Token ids of one user turn as the served model's chat template frames it (an answer
+        follows), or of the message alone when the model has no template."""
+        template = self._chat_template
+        return self.encode(template(message) if template else message)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._chat_template is not None
+
+    @cached_property
+    def _chat_template(self):
+        src = Path(self.tokenizer_source or "").expanduser()
+        return chat_template.load(src) if self.tokenizer_source and src.is_dir() else None
 
 
 @lru_cache(maxsize=4096)  # a Mooncake trace names the same 512-token blocks over and over

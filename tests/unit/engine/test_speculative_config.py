@@ -9,6 +9,7 @@ import pytest
 import ray
 
 from optimizer.cli import main
+from optimizer.config.schema import SpeculationSpec
 from optimizer.engine import speculative_config as speculation
 from optimizer.errors import ConfigError
 
@@ -82,7 +83,9 @@ def test_the_troubleshooting_table_quotes_the_real_lines(tmp_path, monkeypatch):
     cases = ['{"method": "ngram", "num_speculative_tokens": 0}', '{"method": "ngrams"}',
              '{"method": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 3}',
              '{"method": "draft_model", "num_speculative_tokens": 4}',
-             json.dumps({"method": "draft_model", "model": str(draft), "num_speculative_tokens": 4})]
+             json.dumps({"method": "draft_model", "model": str(draft), "num_speculative_tokens": 4}),
+             json.dumps({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+                         "num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 64, 0]]})]
     lines = []
     for value in cases:
         with pytest.raises(ConfigError) as exc:
@@ -92,6 +95,9 @@ def test_the_troubleshooting_table_quotes_the_real_lines(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as exc:
         speculation.check_args(["--speculative-config", '{"method": "suffix", "num_speculative_tokens": 4}'],
                                "engine.extra_args")
+    lines.append(str(exc.value))
+    with pytest.raises(ConfigError) as exc:
+        speculation.sub_space(SpeculationSpec(methods=["mtp"]), str(tmp_path), 49152)
     lines.append(str(exc.value))
     for line in lines:
         assert f"`` error: {line} ``" in docs, line

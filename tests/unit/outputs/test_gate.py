@@ -105,7 +105,7 @@ def test_off_by_default():
 
 
 def test_prompt_sets(tmp_path):
-    assert outputcheck.trial_spec_part(_cfg(prompts=3, max_tokens=16, top_k=4)) == (DEFAULT_PROMPTS[:3], 16, 4)
+    assert outputcheck.trial_spec_part(_cfg(prompts=3, max_tokens=16, top_k=4)) == (DEFAULT_PROMPTS[:3], 16, 4, 1)
     f = tmp_path / "p.txt"
     f.write_text("first prompt\n\n  second prompt \nthird\n")
     assert outputcheck.prompt_set(_cfg(prompts_file=str(f), prompts=2).regression) == ("first prompt", "second prompt")

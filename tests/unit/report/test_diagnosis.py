@@ -559,6 +559,28 @@ def test_speculation_behind_the_best_names_its_acceptance_and_the_batch():
     assert "spec_acceptance=" in d.evidence and "running_peak=12" in d.evidence
 
 
+def test_speculation_that_lowered_the_prefix_cache_hits_says_from_what_to_what():
+    study = study_for()
+    off = deltas(parse((PROM / "before.prom").read_text()), parse((PROM / "after.prom").read_text()))
+    completed(study, every_s=0.25, server={**off, "prefix_cache_hit_rate": 0.73})  # no speculation
+    completed(study, every_s=0.26, server={**off, "prefix_cache_hit_rate": 0.71})
+    server = {**_speculating_view(running=12), "prefix_cache_hit_rate": 0.40}
+    d = diag(study, completed(study, every_s=0.5, server=server))
+    assert d.kind == "speculation"
+    # the median of the trials without speculation (0.71 and 0.73: the upper one), then this trial's
+    assert d.cause.endswith("verifying the drafts cost more than they saved; the prefix-cache hit rate fell "
+                            "from 73% without speculation to 40%")
+    assert "prefix_cache_hit_rate=0.4" in d.evidence
+
+
+def test_a_prefix_cache_hit_rate_within_5_points_of_no_speculation_is_not_called_a_fall():
+    study = study_for()
+    off = deltas(parse((PROM / "before.prom").read_text()), parse((PROM / "after.prom").read_text()))
+    completed(study, every_s=0.25, server={**off, "prefix_cache_hit_rate": 0.44})
+    d = diag(study, completed(study, every_s=0.5, server={**_speculating_view(running=12), "prefix_cache_hit_rate": 0.40}))
+    assert d.kind == "speculation" and "prefix-cache" not in d.cause
+
+
 def test_speculation_that_wins_is_not_diagnosed():
     study = study_for()
     completed(study, every_s=0.5)
