@@ -83,7 +83,7 @@ class ChatSpec(_Common):
 
 class TextSpec(_Common):
     """Real text through the model's tokenizer and chat template: passages asked back (copy-heavy)
-    and open questions (workload/text.py)."""
+    and open questions (workload/text/scenario.py)."""
 
     scenario: Literal["text"] = "text"
     requests: int = Field(32, ge=1)

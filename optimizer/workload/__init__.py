@@ -10,7 +10,7 @@ token ids, fixed output lengths and arrival offsets. One module per scenario:
     burst   a base rate with sharp spikes                   burst.py
     trace   a recorded trace (ShareGPT, BurstGPT, Azure,    trace.py, traces/
             Mooncake, generic JSONL)
-    text    real text through the model's chat template:     text.py, text_corpus.py
+    text    real text through the model's chat template:     text/
             passages asked back (copy-heavy), open questions
     observed  what live vLLM servers reported (a traffic     observed.py
               window the daemon wrote), same shape
@@ -23,7 +23,7 @@ from optimizer.workload.burst import burst_workload
 from optimizer.workload.chat import chat_workload
 from optimizer.workload.observed import observed_workload
 from optimizer.workload.rag import rag_workload
-from optimizer.workload.text import text_workload
+from optimizer.workload.text.scenario import text_workload
 from optimizer.workload.tokens import Vocabulary
 from optimizer.workload.trace import trace_workload
 

@@ -14,7 +14,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 
 from optimizer.errors import ConfigError
-from optimizer.workload import chat_template
+from optimizer.workload.text import chat_template
 
 FIRST_ORDINARY_ID = 3  # ids below are special tokens in Llama-style vocabularies
 MAX_DRAWN_ID = 32000  # stay inside the base vocabulary of any tokenizer we may meet

@@ -1,4 +1,4 @@
-"""The `text` scenario (workload/text.py, workload/chat_template.py): real passages and questions
+"""The `text` scenario (workload/text/): real passages and questions
 through the model's own tokenizer and chat template; copy-heavy requests as long as their passage,
 open questions as long as `output` says; the warm-up on text no measured request uses."""
 
@@ -13,8 +13,9 @@ from tokenizers import Tokenizer
 from optimizer.config.workload_spec import TextSpec
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.errors import ConfigError
-from optimizer.workload import build_workload, text_corpus
-from optimizer.workload.chat_template import load
+from optimizer.workload import build_workload
+from optimizer.workload.text import corpus as text_corpus
+from optimizer.workload.text.chat_template import load
 from optimizer.workload.tokens import Vocabulary
 
 # SmolLM2-135M-Instruct's template, as its chat_template.jinja holds it (ChatML with a default system turn).

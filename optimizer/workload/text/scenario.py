@@ -1,7 +1,7 @@
 """Real text through the served model's tokenizer and chat template: copy-heavy requests and open
 questions, the two kinds of traffic speculative decoding tells apart.
 
-`copy_share` of the requests carry a passage (workload/text_corpus.py) and ask for it back
+`copy_share` of the requests carry a passage (workload/text/corpus.py) and ask for it back
 (a RAG answer quoting its document, a rewrite, a code edit): their output is as long as the
 passage, so the answer can copy it whole, and n-gram drafting finds its drafts in the prompt.
 The rest ask an open question about a topic: answers reuse little of their prompt. Passages
@@ -15,7 +15,7 @@ import random
 
 from optimizer.config.workload_spec import TextSpec
 from optimizer.errors import ConfigError
-from optimizer.workload import text_corpus as corpus
+from optimizer.workload.text import corpus
 from optimizer.workload.arrivals import closed_concurrency, describe_arrival, offsets
 from optimizer.workload.base import Request, Workload
 from optimizer.workload.tokens import Vocabulary
