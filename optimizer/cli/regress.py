@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -80,7 +81,7 @@ def _compare_all(ns, console, plan, candidates: list[dict]) -> int:
     for i, (name, params) in enumerate(configs):
         shutdown.check()  # a signal that came while the last server stopped
         spec = make_spec(i, plan, params, f"regress/{i}")  # its server.log: artifacts/<study>/regress/<i>/
-        console.print(f"[bold]{name}[/]: {' '.join(spec.vllm_args)}")
+        console.print(f"[bold]{name}[/]: {shlex.join(spec.vllm_args)}")
         t = time.monotonic()
         outputs, why = answer(spec, prompts, max_tokens, top_k, batch)
         changed = {k: v for k, v in params.items() if base.get(k) != v} or "(same as the baseline)"

