@@ -86,7 +86,7 @@ def gate(study, trial, result, cfg):
         trial.set_user_attr("regression", {"summary": "not compared: the baseline's outputs are not recorded (it "
                                                       "did not finish first, failed, or ran before the check was on)"})
         return result
-    if any(reference.get(k) != v for k, v in asked.items()):
+    if any(reference.get(k, 1 if k == "batch" else None) != v for k, v in asked.items()):  # no batch: alone only
         trial.set_user_attr("regression", {"summary": "not compared: the baseline answered another prompt set, "
                                                       "max_tokens or top_k (the config's regression section changed)"})
         return result

@@ -34,11 +34,15 @@ class SpeculationCheck:
                 f"{self.batched.flip_rate:.3f} at batch {self.batch} (vs the baseline at the same batch size: "
                 f"{self.alone.prompts_diverged} and {self.batched.prompts_diverged} of {self.alone.prompts} prompts "
                 f"diverge); batching alone flips {self.batching.flip_rate:.3f} without speculation "
-                f"({self.batching.prompts_diverged} prompts, the baseline alone vs at batch {self.batch})")
+                f"({_prompts(self.batching.prompts_diverged)}, the baseline alone vs at batch {self.batch})")
 
     def to_dict(self) -> dict:
         return {"batch": self.batch, "flip_rate": self.flip_rate, "alone": self.alone.to_dict(),
                 "batched": self.batched.to_dict(), "batching": self.batching.to_dict()}
+
+
+def _prompts(n: int) -> str:
+    return f"{n} prompt" + ("" if n == 1 else "s")
 
 
 def split(outputs: list[Output]) -> tuple[list[Output], list[Output]]:

@@ -43,7 +43,7 @@ def test_the_flips_speculation_adds_are_told_apart_from_the_flips_of_batching():
     assert found.flip_rate == found.batched.flip_rate
     assert found.summary() == ("speculation adds a top-1 flip rate of 0.000 alone and 0.071 at batch 4 (vs the "
                                "baseline at the same batch size: 0 and 1 of 4 prompts diverge); batching alone "
-                               "flips 0.062 without speculation (1 prompts, the baseline alone vs at batch 4)")
+                               "flips 0.062 without speculation (1 prompt, the baseline alone vs at batch 4)")
     assert json.loads(json.dumps(found.to_dict()))["batching"]["flips"][0]["prompt"] == 3
 
 
