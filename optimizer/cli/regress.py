@@ -105,12 +105,14 @@ def _compare_all(ns, console, plan, candidates: list[dict]) -> int:
         found = speculation_check.check(answers["baseline"], outputs) if speculating(params) else None
         worst = max(worst, found.flip_rate if found else cmp.flip_rate)
         console.print(f"{name} {changed}: {found.summary() if found else cmp.summary()}")
-        for flip in cmp.flips[:10]:
+        batched = [(f, f" at batch {found.batch}") for f in found.batched.flips] if found else []
+        for flip, where in ([(f, "") for f in cmp.flips] + batched)[:10]:
             margin = "beyond the top-k" if flip.margin is None else f"{flip.margin:.3f} nats"
-            console.print(f"  prompt {flip.prompt}: token {flip.position} {flip.reference} -> {flip.candidate}, "
+            console.print(f"  prompt {flip.prompt}{where}: token {flip.position} {flip.reference} -> {flip.candidate}, "
                           f"baseline's margin {margin}")
         report.append({"name": name, "params": params, "changed": changed, **cmp.to_dict(),
-                       **({"speculation": found.to_dict()} if found else {}),
+                       **({"alone_flip_rate": cmp.flip_rate, "flip_rate": found.flip_rate,
+                           "speculation": found.to_dict()} if found else {}),
                        "summary": found.summary() if found else cmp.summary()})
     out = Path(ns.out) if ns.out else plan.artifacts / "regress.json"
     try:

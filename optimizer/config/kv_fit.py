@@ -129,7 +129,7 @@ def _setting(model: ModelInfo, device: Device, params: dict) -> _Setting:
     # heads than ranks (ModelConfig.get_num_kv_heads: max(1, heads // tp)).
     heads_per_rank = max(1, model.kv_heads // tp)
     per_token = model.kv_bytes_per_token(kv_dtype) * heads_per_rank // model.kv_heads
-    draft = draft_model_info(params.get(speculation.KNOB))
+    draft = draft_model_info(params.get(speculation.KNOB), model.dtype)
     if draft is not None:  # its layers' KV blocks come out of the same budget, its weights before it
         per_token += draft.kv_bytes_per_token(kv_dtype) * max(1, draft.kv_heads // tp) // draft.kv_heads
     return _Setting(
@@ -143,9 +143,10 @@ def _setting(model: ModelInfo, device: Device, params: dict) -> _Setting:
     )
 
 
-def draft_model_info(text) -> ModelInfo | None:
+def draft_model_info(text, dtype: str = "auto") -> ModelInfo | None:
     """The shape of the second model a speculative config loads (draft_model, EAGLE heads, ...) when
-    it is a local directory with a config.json; None otherwise (off, n-gram, MTP, a Hub id: not counted)."""
+    it is a local directory with a config.json, at `dtype` (vLLM runs a draft in the target's dtype);
+    None otherwise (off, n-gram, MTP, a Hub id: not counted)."""
     if not isinstance(text, str) or text == speculation.OFF:
         return None
     try:
@@ -157,7 +158,7 @@ def draft_model_info(text) -> ModelInfo | None:
             or not (Path(path).expanduser() / "config.json").is_file():
         return None
     try:
-        return load_model_info(path)
+        return load_model_info(path, dtype)
     except ConfigError:
         return None  # vLLM says what is wrong with it, at start
 

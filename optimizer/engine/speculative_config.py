@@ -179,7 +179,7 @@ def _cannot_run(method: str, spec, model_dir: str) -> str | None:
     if method == "suffix" and importlib.util.find_spec("arctic_inference") is None:
         return "needs the package arctic-inference: pip install arctic-inference"
     if method == "mtp" and not has_mtp_layers(model_dir):
-        return "the model has no MTP layers"
+        return "the model has no MTP layers (its config.json declares none); use ngram or a draft model"
     if method in _PATH_OF and not getattr(spec, _PATH_OF[method]):
         return f"give its path as speculation.{_PATH_OF[method]}"
     return None

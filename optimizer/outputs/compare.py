@@ -120,6 +120,7 @@ def collect(base_url: str, model: str, prompts: Sequence[str], max_tokens: int =
         except (OSError, http.client.HTTPException, ValueError) as exc:  # refused, timeout, bad JSON/logprobs
             raise RuntimeError(f"prompt {i}: {url}: {first_line(exc)}") from exc
 
+    batch = min(batch, len(prompts))  # never more in flight than there are prompts, nor recorded as such
     if batch <= 1:
         return [one(i, p) for i, p in enumerate(prompts)]
     with ThreadPoolExecutor(max_workers=batch) as pool:
@@ -129,7 +130,7 @@ def collect(base_url: str, model: str, prompts: Sequence[str], max_tokens: int =
 def collect_both(base_url: str, model: str, prompts, max_tokens: int, top_k: int, batch: int) -> list:
     """The prompts' greedy outputs alone, and with `batch` above 1 also `batch` at a time."""
     outputs = collect(base_url, model, prompts, max_tokens=max_tokens, top_k=top_k)
-    if batch > 1:
+    if min(batch, len(prompts)) > 1:
         outputs += collect(base_url, model, prompts, max_tokens=max_tokens, top_k=top_k, batch=batch)
     return outputs
 

@@ -88,7 +88,8 @@ def gate(study, trial, result, cfg):
         return result
     if any(reference.get(k, 1 if k == "batch" else None) != v for k, v in asked.items()):  # no batch: alone only
         trial.set_user_attr("regression", {"summary": "not compared: the baseline answered another prompt set, "
-                                                      "max_tokens or top_k (the config's regression section changed)"})
+                                                      "max_tokens, top_k or batch (the config's regression section "
+                                                      "or the searched knobs changed)"})
         return result
     try:
         record, rate, summary = _compared([regression.Output.from_dict(o) for o in reference["outputs"]],
@@ -115,7 +116,10 @@ def _compared(reference: list, candidate: list, speculates: bool) -> tuple[dict,
     found = speculation_check.check(reference, candidate) if speculates else None
     if found is None:
         return alone.to_dict(), alone.flip_rate, alone.summary()
-    return {**alone.to_dict(), "speculation": found.to_dict()}, found.flip_rate, found.summary()
+    # `flip_rate` is the rate the gate held (what the diagnosis reads); the alone-only rate is kept beside it
+    record = {**alone.to_dict(), "alone_flip_rate": alone.flip_rate, "flip_rate": found.flip_rate,
+              "speculation": found.to_dict()}
+    return record, found.flip_rate, found.summary()
 
 
 def asked_for(cfg) -> dict:

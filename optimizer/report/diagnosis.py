@@ -83,7 +83,8 @@ DEFAULT_MAX_FLIP_RATE = 0.02
 # A prefix-cache hit rate 5 points below the trials without speculation is said beside speculation's cost:
 # the workload is the same in every trial, so the hits should be too.
 PREFIX_FALL = 0.05
-PRECISION_FLAGS = ("kv-cache-dtype", "dtype", "attention-backend")  # change the arithmetic, not the schedule
+# Knobs that change the arithmetic, not the schedule (speculation: its verification pass's batch shapes).
+PRECISION_FLAGS = ("kv-cache-dtype", "dtype", "attention-backend", "speculative-config")
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def _output_changed(f: _Facts, ctx: Context) -> _Found | None:
     if f.failure != "output_changed" and (rate is None or rate <= limit):
         return None
     # Only sampled knobs differ between trials; fixed flags (engine.extra_args) are the same in the reference.
-    changed = [f.knob(k) for k in PRECISION_FLAGS if k in f.sampled and str(f.knobs.get(k)) != "auto"]
+    changed = [f.knob(k) for k in PRECISION_FLAGS if k in f.sampled and str(f.knobs.get(k)) not in ("auto", "off")]
     if rate is not None:
         what = f"{_pct(rate)} of answers changed (limit {_pct(limit)})"
     else:
@@ -177,7 +178,7 @@ def _output_changed(f: _Facts, ctx: Context) -> _Found | None:
         remedy = (f"go back to the reference {' / '.join(c.split()[0] for c in changed)} or accept the change "
                   "knowingly; check the answers with `python -m optimizer regress`")
     else:
-        cause = f"{what} with no precision or attention-backend knob changed"
+        cause = f"{what} with no precision, attention-backend or speculation knob changed"
         remedy = "re-check with `python -m optimizer regress` before deploying this configuration"
     evidence = f.evidence if f.failure == "output_changed" else f"regression: {reg}"[:500]
     return _Found(cause, remedy, evidence)

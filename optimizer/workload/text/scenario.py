@@ -44,7 +44,8 @@ def text_workload(spec: TextSpec, vocab: Vocabulary) -> Workload:
     offs = offsets(spec.arrival, spec.requests, rng)
     reqs = tuple(_request(f"req-{i}", rng, spec, vocab, offs[i], passages, topics) for i in range(spec.requests))
     notes = () if vocab.has_chat_template else (
-        "the model has no chat template: each prompt is the bare request text",)
+        "no chat template read (the model directory has none, or the model is a Hub id): each prompt is the bare "
+        "request text",)
     return Workload(
         name="text", requests=reqs, warmup=warm, concurrency=closed_concurrency(spec.arrival), notes=notes,
         description=f"text: {spec.requests} requests in real text, {spec.copy_share:.0%} quoting one of "

@@ -35,10 +35,13 @@ def _model_dir(tmp_path, **config):
 
 def test_without_a_section_the_choices_are_off_and_ngram_2_and_4_and_the_rest_is_named_with_its_fix():
     choices, notes = _resolve(None)
-    assert choices == speculation.DEFAULT_CHOICES
+    suffix = () if NO_ARCTIC else ('{"method": "suffix", "num_speculative_tokens": 2}',
+                                   '{"method": "suffix", "num_speculative_tokens": 4}')
+    assert choices == speculation.DEFAULT_CHOICES + suffix
     (note,) = [n for n in notes if n.startswith("speculative-config:")]
-    assert note.startswith("speculative-config: off and ngram searched; left out: ")
-    assert "mtp (the model has no MTP layers)" in note
+    assert note.startswith(f"speculative-config: off and {'ngram' if NO_ARCTIC else 'ngram, suffix'} searched; "
+                           "left out: ")
+    assert "mtp (the model has no MTP layers (its config.json declares none); use ngram or a draft model)" in note
     assert "draft_model (give its path as speculation.draft_model)" in note
     assert "eagle3 (give its path as speculation.eagle3_head)" in note
     if NO_ARCTIC:

@@ -152,7 +152,7 @@ def test_a_reference_of_another_prompt_set_is_not_compared(study):
     changed = (_out(0, [1, 999, 3, 4]), _out(1, [5, 6, 7, 8]))
     result = outputcheck.gate(study, trial, _result(1, changed), _cfg(max_flip_rate=0.0, max_tokens=64))
     assert result.failure is None
-    assert "another prompt set, max_tokens or top_k" in study.trials[1].user_attrs["regression"]["summary"]
+    assert "another prompt set, max_tokens, top_k or batch" in study.trials[1].user_attrs["regression"]["summary"]
 
 
 def test_launches_wait_for_the_reference_only_with_a_maximum_and_while_the_baseline_runs(study):

@@ -93,3 +93,23 @@ def test_the_gate_holds_what_speculation_adds_not_what_batching_flips():
     # The same answers from a trial that does not speculate: the usual check (alone), which passes.
     result, record = _told(study, cfg, _run(ALONE, SPEC_BATCHED), "off")
     assert result.failure is None and "speculation" not in record and record["flip_rate"] == 0.0
+
+
+def test_the_record_keeps_the_rate_the_gate_held_as_its_flip_rate():
+    study = optuna.create_study()
+    cfg = _cfg(max_flip_rate=0.5, batch=4)
+    _told(study, cfg, _run(ALONE, BATCHED), "off", baseline=True)
+    _, record = _told(study, cfg, _run(ALONE, SPEC_BATCHED), NGRAM)
+    assert record["flip_rate"] == record["speculation"]["flip_rate"] > 0  # what the diagnosis reads
+    assert record["alone_flip_rate"] == 0.0
+
+
+def test_fewer_prompts_than_the_batch_are_sent_and_recorded_as_they_went(monkeypatch):
+    from optimizer.outputs import compare
+
+    sent = []
+    monkeypatch.setattr(compare, "collect", lambda url, model, prompts, max_tokens=32, top_k=5, timeout=120,
+                        batch=1: sent.append(min(batch, len(prompts))) or [])
+    compare.collect_both("http://x", "m", ["a", "b"], 4, 1, 8)
+    compare.collect_both("http://x", "m", ["a"], 4, 1, 8)
+    assert sent == [1, 2, 1]  # alone, then 2 at a time; one prompt: alone only

@@ -445,7 +445,7 @@ def test_output_changed_from_a_regression_check_over_the_studys_limit():
     plain = study_for()
     d = diag(plain, completed(plain, regression={"flip_rate": 0.03}))
     assert d.kind == "output_changed"
-    assert d.cause == "3.0% of answers changed (limit 2.0%) with no precision or attention-backend knob changed"
+    assert d.cause == "3.0% of answers changed (limit 2.0%) with no precision, attention-backend or speculation knob changed"
 
 
 def test_output_changed_as_a_failure_kind():
@@ -453,8 +453,8 @@ def test_output_changed_as_a_failure_kind():
     failure = Failure("output_changed", "12 of 50 answers differ from the reference", "run regress")
     d = diag(study, failed(study, failure, phases=UNDER_LOAD))
     assert d.kind == "output_changed"
-    assert d.cause == ("the answers changed (12 of 50 answers differ from the reference) with no precision or "
-                       "attention-backend knob changed")
+    assert d.cause == ("the answers changed (12 of 50 answers differ from the reference) with no precision, "
+                       "attention-backend or speculation knob changed")
     assert "python -m optimizer regress" in d.remedy
     assert d.evidence == "12 of 50 answers differ from the reference"
 

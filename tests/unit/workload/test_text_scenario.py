@@ -97,7 +97,8 @@ def test_it_is_seeded_and_a_model_without_a_template_gets_the_bare_text_said_in_
     assert build_workload(spec, _vocab(templated)).content_hash() != \
         build_workload(TextSpec(copy_share=0.5, requests=8, seed=4), _vocab(templated)).content_hash()
     bare = build_workload(spec, _vocab(tiny))
-    assert bare.notes == ("the model has no chat template: each prompt is the bare request text",)
+    assert bare.notes == ("no chat template read (the model directory has none, or the model is a Hub id): each "
+                          "prompt is the bare request text",)
     assert "<|im_start|>" not in _decode(tiny, bare.requests[0].prompt_token_ids)
 
 
@@ -106,3 +107,20 @@ def test_without_a_tokenizer_it_is_one_line_and_a_share_outside_0_1_is_refused()
         build_workload(TextSpec(), Vocabulary(4096))
     with pytest.raises(ValidationError, match="copy_share"):
         TextSpec(copy_share=1.5)
+
+
+def test_templates_with_break_and_raise_exception_work_as_in_vllm_and_a_refusal_is_one_line(tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system turn') }}{% endif %}"
+        "[{{ m['content'] }}]{% break %}{% endfor %}{% if add_generation_prompt %}>{% endif %}")
+    assert load(d)("hello") == "[hello]>"
+    (d / "chat_template.jinja").write_text("{{ raise_exception('this model takes no user turn') }}")
+    with pytest.raises(ConfigError) as exc:
+        load(d)("hello")
+    assert "its chat template refused one user message (this model takes no user turn)" in str(exc.value)
+    assert "\n" not in str(exc.value)
+    (d / "chat_template.jinja").write_text("{% for m in messages %}")
+    with pytest.raises(ConfigError, match="its chat template does not parse"):
+        load(d)
