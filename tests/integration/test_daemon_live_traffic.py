@@ -350,7 +350,9 @@ def test_the_daemon_tuned_on_the_observed_window_and_recorded_production(live):
     assert study.user_attrs["traffic_source"].endswith(".json")
     window = window_mod.read(study.user_attrs["traffic_source"])
     assert window.source == {"kind": "prometheus", "url": window.source["url"], "selector": '{job="vllm"}'}
-    assert window.requests >= MIN_REQUESTS
+    # the daemon's rule (daemon/observing.py): at least min_requests arrivals, finished plus the backlog's
+    # growth; a loaded window may finish fewer (24.2 of 38 arrivals once on a busy 2-core machine)
+    assert window.arrivals >= MIN_REQUESTS and window.requests >= 1
     prod = study.user_attrs["production"]
     assert prod["latencies"]["ttft_p95_ms"] > 0 and prod["flags"]["block-size"] == "128"
     assert prod["flags"]["enable-prefix-caching"] == "True"
@@ -390,7 +392,7 @@ def test_the_servers_own_metrics_feed_a_first_generation(live):
     assert live["direct_tuning"]["state"] == "tuning" and live["direct_rc"] == 0
     study = optuna.load_study(study_name="direct", storage=f"sqlite:///{live['root'] / 'direct.db'}")
     w = window_mod.read(study.user_attrs["traffic_source"])
-    assert w.source["kind"] == "vllm_metrics" and w.requests >= MIN_REQUESTS and 200 < w.prompt.quantile(0.5) <= 500
+    assert w.source["kind"] == "vllm_metrics" and w.arrivals >= MIN_REQUESTS and 200 < w.prompt.quantile(0.5) <= 500
 
 
 def test_an_overload_during_a_generation_is_seen_at_once_and_tuned_on_saturated(live):
