@@ -83,8 +83,7 @@ DEFAULT_MAX_FLIP_RATE = 0.02
 # A prefix-cache hit rate 5 points below the trials without speculation is said beside speculation's cost:
 # the workload is the same in every trial, so the hits should be too.
 PREFIX_FALL = 0.05
-# Knobs that change the arithmetic, not the schedule (speculation: its verification pass's batch shapes).
-PRECISION_FLAGS = ("kv-cache-dtype", "dtype", "attention-backend", "speculative-config")
+PRECISION_FLAGS = ("kv-cache-dtype", "dtype", "attention-backend", "speculative-config")  # change the arithmetic
 
 
 @dataclass(frozen=True)
