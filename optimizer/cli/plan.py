@@ -1,4 +1,5 @@
-"""`plan`: the replicas and GPUs a peak load needs, from the study's measured best.
+"""`plan`: the replicas and GPUs a peak load needs, from the study's measured best, and with
+`--what-if`, predicted rows for devices the study never ran on (optimizer/whatif/).
 """
 
 from __future__ import annotations
@@ -6,6 +7,9 @@ from __future__ import annotations
 import argparse
 
 from optimizer.cli.common import STUDY_FLAGS, add_flags, load
+from optimizer.cli.whatif_args import WhatIfArgs, parse_whatif
+from optimizer.errors import ConfigError
+from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import parse_slos
 from optimizer.report.capacity import (
     check_inputs,
@@ -31,6 +35,15 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--trial", type=int, help="plan on this trial (e.g. a Pareto front member), not the best")
     p.add_argument("--slo", help="SLOs the plan must keep, as for run ('ttft:500 tpot:50'); checked against "
                    "the measured run")
+    p.add_argument("--what-if", help="devices to predict for, comma-separated (h100,l4,h200; see docs/what-if.md "
+                   "for the table, or describe one in config whatif.devices)")
+    p.add_argument("--tp", help="tensor-parallel sizes to predict, comma-separated (default: those of 1,2,4,8 "
+                   "that divide the model's attention heads)")
+    p.add_argument("--price", help="cost per device-hour, e.g. h100=2.5,l4=0.8: rows then sort by cost")
+    p.add_argument("--output-tokens", type=int, help="mean output tokens a request (default: the measured run's "
+                   "share of --tokens-per-request)")
+    p.add_argument("--measured-on", help="the device table's name for the GPU the study ran on, when the study "
+                   "does not record it (for the calibration)")
     add_flags(p, *STUDY_FLAGS)
     return p
 
@@ -41,8 +54,43 @@ def main(ns: argparse.Namespace, console) -> int:
 
     check_inputs(ns.peak_qps, ns.tokens_per_request, ns.headroom)  # before the study is opened
     slos = parse_slos(ns.slo)
-    study = open_finished(load(ns), check_objective=False).study  # --slo here asks, it does not relabel
-    p = plan(measurement_from_study(study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request, ns.headroom)
-    for line in describe(p):
-        console.print(line, markup=False)
+    cfg = load(ns)
+    whatif = parse_whatif(ns, cfg) if ns.what_if else None  # every bad flag refused before the study is read
+    if whatif is None:
+        study = open_finished(cfg, check_objective=False).study  # --slo here asks, it does not relabel
+        p = plan(measurement_from_study(study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request, ns.headroom)
+        _print(console, describe(p))
+        return 0
+    study, measured = None, None
+    try:
+        study = open_finished(cfg, check_objective=False).study
+        measured = plan(measurement_from_study(study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request,
+                        ns.headroom)
+        _print(console, describe(measured))
+    except ConfigError as exc:
+        console.print(f"Measured: none ({exc})", markup=False)
+    slos = slos or parse_slos(cfg.objective.slos)  # the study's own, as its config gives them
+    _print(console, _whatif_lines(whatif, ns, study, measured, slos))
     return 0
+
+
+def _whatif_lines(w: WhatIfArgs, ns, study, measured, slos) -> list[str]:
+    from optimizer.whatif.table import describe as describe_whatif  # noqa: PLC0415
+    from optimizer.whatif import calibration, fleet_rows  # noqa: PLC0415
+    from optimizer.whatif.study_calibration import from_study  # noqa: PLC0415
+
+    isl, osl = w.lengths(ns.tokens_per_request, ns.output_tokens, study, measured)
+    cal = (from_study(study, w.source, w.arch, ns.measured_on, w.config) if study is not None else
+           calibration.none("no study to calibrate on"))
+    serving = w.serving(study, measured)
+    rows = fleet_rows.rows(w.source, w.arch, w.devices, w.tps, serving, isl, osl, cal, slos, ns.peak_qps,
+                           ns.headroom, w.prices, w.config)
+    header = (f"What-if: {w.arch.name}, {isl:,} prompt + {osl:,} output tokens a request, max-num-seqs "
+              f"{serving.max_num_seqs}, gpu-memory-utilization {serving.utilization:g}, kv-cache-dtype "
+              f"{serving.kv_dtype}; peak {ns.peak_qps:g} req/s, headroom {ns.headroom:.0%}")
+    return describe_whatif(rows, cal, header, describe_slos(slos) if slos else "")
+
+
+def _print(console, lines: list[str]) -> None:
+    for line in lines:
+        console.print(line, markup=False)

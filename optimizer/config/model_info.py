@@ -52,6 +52,12 @@ class ModelInfo:
         return (self.layers * (attn + mlp) + embed) * _DTYPE_BYTES.get(self.dtype, 2)
 
 
+def read_config(source: str) -> dict:
+    """The config.json of a local model directory or a Hub id (the Hub, then its cache); ConfigError
+    naming the problem and the fix when it cannot be read."""
+    return _read_config(source)
+
+
 def _read_config(source: str) -> dict:
     path = Path(source).expanduser()
     if path.is_dir():

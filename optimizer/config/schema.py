@@ -157,6 +157,12 @@ class RegressionSpec(_Strict):
                        "many at a time, and a speculating trial is compared with the baseline at equal batch sizes")
 
 
+class WhatIfSpec(_Strict):
+    devices: dict[str, dict[str, Union[float, str]]] = Field(
+        default_factory=dict, description="accelerators `plan --what-if` may name beyond its table: name -> "
+        "memory_gb, bandwidth_gbs, bf16_tflops (and fp8_tflops, link_gbs, link, source), from the datasheet")
+
+
 class SpeculationSpec(_Strict):
     """The speculative-config knob's sub-space when `space` gives it no `choices`: off, or each method
     that can run here with each draft length (engine/speculative_config.py, `sub_space`)."""
@@ -274,6 +280,7 @@ class StudyConfig(_Strict):
     daemon: DaemonSpec = Field(default_factory=DaemonSpec)
     regression: RegressionSpec = Field(default_factory=RegressionSpec)
     speculation: SpeculationSpec = Field(default_factory=SpeculationSpec)
+    whatif: WhatIfSpec = Field(default_factory=WhatIfSpec)
 
     @field_validator("study_name", "artifacts_dir")
     @classmethod

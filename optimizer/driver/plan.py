@@ -22,7 +22,7 @@ from optimizer.driver.ray_runtime import check_address, job_working_dir
 from optimizer.driver.resources import largest_request
 from optimizer.driver.store.database import check_storage, normalize_url, open_storage
 from optimizer.engine.compile_cache import cache_dir, default_root
-from optimizer.engine.device import Device, detect
+from optimizer.engine.device import Device, detect, gpu_name
 from optimizer.engine import speculative_config as speculation
 from optimizer.engine.real_model import write_real_model
 from optimizer.engine.tiny_model import write_tiny_model
@@ -182,6 +182,8 @@ def _stamp(study: optuna.Study, plan: Plan) -> None:
     if plan.workload.notes:
         study.set_user_attr("workload_notes", list(plan.workload.notes))
     study.set_user_attr("device", plan.device.kind)
+    if plan.device.kind == "gpu" and gpu_name():  # which GPU: what-if calibrates on it (whatif/study_calibration.py)
+        study.set_user_attr("device_name", gpu_name())
     for key, value in sorted(_stamp_of(plan).items(), key=lambda kv: kv[0] == "workload_hash"):
         study.set_user_attr(key, value)
 

@@ -91,6 +91,19 @@ def gpu_memory_bytes() -> int:
         return 0
 
 
+def gpu_name() -> str:
+    """GPU 0's name as nvidia-smi reports it ("" without one; untested on a GPU)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return ""
+    try:
+        out = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (out.stdout.strip().splitlines() or [""])[0].strip()
+
+
 def detect(preference: str = "auto") -> Device:
     """The device trials run on; `preference` is "auto", "cpu" or "gpu"."""
     gpus = gpu_count() if preference in ("auto", "gpu") else 0

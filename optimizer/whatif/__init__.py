@@ -1,6 +1,12 @@
-"""What a configuration would do on hardware the study never ran on: devices.py names the
-accelerators it knows (memory, bandwidth, dense FLOPs, interconnect, each with its source);
-roofline.py estimates KV capacity, TTFT, TPOT and throughput from first principles.
+"""What a configuration would do on hardware the study never ran on (`plan --what-if`).
 
-Imports: config (the model's facts), errors. No optuna, ray or aiohttp.
+devices.py names the accelerators it knows (memory, bandwidth, dense FLOPs, interconnect, each
+with its source); architecture.py reads a model's shape from its config.json; library.py asks
+aiconfigurator-core where it has vLLM timings for the device; roofline.py estimates from first
+principles elsewhere, with efficiencies fitted on published measurements; predict.py picks one;
+calibration.py and study_calibration.py correct it with what a study measured and give the
+band; fleet_rows.py turns it into replicas, devices and cost for a peak load, and table.py
+into the lines `plan` prints.
+
+Imports: config (the model's facts), measure (SLOs, the log-scale statistic), errors. No ray or aiohttp.
 """

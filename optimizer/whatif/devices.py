@@ -35,12 +35,16 @@ KNOWN: dict[str, DeviceSpec] = {d.name: d for d in (
                "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)"),
     DeviceSpec("h100", 80, 3350, 989, 1979, 900, "NVLink 4",
                "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
+    DeviceSpec("h100-nvl", 94, 3900, 835, 1670, 600, "NVLink bridge",
+               "NVIDIA H100 NVL datasheet (per GPU of the pair)"),
     DeviceSpec("h200", 141, 4800, 989, 1979, 900, "NVLink 4",
                "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
     DeviceSpec("b200", 180, 8000, 2250, 4500, 1800, "NVLink 5",
                "NVIDIA DGX B200 datasheet (per GPU: 1,440 GB, 64 TB/s, 72 PFLOPS fp8 sparse over 8)"),
     DeviceSpec("l40s", 48, 864, 362, 733, 64, "PCIe Gen4 x16",
                "NVIDIA L40S datasheet"),
+    DeviceSpec("l40", 48, 864, 181, 362, 64, "PCIe Gen4 x16",
+               "NVIDIA L40 datasheet"),
     DeviceSpec("l4", 24, 300, 121, 242, 64, "PCIe Gen4 x16",
                "NVIDIA L4 Tensor Core GPU datasheet"),
     DeviceSpec("a10", 24, 600, 125, None, 64, "PCIe Gen4 x16",
@@ -73,3 +77,20 @@ def custom(name: str, fields: dict) -> DeviceSpec:
     return DeviceSpec(name.lower(), float(fields["memory_gb"]), float(fields["bandwidth_gbs"]),
                       float(fields["bf16_tflops"]), fields.get("fp8_tflops"), float(fields.get("link_gbs", 64)),
                       str(fields.get("link", "as given")), str(fields.get("source", "the operator's config")))
+
+
+# nvidia-smi / rocm-smi names -> the table's, most specific first ("H100 NVL" before "H100").
+_NAMES = (("h100 nvl", "h100-nvl"), ("h100", "h100"), ("h200", "h200"), ("b200", "b200"), ("a100", "a100"),
+          ("l40s", "l40s"), ("l40", "l40"), ("l4", "l4"), ("a10", "a10"), ("mi300x", "mi300x"))
+
+
+def match(reported: str) -> DeviceSpec | None:
+    """The table's device for a name nvidia-smi reports ("NVIDIA H100 80GB HBM3" -> h100), or None.
+    An A10G (not an A10) and anything the table lacks are None."""
+    text = reported.lower()
+    if "a10g" in text:
+        return None
+    for needle, name in _NAMES:
+        if needle in text:
+            return KNOWN[name]
+    return None

@@ -2,48 +2,63 @@
 fits, its KV capacity, TTFT, TPOT and output throughput at a given load.
 
 Per rank of `tp` (tensor parallel splits weights and KV heads; vLLM replicates KV heads when
-there are fewer than ranks):
+there are fewer than ranks), with the model's shape from whatif/architecture.py:
 
-- weights: `ModelInfo.weight_bytes()` at the serving dtype (fp8: 1 byte a weight), / tp;
-- KV per token: `ModelInfo.kv_bytes_per_token(kv dtype)` x max(1, kv_heads // tp) / kv_heads;
-- KV capacity: memory x utilization - weights - the runtime's own (the GPU prior of
-  config/kv_fit.py: max(1 GiB, 2% of the device)), over the KV per token;
-- forward FLOPs per token at context c: 2 x the weights' parameters (the embedding table is a
-  lookup, the LM head a matmul: counted once) + 4 x layers x hidden x c (attention scores and
-  values), / tp;
-- prefill of n tokens: n tokens' FLOPs at mean context n / 2 over the dense peak (bf16, or fp8
-  with fp8 weights) x COMPUTE_EFFICIENCY, the weights read once, plus its all-reduces;
-- a decode step of b sequences at context c: the larger of the bytes read (weights + b x c x KV
-  per token) over bandwidth x BANDWIDTH_EFFICIENCY and the FLOPs over the peak x
-  COMPUTE_EFFICIENCY, plus LAYER_OVERHEAD_S a layer (kernel launches and the scheduler);
+- KV capacity: memory x utilization - weights / tp - the runtime's own (the GPU prior of
+  config/kv_fit.py: max(1 GiB, 2% of the device)), over the KV bytes of a token on a rank;
+- prefill of one prompt of n tokens: its FLOPs (at mean context n / 2) over the dense peak
+  (bf16, or fp8 with fp8 weights) x `compute`, or the weights read once over the bandwidth x
+  `bandwidth`, whichever is longer; plus `layer_s` a layer and the all-reduces;
+- a decode step of b sequences at context c: the larger of the bytes read (the weights the
+  step touches: a mixture of experts reads the experts its tokens route to; + b x c x KV per
+  token) over bandwidth x `bandwidth` and the FLOPs over the peak x `compute`, plus `layer_s` a
+  layer (kernel launches, the scheduler) and the all-reduces;
 - all-reduce (tp > 1): two a layer, ring: 2 (tp - 1) / tp x tokens x hidden x 2 bytes over one
-  direction of the link (half the datasheet's figure), plus ALLREDUCE_LATENCY_S each.
+  direction of the link (half the datasheet's figure), plus `allreduce_s` each.
 
-Serving `concurrency` requests of `isl` prompt and `osl` output tokens in a closed loop with
-continuous batching: the batch b is the concurrency, capped by max-num-seqs and by how many
-whole requests the KV cache holds; TTFT = prefill(isl) + one decode step (a prompt waits for
-the step in flight); TPOT = step(b at context isl + osl / 2) + b x prefill compute(isl) / osl
-(each step also carries a share of the prompts that join the batch); throughput = b / TPOT.
+Two loads, the two ways published benchmarks drive vLLM:
+- closed (`concurrency` requests in flight, steady state): the batch b is the concurrency, capped
+  by max-num-seqs and by the whole requests the KV cache holds; TPOT = step(b at context isl +
+  osl / 2) + b x prefill / osl (each step carries its share of the prompts joining); TTFT = half
+  a TPOT (the step in flight) + prefill + one step, plus the queue when more are in flight than
+  the batch; throughput = b / TPOT.
+- burst (`concurrency` requests sent at once, `benchmark_serving.py` without a rate): waves of b;
+  a wave takes b prefills + osl steps; TTFT is the mean wait for a wave to start plus the mean
+  place among its b prefills; throughput = requests x osl over the waves' time.
 
-The efficiency constants are provisional round numbers, not yet fitted on published
-measurements, and nothing here is calibrated on a study's runs: the estimate's error is unknown
-until it is (so no band is printed from this module alone).
+`FITTED` holds efficiencies fitted on published measurements (bench/whatif_fit.py prints them
+and the rows they rest on; docs/what-if.md); `PLAIN` is the roofline as llm-optimizer computes
+it (100% of the datasheet's bandwidth and FLOPs, no overheads), kept for comparison.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from optimizer.config.kv_fit import GPU_NON_KV_MIN, GPU_NON_KV_SHARE
-from optimizer.config.model_info import ModelInfo
 from optimizer.errors import ConfigError
+from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.devices import DeviceSpec
 
-BANDWIDTH_EFFICIENCY = 0.8  # provisional: share of the datasheet's memory bandwidth a decode step gets
-COMPUTE_EFFICIENCY = 0.6  # provisional: share of the dense peak a large matmul gets
-LAYER_OVERHEAD_S = 15e-6  # provisional: per layer and step, launches and scheduling
-ALLREDUCE_LATENCY_S = 8e-6  # provisional: per all-reduce, beyond its bytes
 ACTIVATION_BYTES = 2  # all-reduced activations are bf16
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    bandwidth: float  # share of the datasheet's memory bandwidth a step gets
+    compute: float  # share of the dense peak a large matmul gets
+    layer_s: float  # per layer and forward step: launches, scheduling
+    allreduce_s: float  # per all-reduce, beyond its bytes
+    queued: float = 1.0  # share of the batch's other prompts a prompt's prefill waits behind (1: all at once)
+    request_s: float = 0.0  # per request before its first token: HTTP, tokenizing, scheduling
+
+
+# bench/whatif_fit.py on the 29 rows of bench/data/published_vllm.csv measured by aiconfigurator's
+# authors (H100, H200, B200; Llama-3.1-8B fp8 and 70B, Qwen3-32B, three mixtures of experts), within
+# what kernels reach (bandwidth <= 0.9, compute <= 0.8): median |error| 13% on TTFT and TPOT, 2026-12-04.
+FITTED = Efficiency(bandwidth=0.9, compute=0.8, layer_s=60e-6, allreduce_s=10e-6, queued=0.2, request_s=0.04)
+PLAIN = Efficiency(bandwidth=1.0, compute=1.0, layer_s=0.0, allreduce_s=0.0, queued=1.0, request_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -53,15 +68,15 @@ class Serving:
     tp: int = 1
     max_num_seqs: int = 256  # vLLM's default on GPU
     utilization: float = 0.9
-    weight_dtype: str = "bfloat16"  # "fp8" for fp8 weights
-    kv_dtype: str = "auto"  # "auto" follows the weights; "fp8" halves a bf16 cache
+    kv_dtype: str = "auto"  # "auto" follows the activations; "fp8" halves a bf16 cache
 
 
 @dataclass(frozen=True)
 class Load:
     isl: int  # prompt tokens a request
     osl: int  # output tokens a request
-    concurrency: int  # requests in flight
+    concurrency: int  # requests in flight (closed) or sent at once (burst)
+    burst: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,78 +91,65 @@ class Estimate:
     why: str = ""  # when it does not fit: why, one line
 
 
-def _params(model: ModelInfo) -> float:
-    """Parameters the forward pass multiplies with (ModelInfo's weight count, dtype aside)."""
-    return model.weight_bytes() / _width(model.dtype)
-
-
-def _width(dtype: str) -> int:
-    return 4 if dtype == "float32" else 1 if dtype.startswith("fp8") else 2
-
-
-def _weights_per_rank(model: ModelInfo, s: Serving) -> float:
-    return _params(model) * _width(s.weight_dtype) / s.tp
-
-
-def kv_bytes_per_token(model: ModelInfo, s: Serving) -> float:
+def kv_bytes_per_token(arch: Architecture, s: Serving) -> float:
     """KV bytes one token takes on one rank."""
-    kv = "fp8" if s.kv_dtype.startswith("fp8") else s.weight_dtype if s.weight_dtype != "fp8" else "bfloat16"
-    full = 2 * model.layers * model.kv_heads * model.head_dim * _width(kv)
-    return full * max(1, model.kv_heads // s.tp) / model.kv_heads
+    return arch.kv_bytes_per_token(s.kv_dtype) * max(1, arch.kv_heads // s.tp) / arch.kv_heads
 
 
-def _peak(device: DeviceSpec, s: Serving) -> float:
-    fp8 = s.weight_dtype.startswith("fp8") and device.fp8_tflops
-    return (device.fp8_tflops if fp8 else device.bf16_tflops) * 1e12 * COMPUTE_EFFICIENCY
+def _peak(device: DeviceSpec, arch: Architecture, eff: Efficiency) -> float:
+    fp8 = arch.fp8_weights and device.fp8_tflops
+    return (device.fp8_tflops if fp8 else device.bf16_tflops) * 1e12 * eff.compute
 
 
-def _flops(model: ModelInfo, tokens: float, context: float, tp: int) -> float:
-    return tokens * (2 * _params(model) + 4 * model.layers * model.hidden * context) / tp
-
-
-def _allreduce(model: ModelInfo, device: DeviceSpec, tokens: float, tp: int) -> float:
+def _allreduce(arch: Architecture, device: DeviceSpec, tokens: float, tp: int, eff: Efficiency) -> float:
     if tp <= 1:
         return 0.0
-    per = 2 * (tp - 1) / tp * tokens * model.hidden * ACTIVATION_BYTES / (device.link_gbs * 1e9 / 2)
-    return 2 * model.layers * (per + ALLREDUCE_LATENCY_S)
+    per = 2 * (tp - 1) / tp * tokens * arch.hidden * ACTIVATION_BYTES / (device.link_gbs * 1e9 / 2)
+    return 2 * arch.layers * (per + eff.allreduce_s)
 
 
-def prefill_s(model: ModelInfo, device: DeviceSpec, s: Serving, tokens: int) -> float:
-    """One prompt of `tokens` alone: its FLOPs at mean context tokens / 2, the weights read once."""
-    compute = _flops(model, tokens, tokens / 2, s.tp) / _peak(device, s)
-    read = _weights_per_rank(model, s) / (device.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY)
-    return max(compute, read) + _allreduce(model, device, tokens, s.tp) + model.layers * LAYER_OVERHEAD_S
+def prefill_s(arch: Architecture, device: DeviceSpec, s: Serving, tokens: int, eff: Efficiency = FITTED) -> float:
+    """One prompt of `tokens` alone."""
+    compute = tokens * arch.flops_per_token(tokens / 2) / s.tp / _peak(device, arch, eff)
+    read = arch.bytes_read(tokens) / s.tp / (device.bandwidth_gbs * 1e9 * eff.bandwidth)
+    return max(compute, read) + _allreduce(arch, device, tokens, s.tp, eff) + arch.layers * eff.layer_s
 
 
-def decode_step_s(model: ModelInfo, device: DeviceSpec, s: Serving, batch: int, context: float) -> float:
+def decode_step_s(arch: Architecture, device: DeviceSpec, s: Serving, batch: int, context: float,
+                  eff: Efficiency = FITTED) -> float:
     """One decode step of `batch` sequences at `context` tokens each."""
-    read = _weights_per_rank(model, s) + batch * context * kv_bytes_per_token(model, s)
-    memory = read / (device.bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY)
-    compute = _flops(model, batch, context, s.tp) / _peak(device, s)
-    return max(memory, compute) + model.layers * LAYER_OVERHEAD_S + _allreduce(model, device, batch, s.tp)
+    read = arch.bytes_read(batch) / s.tp + batch * context * kv_bytes_per_token(arch, s)
+    memory = read / (device.bandwidth_gbs * 1e9 * eff.bandwidth)
+    compute = batch * arch.flops_per_token(context) / s.tp / _peak(device, arch, eff)
+    return max(memory, compute) + arch.layers * eff.layer_s + _allreduce(arch, device, batch, s.tp, eff)
 
 
-def kv_capacity_tokens(model: ModelInfo, device: DeviceSpec, s: Serving) -> int:
+def kv_capacity_tokens(arch: Architecture, device: DeviceSpec, s: Serving) -> int:
     runtime = max(GPU_NON_KV_MIN, GPU_NON_KV_SHARE * device.memory_bytes)
-    budget = device.memory_bytes * s.utilization - _weights_per_rank(model, s) - runtime
-    return max(0, int(budget // kv_bytes_per_token(model, s)))
+    budget = device.memory_bytes * s.utilization - arch.weight_bytes / s.tp - runtime
+    return max(0, int(budget // kv_bytes_per_token(arch, s)))
 
 
-def estimate(model: ModelInfo, device: DeviceSpec, s: Serving, load: Load) -> Estimate:
+def estimate(arch: Architecture, device: DeviceSpec, s: Serving, load: Load, eff: Efficiency = FITTED) -> Estimate:
     """The replica at this load (see the module docstring for every term)."""
     if s.tp < 1 or load.isl < 1 or load.osl < 1 or load.concurrency < 1:
         raise ConfigError("what-if: tp, prompt and output tokens and concurrency must be at least 1")
     per_request = load.isl + load.osl
-    tokens = kv_capacity_tokens(model, device, s)
+    tokens = kv_capacity_tokens(arch, device, s)
     held = tokens // per_request
     if held < 1:
-        weights = _weights_per_rank(model, s) / 1e9
+        weights = arch.weight_bytes / s.tp / 1e9
         why = (f"{weights:.1f} GB of weights a rank leave room for {tokens:,} KV tokens on {device.name} "
                f"({device.memory_gb:g} GB x {s.utilization:g}); one request needs {per_request:,}")
-        return Estimate(False, tokens, 0, 0, float("inf"), float("inf"), 0.0, why)
+        return Estimate(False, tokens, 0, 0, math.inf, math.inf, 0.0, why)
     batch = min(load.concurrency, s.max_num_seqs, held)
-    step = decode_step_s(model, device, s, batch, load.isl + load.osl / 2)
-    prefill = prefill_s(model, device, s, load.isl)
-    ttft = prefill + step
-    tpot = step + batch * prefill / load.osl
-    return Estimate(True, tokens, held, batch, ttft, tpot, batch / tpot)
+    step = decode_step_s(arch, device, s, batch, load.isl + load.osl / 2, eff)
+    prefill = prefill_s(arch, device, s, load.isl, eff)
+    waves = math.ceil(load.concurrency / batch)
+    wave = batch * prefill + load.osl * step
+    # the mean wait for a wave to start, its own prefill behind a share of the others', and one step
+    queued = 1.0 if load.burst else eff.queued  # sent at once, every prompt is there to wait behind
+    ttft = eff.request_s + (waves - 1) / 2 * wave + (1 + queued * (batch - 1) / 2) * prefill + step
+    # after its first token a request still shares the steps with the prefills behind it (half the wave's)
+    tpot = step + (batch - 1) / 2 * prefill / load.osl
+    return Estimate(True, tokens, held, batch, ttft, tpot, load.concurrency * load.osl / (waves * wave))

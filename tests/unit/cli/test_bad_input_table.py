@@ -43,6 +43,17 @@ def _foreign_db(workdir: Path) -> None:
         con.execute("INSERT INTO invoices (total) VALUES (12.5)")
 
 
+LLAMA70B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
+            "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80, "vocab_size": 128256,
+            "torch_dtype": "bfloat16"}
+
+
+def _model_dir(workdir: Path, name: str, config: dict) -> None:
+    import json
+    (workdir / name).mkdir()
+    (workdir / name / "config.json").write_text(json.dumps(config))
+
+
 def _bad_rows(workdir: Path) -> None:
     (workdir / "t.jsonl").write_text('{"input_tokens": 10, "output_tokens": 5}\n{"input_tokens": "ten", "output_tokens": 5}\n')
 
@@ -151,6 +162,26 @@ CASES = [
      ["plan", "--peak-qps", "50", "--tokens-per-request", "2000"], lambda d: _study_db(d),
      "study 'tune' has no completed trial: nothing measured to plan on; run `python -m optimizer run` until one "
      "completes"),
+    ("whatif-unknown-device", "a what-if for a device the table lacks", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--what-if", "h300"], None,
+     "what-if: unknown device 'h300'; known: a100, h100, h100-nvl, h200, b200, l40s, l40, l4, a10, mi300x (or "
+     "describe it in config whatif.devices)"),
+    ("whatif-tp", "a what-if TP size that does not divide the attention heads", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--what-if", "h100", "--tp", "3"], None,
+     "what-if: TP 3 does not divide <model>'s 8 attention heads (vLLM refuses it); use one of 1, 2, 4, 8"),
+    ("whatif-no-fit", "a what-if for a model that fits the device at no TP size asked", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--what-if", "l4", "--tp", "1,2",
+      "--model", "<dir>/big"], lambda d: _model_dir(d, "big", LLAMA70B),
+     "what-if: <dir>/big (141 GB of weights) does not fit l4 (24 GB) at TP 1, 2 with a 2000-token request; the "
+     "smallest TP that fits is 8: add it to --tp"),
+    ("whatif-quantization", "a what-if for a quantization the estimate does not model", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--what-if", "h100", "--model", "<dir>/awq"],
+     lambda d: _model_dir(d, "awq", {**LLAMA70B, "quantization_config": {"quant_method": "awq", "bits": 4}}),
+     "what-if: <dir>/awq is quantized with awq, which the estimate does not model (it models bf16/fp16, fp8 and "
+     "mxfp4 weights); plan a bf16 or fp8 checkpoint of it"),
+    ("whatif-price", "a what-if price for a device not asked about", SPACE,
+     ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--what-if", "h100", "--price", "l4=0.8"], None,
+     "--price l4: not among the --what-if devices (h100)"),
     ("regress-candidate", "an output check with a candidate that is not knob=value", SPACE,
      ["regress", "--candidate", "kv-cache-dtype fp8"], None,
      "--candidate 'kv-cache-dtype fp8': 'kv-cache-dtype' is not knob=value; write e.g. 'kv-cache-dtype=fp8'"),

@@ -8,12 +8,16 @@ import pytest
 
 from optimizer.config.schema import RaySpec
 from optimizer.driver.resources import ray_resources
-from optimizer.engine.device import GIB, detect
+from optimizer.engine.device import GIB, detect, gpu_name
+from optimizer.whatif.devices import match
 
 FAKE_SMI = """#!/bin/sh
 if [ "$1" = "-L" ]; then
   echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)"
   echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)"
+elif [ "$1" = "--query-gpu=name" ]; then
+  echo "NVIDIA H100 80GB HBM3"
+  echo "NVIDIA H100 80GB HBM3"
 else
   echo "81559"
   echo "81559"
@@ -34,6 +38,15 @@ def test_detect_sees_gpus_and_their_memory(fake_gpus):
     assert dev.kind == "gpu" and dev.count == 2
     assert dev.memory.total == pytest.approx(81559 * 1024**2)
     assert dev.memory.total > 79 * GIB
+
+
+def test_the_gpus_name_is_read_and_matched_to_the_what_if_table(fake_gpus):
+    assert gpu_name() == "NVIDIA H100 80GB HBM3" and match(gpu_name()).name == "h100"
+
+
+def test_without_nvidia_smi_the_gpu_has_no_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert gpu_name() == ""
 
 
 def test_cpu_preference_ignores_gpus(fake_gpus):

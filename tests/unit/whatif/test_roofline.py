@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from optimizer.config.model_info import ModelInfo
 from optimizer.errors import ConfigError
 from optimizer.whatif import devices
 from optimizer.whatif import roofline as r
+from optimizer.whatif.architecture import Architecture
 
-# Llama-3.1-8B: 32 layers, 8 KV heads of 128, hidden 4096, MLP 14336, vocabulary 128256.
-LLAMA8B = ModelInfo("meta-llama/Llama-3.1-8B-Instruct", 32, 8, 128, 4096, 14336, 128256, 131072, "bfloat16")
-# ModelInfo's count: 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336) + 2 x 128256 x 4096
-PARAMS = 32 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 2 * 128256 * 4096
-LLAMA70B = ModelInfo("meta-llama/Llama-3.1-70B-Instruct", 80, 8, 128, 8192, 28672, 128256, 131072, "bfloat16")
+# Llama-3.1-8B: 32 layers, 32 heads and 8 KV heads of 128, hidden 4096, MLP 14336, vocabulary 128256.
+LLAMA8B = Architecture("llama-8b", 32, 32, 8, 128, 4096, 14336, 128256)
+LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336  # q, o; k, v; gate, up, down
+READ = (32 * LAYER + 128256 * 4096) * 2  # the layers and the LM head, bf16 (the embedding is a lookup)
+LLAMA70B = Architecture("llama-70b", 80, 64, 8, 128, 8192, 28672, 128256)
 H100 = devices.known("h100")
+EFF = r.Efficiency(bandwidth=0.8, compute=0.5, layer_s=20e-6, allreduce_s=10e-6, queued=0.5, request_s=0.01)
 
 
 def test_kv_bytes_per_token_split_over_ranks_and_replicated_past_the_kv_heads():
@@ -23,49 +26,60 @@ def test_kv_bytes_per_token_split_over_ranks_and_replicated_past_the_kv_heads():
     assert r.kv_bytes_per_token(LLAMA8B, r.Serving(kv_dtype="fp8")) == 65536
     assert r.kv_bytes_per_token(LLAMA8B, r.Serving(tp=2)) == 65536
     assert r.kv_bytes_per_token(LLAMA8B, r.Serving(tp=16)) == 131072 / 8  # one head a rank: replicated
-    assert r.kv_bytes_per_token(LLAMA8B, r.Serving(weight_dtype="fp8")) == 131072  # fp8 weights, bf16 cache
+    assert r.kv_bytes_per_token(replace(LLAMA8B, quantization="fp8"), r.Serving()) == 131072  # fp8 weights, bf16 cache
 
 
 def test_a_decode_step_at_batch_one_is_the_weights_read_at_the_derated_bandwidth():
-    weights = PARAMS * 2
     context_bytes = 1 * 1000 * 131072
-    expected = (weights + context_bytes) / (3350e9 * r.BANDWIDTH_EFFICIENCY) + 32 * r.LAYER_OVERHEAD_S
-    assert r.decode_step_s(LLAMA8B, H100, r.Serving(), 1, 1000) == pytest.approx(expected)
-    assert expected == pytest.approx(0.00651, rel=0.01)  # ~6.5 ms: H100's memory bound for 16 GB of weights
+    expected = (READ + context_bytes) / (3350e9 * 0.8) + 32 * 20e-6
+    assert r.decode_step_s(LLAMA8B, H100, r.Serving(), 1, 1000, EFF) == pytest.approx(expected)
+    assert expected == pytest.approx(0.00629, rel=0.01)  # 15.0 GB of weights at 2.68 TB/s, + 0.64 ms of layers
 
 
 def test_a_large_batch_becomes_compute_bound_and_tp_adds_its_all_reduces():
     batch, context = 4096, 100
-    flops = batch * (2 * PARAMS + 4 * 32 * 4096 * context)
-    compute = flops / (989e12 * r.COMPUTE_EFFICIENCY)
-    step = r.decode_step_s(LLAMA8B, H100, r.Serving(), batch, context)
-    assert step == pytest.approx(compute + 32 * r.LAYER_OVERHEAD_S)
-    tp2 = r.decode_step_s(LLAMA8B, H100, r.Serving(tp=2), batch, context)
+    flops = batch * (2 * (32 * LAYER + 128256 * 4096) + 4 * 32 * 32 * 128 * context)
+    compute = flops / (989e12 * 0.5)
+    step = r.decode_step_s(LLAMA8B, H100, r.Serving(), batch, context, EFF)
+    assert step == pytest.approx(compute + 32 * 20e-6)
+    tp2 = r.decode_step_s(LLAMA8B, H100, r.Serving(tp=2), batch, context, EFF)
     ring = 2 * (2 - 1) / 2 * batch * 4096 * 2 / (900e9 / 2)
-    assert tp2 == pytest.approx(compute / 2 + 32 * r.LAYER_OVERHEAD_S + 2 * 32 * (ring + r.ALLREDUCE_LATENCY_S))
+    assert tp2 == pytest.approx(compute / 2 + 32 * 20e-6 + 2 * 32 * (ring + 10e-6))
 
 
-def test_fp8_weights_halve_the_bytes_and_use_the_fp8_peak():
-    bf16 = r.prefill_s(LLAMA8B, H100, r.Serving(), 8192)
-    fp8 = r.prefill_s(LLAMA8B, H100, r.Serving(weight_dtype="fp8"), 8192)
-    assert fp8 == pytest.approx((bf16 - 32 * r.LAYER_OVERHEAD_S) * 989 / 1979 + 32 * r.LAYER_OVERHEAD_S)
+def test_fp8_weights_use_the_fp8_peak_where_the_device_has_one():
+    fp8 = replace(LLAMA8B, quantization="fp8")
+    bf16_s = r.prefill_s(LLAMA8B, H100, r.Serving(), 8192, EFF)
+    fp8_s = r.prefill_s(fp8, H100, r.Serving(), 8192, EFF)
+    assert fp8_s == pytest.approx((bf16_s - 32 * 20e-6) * 989 / 1979 + 32 * 20e-6)
     a100 = devices.known("a100")  # no fp8 tensor cores: the bf16 peak
-    assert r.prefill_s(LLAMA8B, a100, r.Serving(weight_dtype="fp8"), 8192) == \
-        pytest.approx(r.prefill_s(LLAMA8B, a100, r.Serving(), 8192))
+    assert r.prefill_s(fp8, a100, r.Serving(), 8192, EFF) == pytest.approx(r.prefill_s(LLAMA8B, a100, r.Serving(), 8192, EFF))
 
 
-def test_the_load_sets_the_batch_and_the_serving_terms():
+def test_a_closed_load_runs_in_waves_and_queues_a_share_of_the_prefills():
     load = r.Load(isl=1024, osl=128, concurrency=8)
-    e = r.estimate(LLAMA8B, H100, r.Serving(), load)
+    e = r.estimate(LLAMA8B, H100, r.Serving(), load, EFF)
     assert e.fits and e.batch == 8 and e.kv_requests == e.kv_tokens // 1152
     runtime = max(1 * 1024**3, 0.02 * 80e9)
-    assert e.kv_tokens == int((80e9 * 0.9 - PARAMS * 2 - runtime) // 131072)
-    step = r.decode_step_s(LLAMA8B, H100, r.Serving(), 8, 1024 + 64)
-    prefill = r.prefill_s(LLAMA8B, H100, r.Serving(), 1024)
-    assert e.ttft_s == pytest.approx(prefill + step)
-    assert e.tpot_s == pytest.approx(step + 8 * prefill / 128)
-    assert e.throughput == pytest.approx(8 / e.tpot_s)
-    assert r.estimate(LLAMA8B, H100, r.Serving(max_num_seqs=4), load).batch == 4
+    weights = 32 * LAYER * 2 + 2 * 128256 * 4096 * 2
+    assert e.kv_tokens == int((80e9 * 0.9 - weights - runtime) // 131072)
+    step = r.decode_step_s(LLAMA8B, H100, r.Serving(), 8, 1024 + 64, EFF)
+    prefill = r.prefill_s(LLAMA8B, H100, r.Serving(), 1024, EFF)
+    assert e.ttft_s == pytest.approx(0.01 + (1 + 0.5 * 7 / 2) * prefill + step)
+    assert e.tpot_s == pytest.approx(step + 7 / 2 * prefill / 128)
+    assert e.throughput == pytest.approx(8 * 128 / (8 * prefill + 128 * step))
+    capped = r.estimate(LLAMA8B, H100, r.Serving(max_num_seqs=4), load, EFF)  # two waves of four
+    assert capped.batch == 4
+    wave = 4 * prefill + 128 * r.decode_step_s(LLAMA8B, H100, r.Serving(), 4, 1024 + 64, EFF)
+    assert capped.throughput == pytest.approx(8 * 128 / (2 * wave))
+    assert capped.ttft_s > wave / 2  # half of them wait for a wave
+
+
+def test_a_burst_waits_behind_every_prompt_sent_with_it():
+    prefill = r.prefill_s(LLAMA8B, H100, r.Serving(), 1024, EFF)
+    closed = r.estimate(LLAMA8B, H100, r.Serving(), r.Load(1024, 128, 8), EFF)
+    burst = r.estimate(LLAMA8B, H100, r.Serving(), r.Load(1024, 128, 8, burst=True), EFF)
+    assert burst.ttft_s - closed.ttft_s == pytest.approx((1 - 0.5) * 7 / 2 * prefill)
 
 
 def test_a_model_that_does_not_fit_says_why_in_one_line():
@@ -76,9 +90,17 @@ def test_a_model_that_does_not_fit_says_why_in_one_line():
     assert r.estimate(LLAMA70B, H100, r.Serving(tp=4), r.Load(1024, 128, 8)).fits
 
 
+def test_the_plain_roofline_is_faster_than_the_fitted_one():
+    load = r.Load(1024, 128, 8)
+    plain = r.estimate(LLAMA8B, H100, r.Serving(), load, r.PLAIN)
+    fitted = r.estimate(LLAMA8B, H100, r.Serving(), load, r.FITTED)
+    assert plain.tpot_s < fitted.tpot_s and plain.throughput > fitted.throughput
+
+
 def test_unknown_devices_and_bad_custom_ones_are_one_line():
     assert devices.known(" H200 ").bandwidth_gbs == 4800
-    with pytest.raises(ConfigError, match=r"unknown device 'h300'; known: a100, h100, h200, b200, l40s, l4, a10, mi300x"):
+    with pytest.raises(ConfigError, match=r"unknown device 'h300'; known: a100, h100, h100-nvl, h200, b200, l40s, "
+                                          r"l40, l4, a10, mi300x"):
         devices.known("h300")
     with pytest.raises(ConfigError, match="whatif.devices.x: give bandwidth_gbs, bf16_tflops"):
         devices.custom("x", {"memory_gb": 24})
@@ -86,3 +108,14 @@ def test_unknown_devices_and_bad_custom_ones_are_one_line():
         devices.custom("x", {"memory_gb": 24, "bandwidth_gbs": -1, "bf16_tflops": 100})
     mine = devices.custom("My-Card", {"memory_gb": 32, "bandwidth_gbs": 1000, "bf16_tflops": 200})
     assert (mine.name, mine.link_gbs, mine.fp8_tflops) == ("my-card", 64.0, None)
+
+
+@pytest.mark.parametrize("reported, name", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 NVL", "h100-nvl"),
+                                            ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA L40S", "l40s"),
+                                            ("NVIDIA L40", "l40"), ("NVIDIA L4", "l4"), ("AMD Instinct MI300X", "mi300x")])
+def test_nvidia_smi_names_match_the_table(reported, name):
+    assert devices.match(reported).name == name
+
+
+def test_a_gpu_the_table_lacks_matches_nothing():
+    assert devices.match("NVIDIA A10G") is None and devices.match("Tesla T4") is None

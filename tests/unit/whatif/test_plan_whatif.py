@@ -1,0 +1,131 @@
+"""`plan --what-if` (cli/plan.py, cli/whatif_args.py, whatif/fleet_rows.py, whatif/study_calibration.py):
+predicted rows beside the measured plan, calibrated on a GPU study's own trials, sorted by cost;
+without a study, predicted rows alone; a CPU study calibrates nothing and says so."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import optuna
+import pytest
+from rich.console import Console
+
+from optimizer.cli import plan as plan_command
+from optimizer.cli.entry import parser
+from optimizer.errors import ConfigError
+from optimizer.measure.slo import parse_slos
+from optimizer.whatif import architecture, calibration, devices, fleet_rows, roofline
+from optimizer.whatif.study_calibration import from_study
+
+# A 7B-class dense model (Qwen2.5-7B's shape), bf16.
+QWEN7B = {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
+          "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
+          "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}
+L4 = devices.known("l4")
+
+
+@pytest.fixture
+def model(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(QWEN7B))
+    return str(tmp_path / "m")
+
+
+def _gpu_study(url: str, model: str, bias: float, device_name: str = "NVIDIA L4", loads=(1, 4, 16)):
+    """A GPU study whose trials measured `bias` x the roofline's TPOT (and its TTFT and throughput as
+    predicted) at closed loads of `loads` requests in flight, 900 prompt + 100 output tokens."""
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    study.set_user_attr("objective", "throughput:output_throughput")
+    study.set_user_attr("device", "gpu")
+    study.set_user_attr("device_name", device_name)
+    arch = architecture.load(model)
+    for c in loads:
+        e = roofline.estimate(arch, L4, roofline.Serving(), roofline.Load(900, 100, c))
+        rps = e.throughput / 100  # what the predicted throughput carries, so that only TPOT is off
+        m = {"request_throughput": rps, "output_throughput": 100 * rps, "total_token_throughput": 1000 * rps,
+             "e2el_ms_mean": c / rps * 1e3, "ttft_ms_mean": e.ttft_s * 1e3, "tpot_ms_mean": e.tpot_s * 1e3 * bias,
+             "ttft_ms_p95": 1.0, "tpot_ms_p95": 1.0, "error_rate": 0.0}
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=100.0 * c,
+                                                  user_attrs={"metrics": m, "vllm_args": ["--max-num-seqs", "256"]}))
+    return study
+
+
+def run_plan(argv):
+    out = io.StringIO()
+    code = plan_command.main(parser().parse_args(["plan", *argv]), Console(file=out, width=300))
+    return code, out.getvalue().splitlines()
+
+
+def test_a_gpu_studys_trials_calibrate_the_prediction_for_its_device(tmp_path, model):
+    study = _gpu_study(f"sqlite:///{tmp_path / 't.db'}", model, bias=1.5)
+    c = from_study(study, model, architecture.load(model))
+    assert c.points == {"ttft_s": 3, "tpot_s": 3, "throughput": 3}
+    assert c.factors["tpot_s"] == pytest.approx(1.5, rel=0.02) and c.factors["ttft_s"] == pytest.approx(1.0, rel=0.02)
+    assert c.basis == "3 trial(s) of study 's' on l4"
+
+
+def test_a_cpu_study_or_an_unnamed_gpu_calibrates_nothing_and_says_why(tmp_path, model):
+    study = _gpu_study(f"sqlite:///{tmp_path / 't.db'}", model, bias=1.5)
+    study.set_user_attr("device", "cpu")
+    assert from_study(study, model, architecture.load(model)).basis == \
+        "the study ran on CPU: no GPU measurement to calibrate on"
+    study.set_user_attr("device", "gpu")
+    study.set_user_attr("device_name", "NVIDIA A10G")
+    assert "NVIDIA A10G, which the device table lacks: name the nearest with --measured-on" in \
+        from_study(study, model, architecture.load(model)).basis
+    assert from_study(study, model, architecture.load(model), named="l4").points["tpot_s"] == 3
+
+
+def test_the_rows_keep_the_slos_count_replicas_and_sort_by_cost(model):
+    arch = architecture.load(model)
+    none = calibration.none("x")
+    slos = parse_slos("ttft:2000 tpot:60")
+    rows = fleet_rows.rows(model, arch, [L4, devices.known("h100")], [1, 2], roofline.Serving(), 900, 100, none,
+                           slos, 20.0, 0.3, {"l4": 0.8, "h100": 4.0})
+    assert [r.usable for r in rows] == [True] * 4
+    costs = [r.cost_per_h for r in rows]
+    assert costs == sorted(costs)
+    for r in rows:
+        assert r.ttft_s * 1e3 <= 2000 and r.tpot_s * 1e3 <= 60
+        assert r.requests_per_s == pytest.approx(r.throughput / 100)
+        assert r.replicas == math.ceil(20.0 / (r.requests_per_s * 0.7)) and r.devices == r.replicas * r.tp
+    strict = fleet_rows.row(model, arch, L4, 1, roofline.Serving(), 900, 100, none, parse_slos("tpot:1"), 20.0, 0.3, None)
+    assert not strict.usable and strict.why == "keeps the SLOs at no load, not even one request alone"
+
+
+def test_plan_prints_the_measured_plan_then_calibrated_predicted_rows(tmp_path, model):
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    _gpu_study(url, model, bias=1.5)
+    code, lines = run_plan(["--storage", url, "--study-name", "s", "--model", model, "--peak-qps", "20",
+                            "--tokens-per-request", "1000", "--what-if", "l4,h100", "--tp", "1,2",
+                            "--price", "l4=0.8,h100=4", "--slo", "tpot:150"])
+    assert code == 0
+    assert lines[0].startswith("Demand at peak: 20 req/s") and any(x.startswith("Replicas: ") for x in lines)
+    start = next(i for i, x in enumerate(lines) if x.startswith("What-if: "))
+    assert "900 prompt + 100 output tokens a request, max-num-seqs 256" in lines[start]
+    assert lines[start + 1] == "  calibration: 3 trial(s) of study 's' on l4"
+    assert lines[start + 2].startswith("  bands: TTFT +-0%, TPOT +-")  # TTFT measured as predicted: no residual
+    rows = [x for x in lines[start + 5:] if x.split()[0] in ("l4", "h100")]
+    assert len(rows) == 4
+    costs = [float(r.split()[4]) for r in rows]
+    assert costs == sorted(costs)
+    assert all(r.endswith("roofline") for r in rows if r.split()[0] == "l4")
+    assert all("aiconfigurator-core" in r for r in rows if r.split()[0] == "h100")
+    assert "  roofline, because aiconfigurator-core has no vLLM timings for l4" in lines
+    assert lines[-1].startswith("  every row above is predicted (TTFT +-") and lines[-1].endswith("not measured")
+
+
+def test_without_a_study_the_rows_are_predicted_alone_and_need_the_output_length(tmp_path, model):
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    argv = ["--storage", url, "--study-name", "s", "--model", model, "--peak-qps", "20", "--tokens-per-request",
+            "1000", "--what-if", "l4"]
+    with pytest.raises(ConfigError, match="no measured run says how --tokens-per-request splits into prompt and "
+                                          "output; give --output-tokens"):
+        run_plan(argv)
+    code, lines = run_plan(argv + ["--output-tokens", "200"])
+    assert code == 0 and lines[0].startswith("Measured: none (no study database at ")
+    assert lines[2] == "  calibration: no study to calibrate on (uncorrected: the bands are the estimate's own " \
+                       "error on published measurements)"
+    assert not (tmp_path / "none.db").exists()
