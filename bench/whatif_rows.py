@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from optimizer.config.kv_fit import GPU_NON_KV_MIN, GPU_NON_KV_SHARE
 from optimizer.whatif import architecture, devices
 from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.roofline import Load, Serving
@@ -128,6 +129,17 @@ def cases(path: Path = DATA / "published_vllm.csv") -> list[Case]:
         else:
             load = Load(round(isl), round(osl), int(concurrency or requests), burst=not concurrency)
         source, quant = CONFIGS[row["model"]]
-        out.append(Case(i, row["model"], row["device"], int(row["tp"]), load, serving, _measured(row),
-                        "AICONFIGURATOR" in notes, source, quant, skip))
+        case = Case(i, row["model"], row["device"], int(row["tp"]), load, serving, _measured(row),
+                    "AICONFIGURATOR" in notes, source, quant, skip)
+        kv = re.search(r"KV cache (\d+\.\d+) GiB", notes)
+        if kv and not util and not skip:  # the KV cache the engine log states sets the memory fraction
+            case = replace(case, serving=replace(serving, utilization=_fraction_for(case, float(kv.group(1)))))
+        out.append(case)
     return out
+
+
+def _fraction_for(case: Case, kv_gib: float) -> float:
+    """The memory fraction at which the estimate's KV cache is `kv_gib` (the roofline's arithmetic)."""
+    device, arch = case.spec(), case.arch()
+    runtime = max(GPU_NON_KV_MIN, GPU_NON_KV_SHARE * device.memory_bytes)
+    return min(0.99, (kv_gib * 2**30 + arch.weight_bytes / case.tp + runtime) / device.memory_bytes)

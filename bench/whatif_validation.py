@@ -65,7 +65,8 @@ def _err(pred: dict | None, measured: dict, metric: str) -> float | None:
 
 
 def _cell(e: float | None) -> str:
-    return "     -" if e is None else f"{e:+6.0%}" if abs(e) < 10 else f"{e:+6.0f}x"[:6]
+    """The error as a percentage, or past +1000% as the factor predicted / measured."""
+    return "     -" if e is None else f"{e:+6.0%}" if abs(e) < 10 else f"{1 + e:5.1f}x"
 
 
 def _summary(errs: list[float]) -> str:

@@ -25,10 +25,10 @@ from optimizer.measure.noise import t95
 
 METRICS = ("ttft_s", "tpot_s", "throughput")
 # 90th percentile of |log(predicted / measured)| of the uncorrected estimate on the 18 published rows
-# it was never fitted on (bench/whatif_validation.py, 2026-12-04; docs/what-if.md): factors of 9.1, 4.2
+# it was never fitted on (bench/whatif_validation.py, 2026-12-04; docs/what-if.md): factors of 8.7, 4.2
 # and 4.7. Wide, and honest: half those rows are a 2024 ROCm build serving a 405B model far below its
 # datasheet, which nothing on the NVIDIA side predicts.
-PRIOR = {"ttft_s": math.log(1 + 8.08), "tpot_s": math.log(1 + 3.15), "throughput": math.log(1 + 3.69)}
+PRIOR = {"ttft_s": math.log(1 + 7.66), "tpot_s": math.log(1 + 3.15), "throughput": math.log(1 + 3.69)}
 MIN_SPREAD_POINTS = 3  # fewer: two residuals' spread is too unstable to print (t95 at 1 df is 12.7)
 
 

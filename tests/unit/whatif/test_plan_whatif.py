@@ -129,3 +129,21 @@ def test_without_a_study_the_rows_are_predicted_alone_and_need_the_output_length
     assert lines[2] == "  calibration: no study to calibrate on (uncorrected: the bands are the estimate's own " \
                        "error on published measurements)"
     assert not (tmp_path / "none.db").exists()
+
+
+def test_a_device_described_in_the_config_is_predicted_with_the_roofline(tmp_path, model):
+    config = tmp_path / "study.yaml"
+    config.write_text(f"study_name: s\nstorage: sqlite:///{tmp_path / 'none.db'}\nmodel: {{path: {model}}}\n"
+                      "whatif:\n  devices:\n    a10g: {memory_gb: 24, bandwidth_gbs: 600, bf16_tflops: 70, "
+                      "source: AWS G5 page}\n")
+    code, lines = run_plan(["--config", str(config), "--peak-qps", "5", "--tokens-per-request", "1000",
+                            "--output-tokens", "100", "--what-if", "a10g,l4", "--tp", "1"])
+    assert code == 0
+    rows = {x.split()[0]: x for x in lines if x.startswith("  a10g ") or x.startswith("  l4 ")}
+    assert set(rows) == {"a10g", "l4"} and rows["a10g"].endswith("roofline")
+    assert rows["a10g"].split()[-2] == rows["l4"].split()[-2]  # 24 GB each: the same KV cache
+    assert rows["a10g"].split()[4] != rows["l4"].split()[4]  # other bandwidth and FLOPs: another capacity
+    with pytest.raises(ConfigError, match="whatif.devices.bad: give bandwidth_gbs, bf16_tflops"):
+        config.write_text(config.read_text() + "    bad: {memory_gb: 24}\n")
+        run_plan(["--config", str(config), "--peak-qps", "5", "--tokens-per-request", "1000",
+                  "--output-tokens", "100", "--what-if", "bad"])
