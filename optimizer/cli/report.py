@@ -30,19 +30,23 @@ def main(ns: argparse.Namespace, console) -> int:
     out = Path(ns.out) if ns.out else f.artifacts / "report"
     summary = print_report(f.study, f.model, f.artifacts, f.objective, console)
     # read-only: the study database is left byte for byte as it was (its note is `run`'s to write)
-    code = write_report_files(f.study, f.model, f.artifacts, f.objective, out, console, note=False)
+    code = write_report_files(f.study, f.model, f.artifacts, f.objective, out, console, note=False, cfg=cfg)
     return code if summary.best is not None or summary.front else 1
 
 
-def write_report_files(study, model: str, artifacts: Path, objective, out: Path, console, note: bool = True) -> int:
-    """The written report (report/written.py) and (`note`) the study's dashboard note; a full disk is a
-    note, never a failed run."""
+def write_report_files(study, model: str, artifacts: Path, objective, out: Path, console, note: bool = True,
+                       cfg=None) -> int:
+    """The written report (report/written.py), with the what-if table the config's `whatif.report`
+    asks for, and (`note`) the study's dashboard note; a full disk is a note, never a failed run."""
     from optimizer.errors import first_line
+    from optimizer.measure.slo import parse_slos
     from optimizer.report.dashboard_notes import save_study_note
     from optimizer.report.written import write_report
+    from optimizer.whatif.report_table import section
 
     try:
-        files = write_report(study, model, artifacts, objective, out)
+        whatif = section(study, model, cfg.whatif, parse_slos(cfg.objective.slos)) if cfg is not None else None
+        files = write_report(study, model, artifacts, objective, out, extra=(whatif,) if whatif else ())
     except Exception as exc:  # noqa: BLE001 - a full disk, a picture that cannot be drawn: the study is fine
         why = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {first_line(exc)}"
         console.print(f"[yellow]note[/]: the written report was not stored in {out} ({why})")

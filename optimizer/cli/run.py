@@ -39,7 +39,8 @@ def main(ns: argparse.Namespace, console) -> int:
     _warn_relative_artifacts(cfg, console)
     study, plan = run(plan, Progress(console))
     summary = print_report(study, plan.model.source, plan.artifacts, plan.objective, console)
-    write_report_files(study, plan.model.source, plan.artifacts, plan.objective, plan.artifacts / "report", console)
+    write_report_files(study, plan.model.source, plan.artifacts, plan.objective, plan.artifacts / "report", console,
+                       cfg=cfg)
     return 0 if summary.best is not None or summary.front else 1
 
 

@@ -161,6 +161,9 @@ class WhatIfSpec(_Strict):
     devices: dict[str, dict[str, Union[float, str]]] = Field(
         default_factory=dict, description="accelerators `plan --what-if` may name beyond its table: name -> "
         "memory_gb, bandwidth_gbs, bf16_tflops (and fp8_tflops, link_gbs, link, source), from the datasheet")
+    report: list[str] = Field(default_factory=list, description="devices the written report predicts for")
+    tp: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, description="their TP sizes (default: "
+                                                  "those of 1, 2, 4, 8 that divide the attention heads)")
 
 
 class SpeculationSpec(_Strict):

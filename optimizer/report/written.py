@@ -50,10 +50,11 @@ class ReportFiles:
     summary: rep.Summary | None = None  # what the report rests on (report.summarize_study)
 
 
-def write_report(study: optuna.Study, model: str, artifacts: Path, objective, out_dir: Path) -> ReportFiles:
-    """Write report.md, report.html, best.yaml (or pareto_front.yaml) and the pictures into `out_dir`.
-    `artifacts` is the study's artifacts directory (trial-<n>/requests.jsonl). Raises OSError when
-    `out_dir` cannot be written."""
+def write_report(study: optuna.Study, model: str, artifacts: Path, objective, out_dir: Path,
+                 extra=()) -> ReportFiles:
+    """Write report.md, report.html, best.yaml (or pareto_front.yaml) and the pictures into `out_dir`;
+    `artifacts` holds trial-<n>/requests.jsonl; `extra` sections (title, paragraphs, headers, rows) go
+    last. Raises OSError when `out_dir` cannot be written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     s = rep.summarize_study(study, model, out_dir)  # writes best.yaml / pareto_front.yaml there
@@ -68,13 +69,17 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
     pictures = _pictures(doc, study, s, Path(artifacts), out_dir)
     _failures(doc, study)
     _savings(doc, study, s)
+    for sec in extra:
+        doc.heading(sec.title)
+        for text in sec.paragraphs:
+            doc.para(text)
+        if sec.rows:
+            doc.table(list(sec.headers), [list(r) for r in sec.rows])
     md, page = out_dir / "report.md", out_dir / "report.html"
     md.write_text(doc.markdown())
     page.write_text(doc.html(f"vLLM tuning report: {study.study_name}"))
     return ReportFiles(md, page, s.yaml_path if s.best else None, pictures, s.yaml_path if s.front else None, s)
 
-
-# -- sections ---------------------------------------------------------------------------------------
 
 def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, objective) -> None:
     states = [t.state for t in study.get_trials(deepcopy=False)]
@@ -297,9 +302,8 @@ def _pictures(doc: _Doc, study: optuna.Study, s: rep.Summary, artifacts: Path, o
     return out
 
 
-# -- the document: one list of blocks, rendered as Markdown and as HTML --------------------------------
-
 class _Doc:
+    """The document: one list of blocks, rendered as Markdown and as HTML."""
     def __init__(self):
         self.blocks: list[tuple] = []
 
