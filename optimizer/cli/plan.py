@@ -42,6 +42,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--price", help="cost per device-hour, e.g. h100=2.5,l4=0.8: rows then sort by cost")
     p.add_argument("--output-tokens", type=int, help="mean output tokens a request (default: the measured run's "
                    "share of --tokens-per-request)")
+    p.add_argument("--manifests", help="write Kubernetes manifests (a Deployment of the planned replicas and its "
+                   "Service) to this file")
     p.add_argument("--measured-on", help="the device table's name for the GPU the study ran on, when the study "
                    "does not record it (for the calibration)")
     add_flags(p, *STUDY_FLAGS)
@@ -57,18 +59,23 @@ def main(ns: argparse.Namespace, console) -> int:
     cfg = load(ns)
     whatif = parse_whatif(ns, cfg) if ns.what_if else None  # every bad flag refused before the study is read
     if whatif is None:
-        study = open_finished(cfg, check_objective=False).study  # --slo here asks, it does not relabel
-        p = plan(measurement_from_study(study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request, ns.headroom)
+        finished = open_finished(cfg, check_objective=False)  # --slo here asks, it does not relabel
+        p = plan(measurement_from_study(finished.study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request,
+                 ns.headroom)
         _print(console, describe(p))
+        _manifests(ns, console, finished, p)
         return 0
     study, measured = None, None
     try:
-        study = open_finished(cfg, check_objective=False).study
+        finished = open_finished(cfg, check_objective=False)
+        study = finished.study
         measured = plan(measurement_from_study(study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request,
                         ns.headroom)
         _print(console, describe(measured))
     except ConfigError as exc:
         console.print(f"Measured: none ({exc})", markup=False)
+    if measured is not None:
+        _manifests(ns, console, finished, measured)
     slos = slos or parse_slos(cfg.objective.slos)  # the study's own, as its config gives them
     _print(console, _whatif_lines(whatif, ns, study, measured, slos))
     return 0
@@ -89,6 +96,26 @@ def _whatif_lines(w: WhatIfArgs, ns, study, measured, slos) -> list[str]:
               f"{serving.max_num_seqs}, gpu-memory-utilization {serving.utilization:g}, kv-cache-dtype "
               f"{serving.kv_dtype}; peak {ns.peak_qps:g} req/s, headroom {ns.headroom:.0%}")
     return describe_whatif(rows, cal, header, describe_slos(slos) if slos else "")
+
+
+def _manifests(ns, console, finished, p) -> None:
+    """`--manifests FILE`: the planned replicas of the configuration the plan rests on, as a Deployment
+    and a Service (fleet/manifests.py)."""
+    if not ns.manifests:
+        return
+    from pathlib import Path  # noqa: PLC0415
+
+    from optimizer.report.summary import write_manifests  # noqa: PLC0415
+    from optimizer.verdict.recommendation import recommend  # noqa: PLC0415
+
+    trial = finished.study.trials[p.measurement.trial]
+    rec = recommend(finished.study) if ns.trial is None else None
+    args = list(rec.args) if rec is not None else list(trial.user_attrs.get("vllm_args") or [])
+    path = write_manifests(Path(ns.manifests), finished.study, finished.model, args, trial.params, p.replicas)
+    if path is None:
+        raise ConfigError(f"--manifests {ns.manifests}: cannot write it; give a writable file path")
+    console.print(f"Manifests: {path} (Deployment of {p.replicas} replica(s), Service; kubectl apply -f {path})",
+                  markup=False)
 
 
 def _print(console, lines: list[str]) -> None:

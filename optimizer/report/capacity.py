@@ -209,7 +209,7 @@ def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
         bounded = True
     value, runs, other_runs = (value, 1, 0) if own else _remeasured(study, trial, value,
                                                                      objective[0].partition(":")[2])
-    tp, gpus = _parallel(list(rec.args) if own else list(trial.user_attrs.get("vllm_args") or []), trial.params)
+    tp, gpus = parallel_sizes(list(rec.args) if own else list(trial.user_attrs.get("vllm_args") or []), trial.params)
     return Measurement(trial.number, metric, value, unit, total / requests, bounded, text, tp, gpus, runs,
                        other_runs, str(study.user_attrs.get("device") or ""))
 
@@ -271,7 +271,7 @@ def _remeasured(study: optuna.Study, trial: optuna.trial.FrozenTrial, value: flo
     return value * ci["mean"] / trial.value, runs, 0
 
 
-def _parallel(args: list[str], params: dict) -> tuple[int, int]:
+def parallel_sizes(args: list[str], params: dict) -> tuple[int, int]:
     """(tensor-parallel size, GPUs per replica) from the vLLM flags, then the trial's parameters."""
     flags = {}
     for key, raw in split_flags(args):

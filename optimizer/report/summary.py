@@ -1,5 +1,6 @@
 """The end of a run: a table of trials, the recommended configuration (verdict/recommendation.py)
-as a deployable `vllm serve` command and `vllm serve --config` YAML, and its gain over the baseline.
+as a deployable `vllm serve` command, `vllm serve --config` YAML and Kubernetes manifests of one
+replica (`k8s.yaml`, fleet/manifests.py; `plan --manifests` sizes them), and its gain over the baseline.
 
 With SLO constraints only trials that met them are candidates (Optuna's own rule); a
 multi-objective (Pareto) study has no single best: its front is listed, each member
@@ -19,6 +20,7 @@ import yaml
 
 from optimizer.config.flags import from_cli_args, split_flags
 from optimizer.config.space import KNOBS
+from optimizer.fleet.manifests import manifests, to_yaml
 from optimizer.verdict import confirmed
 from optimizer.verdict.recommendation import Recommendation, recommend
 from optimizer.verdict.trials import COMPLETE, feasible, knobs_of, savings  # noqa: F401 - rep.feasible etc. for the report
@@ -80,9 +82,27 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
     record = confirmed.stored(study) if winner is not None else {}  # a stale one says nothing
     args = list(rec.args)
     path = _write(artifacts / "best.yaml", serve_yaml(args))
+    write_manifests(artifacts / "k8s.yaml", study, model, args, rec.trial.params, replicas=1)
     g = rec.gain["ratio"] if rec.gain else None
     return Summary(rec.trial, base, g, serve_command(model, args), path, savings=saved, confirmation=record,
                    recommendation=rec)
+
+
+def write_manifests(path: Path, study: optuna.Study, model: str, args: list[str], params: dict,
+                    replicas: int) -> Path | None:
+    """The Deployment and Service of `replicas` pods of this configuration, on the study's device."""
+    from optimizer.engine.vllm_version import installed_vllm  # noqa: PLC0415
+    from optimizer.report.capacity import parallel_sizes  # noqa: PLC0415
+
+    gpus = parallel_sizes(args, params)[1]
+    docs = manifests(study.study_name, model, args, replicas, str(study.user_attrs.get("device") or "gpu"), gpus,
+                     vllm_version=installed_vllm() or "0.32.0")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(to_yaml(docs))
+    except OSError:
+        return None
+    return path
 
 
 def _write(path: Path, data) -> Path | None:

@@ -1,0 +1,85 @@
+"""Kubernetes manifests for the recommended configuration: a Deployment and a Service.
+
+- Deployment (apps/v1): `replicas` pods, each one `vllm serve MODEL --host 0.0.0.0 --port 8000`
+  with the recommended flags (a pod's port is reached through the Service, so it binds every
+  interface of the pod, not 127.0.0.1). On GPU each pod asks `nvidia.com/gpu` = tensor x
+  pipeline x data parallel sizes; with more than one GPU a pod gets a memory-backed /dev/shm
+  (vLLM's workers share tensors through it; a container's default is 64 MB). On CPU a pod asks
+  for the cores its trial ran on. A startup probe gives the model time to load (up to 30 min),
+  then readiness and liveness probes read `/health`. `HF_TOKEN` comes from the Secret `hf-token`
+  when there is one (optional).
+- Service (v1): ClusterIP, port 8000 to the pods' 8000, selecting the Deployment's pods.
+
+Images: vLLM's own, `vllm/vllm-openai:v<version>` on GPU and
+`public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v<version>` on CPU, at the vLLM version the study
+measured; `image` overrides. Names are made DNS-1123 labels (lowercase letters, digits and '-',
+at most 63). Validated in the tests against Kubernetes' own schemas (kubernetes-validate).
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+PORT = 8000
+GPU_IMAGE = "vllm/vllm-openai:v{version}"
+CPU_IMAGE = "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{version}"
+SHM = "16Gi"  # a memory-backed /dev/shm for multi-GPU pods; counted against the pod's memory
+
+
+def dns_label(text: str) -> str:
+    """`text` as a DNS-1123 label: what Kubernetes accepts as a name."""
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-")
+    return label or "vllm"
+
+
+def manifests(study_name: str, model: str, args: list[str], replicas: int, device: str = "gpu",
+              gpus_per_pod: int = 1, cpus_per_pod: int = 1, vllm_version: str = "0.32.0",
+              image: str | None = None) -> list[dict]:
+    """The Deployment and the Service, as dicts in the order to apply them."""
+    name = dns_label(f"vllm-{study_name}")
+    labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+    gpu = device == "gpu"
+    container = {
+        "name": "vllm",
+        "image": image or (GPU_IMAGE if gpu else CPU_IMAGE).format(version=vllm_version),
+        "command": ["vllm", "serve"],
+        "args": [model, "--host", "0.0.0.0", "--port", str(PORT), *[str(a) for a in args]],
+        "ports": [{"name": "http", "containerPort": PORT}],
+        "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token",
+                                                                    "optional": True}}}],
+        "resources": _resources(gpu, gpus_per_pod, cpus_per_pod),
+        "startupProbe": _probe(period=10, failures=180),  # 30 min to load the weights and compile
+        "readinessProbe": _probe(period=5, failures=3),
+        "livenessProbe": _probe(period=10, failures=6),
+    }
+    pod: dict = {"containers": [container]}
+    if gpu and gpus_per_pod > 1:
+        container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
+        pod["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM}}]
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+        "spec": {"replicas": int(replicas), "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+        "spec": {"type": "ClusterIP", "selector": labels,
+                 "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}]},
+    }
+    return [deployment, service]
+
+
+def _resources(gpu: bool, gpus: int, cpus: int) -> dict:
+    if gpu:
+        return {"limits": {"nvidia.com/gpu": int(gpus)}}
+    return {"requests": {"cpu": str(int(cpus))}, "limits": {"cpu": str(int(cpus))}}
+
+
+def _probe(period: int, failures: int) -> dict:
+    return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
+
+
+def to_yaml(docs: list[dict]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False)
