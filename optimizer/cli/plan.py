@@ -55,6 +55,10 @@ def main(ns: argparse.Namespace, console) -> int:
     from optimizer.driver.store.finished_study import open_finished  # noqa: PLC0415
 
     check_inputs(ns.peak_qps, ns.tokens_per_request, ns.headroom)  # before the study is opened
+    alone = [f for f, v in (("--tp", ns.tp), ("--price", ns.price), ("--output-tokens", ns.output_tokens),
+                            ("--measured-on", ns.measured_on)) if v is not None and not ns.what_if]
+    if alone:
+        raise ConfigError(f"{alone[0]} goes with --what-if (the predicted rows); add --what-if DEVICES, or drop it")
     slos = parse_slos(ns.slo)
     cfg = load(ns)
     whatif = parse_whatif(ns, cfg) if ns.what_if else None  # every bad flag refused before the study is read
@@ -87,11 +91,11 @@ def _whatif_lines(w: WhatIfArgs, ns, study, measured, slos) -> list[str]:
     from optimizer.whatif.study_calibration import from_study  # noqa: PLC0415
 
     isl, osl = w.lengths(ns.tokens_per_request, ns.output_tokens, study, measured)
-    cal = (from_study(study, w.source, w.arch, ns.measured_on, w.config) if study is not None else
+    cal = (from_study(study, w.source, w.arch, ns.measured_on) if study is not None else
            calibration.none("no study to calibrate on"))
     serving = w.serving(study, measured)
     rows = fleet_rows.rows(w.source, w.arch, w.devices, w.tps, serving, isl, osl, cal, slos, ns.peak_qps,
-                           ns.headroom, w.prices, w.config)
+                           ns.headroom, w.prices)
     header = (f"What-if: {w.arch.name}, {isl:,} prompt + {osl:,} output tokens a request, max-num-seqs "
               f"{serving.max_num_seqs}, gpu-memory-utilization {serving.utilization:g}, kv-cache-dtype "
               f"{serving.kv_dtype}; peak {ns.peak_qps:g} req/s, headroom {ns.headroom:.0%}")

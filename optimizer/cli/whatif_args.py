@@ -9,15 +9,14 @@ values say nothing of a GPU's.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from optimizer.errors import ConfigError
 from optimizer.whatif import architecture, devices
 from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.devices import DeviceSpec
-from optimizer.whatif.predict import check_fits_somewhere, check_tp
+from optimizer.whatif.predict import check_fits_somewhere, check_tp, tp_allowed
 from optimizer.whatif.roofline import Load, Serving
 
 DEFAULT_TPS = (1, 2, 4, 8)
@@ -27,7 +26,6 @@ DEFAULT_TPS = (1, 2, 4, 8)
 class WhatIfArgs:
     source: str
     arch: Architecture
-    config: dict | None  # the model's config.json when read here (the library is given a copy)
     devices: list[DeviceSpec]
     tps: list[int]
     prices: dict[str, float]
@@ -95,7 +93,7 @@ def _prices(text: str | None, names: set[str]) -> dict[str, float]:
             price = float(value)
         except ValueError:
             price = -1.0
-        if not eq or price <= 0:
+        if not eq or not math.isfinite(price) or price <= 0:
             raise ConfigError(f"--price {part.strip()!r}: give device=cost per hour above 0, e.g. h100=2.5")
         if name.strip().lower() not in names:
             raise ConfigError(f"--price {name.strip()}: not among the --what-if devices ({', '.join(sorted(names))})")
@@ -103,29 +101,21 @@ def _prices(text: str | None, names: set[str]) -> dict[str, float]:
     return out
 
 
-def _model(ns, cfg) -> tuple[str, Architecture, dict | None]:
+def _model(ns, cfg) -> tuple[str, Architecture]:
     source = ns.model or cfg.model.path
     if not source:
         raise ConfigError("--what-if: no model to predict; give --model (a directory or Hugging Face id)")
-    arch = architecture.load(source)
-    path = Path(source).expanduser()
-    config = None if path.is_dir() or architecture.bundled_config(source) else _config_json(source)
-    return source, arch, config
-
-
-def _config_json(source: str) -> dict:
-    from optimizer.config.model_info import read_config  # noqa: PLC0415
-    return json.loads(json.dumps(read_config(source)))
+    return source, architecture.load(source)
 
 
 def parse_whatif(ns, cfg) -> WhatIfArgs:
     """Every --what-if flag checked, or ConfigError naming the first bad one and its fix."""
     chosen = _devices(ns.what_if, {k.lower(): v for k, v in cfg.whatif.devices.items()})
-    source, arch, config = _model(ns, cfg)
-    tps = _ints(ns.tp, "--tp") if ns.tp else [t for t in DEFAULT_TPS if arch.heads % t == 0]
+    source, arch = _model(ns, cfg)
+    tps = _ints(ns.tp, "--tp") if ns.tp else [t for t in DEFAULT_TPS if tp_allowed(arch, t)]
     for tp in tps:
         check_tp(arch, tp)
     probe = Load(max(1, round(ns.tokens_per_request) - 1), 1, 1)  # fits at all: the smallest request of this size
     for device in chosen:
         check_fits_somewhere(arch, device, tps, Serving(), probe)
-    return WhatIfArgs(source, arch, config, chosen, tps, _prices(ns.price, {d.name for d in chosen}))
+    return WhatIfArgs(source, arch, chosen, tps, _prices(ns.price, {d.name for d in chosen}))

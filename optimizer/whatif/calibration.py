@@ -3,33 +3,48 @@
 The estimate is run for configurations that were also measured (a study's trials on its own
 hardware, or a published row). Per metric, the correction is the geometric mean of measured /
 predicted over those points, and the band comes from the spread of their log residuals, the
-same log-scale statistic every comparison in this project uses (measure/noise.py):
+same log-scale statistic every comparison in this project uses (measure/noise.py), at the 90%
+level the prior below is read at:
 
-    band = t95(n - 1) x sd(log residuals) x sqrt(1 + 1/n)   (where one more point lands)
+    band = t90(n - 1) x sd(log residuals) x sqrt(1 + 1/n)   (where one more point lands)
 
 shown as +-(e^band - 1): the value's range is [v / e^band, v x e^band], positive always. With
-fewer than three points the spread is not worth reading, so the band is the prior: the estimate's 90th
-percentile error on the published rows it was never fitted on (`PRIOR`, from
-bench/whatif_validation.py): the band of an estimate nothing measured has checked. With no
-point at all the correction is 1 and the band is that prior, wider than any band the study's own
-points print.
+fewer than three points the spread is not worth reading, so the band is the prior: the
+estimate's 90th percentile error on the published rows it was never fitted on (`PRIOR`, from
+bench/whatif_validation.py), the band of an estimate nothing measured has checked. With no
+point at all the correction is 1 and the band is that prior.
+
+A correction is fitted on one device with one estimator (the library or the roofline) and is
+applied as far as it was measured to carry (`for_row`): in full on that device and estimator;
+on another device TPOT and throughput carry over with the transfer error added to their band
+(`TRANSFER`, the calibrated transfer's 90th percentile in bench/whatif_validation.py), while
+TTFT does not (one device's TTFT ratio carried to another made it worse there: its load and TP
+go with it, not the device); an estimate by the other estimator is not corrected at all.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
-
-from optimizer.measure.noise import t95
+from dataclasses import dataclass, replace
 
 METRICS = ("ttft_s", "tpot_s", "throughput")
 # 90th percentile of |log(predicted / measured)| of the uncorrected estimate on the 18 published rows
 # it was never fitted on (bench/whatif_validation.py, 2026-12-04; docs/what-if.md): factors of 8.7, 4.2
-# and 4.7. Wide, and honest: half those rows are a 2024 ROCm build serving a 405B model far below its
-# datasheet, which nothing on the NVIDIA side predicts.
-PRIOR = {"ttft_s": math.log(1 + 7.66), "tpot_s": math.log(1 + 3.15), "throughput": math.log(1 + 3.69)}
-MIN_SPREAD_POINTS = 3  # fewer: two residuals' spread is too unstable to print (t95 at 1 df is 12.7)
+# and 4.7. Wide, and honest: 7 of those rows are a 2024 ROCm build serving a 405B model far below
+# its datasheet, which nothing on the NVIDIA side predicts.
+PRIOR = {"ttft_s": math.log(1 + 7.69), "tpot_s": math.log(1 + 3.15), "throughput": math.log(1 + 3.69)}
+# 90th percentile of the calibrated transfer's TPOT error (one device's ratio carried to another):
+# 35%. The published rows give no throughput beside it: TPOT's stands for it.
+TRANSFER = {"tpot_s": math.log(1.35), "throughput": math.log(1.35)}
+MIN_SPREAD_POINTS = 3  # fewer: two residuals' spread is too unstable to print (t90 at 1 df is 6.3)
+# Two-sided 90% Student's t quantiles by degrees of freedom; between tabled values the next lower df's.
+T90 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812,
+       12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671, 1000: 1.645}
+
+
+def t90(df: int) -> float:
+    return T90[max(k for k in T90 if k <= max(1, df))]
 
 
 @dataclass(frozen=True)
@@ -38,6 +53,8 @@ class Calibration:
     bands: dict  # metric -> half-width on the log scale
     points: dict  # metric -> how many measured points it rests on
     basis: str = ""  # what was measured, in words ("3 trials of study 'x' on h100")
+    device: str = ""  # the device the points were measured on
+    by: str = ""  # the estimator that predicted them: "library" or "roofline"
 
     def apply(self, metric: str, value: float) -> float:
         return value * self.factors.get(metric, 1.0)
@@ -50,8 +67,18 @@ class Calibration:
         v, b = self.apply(metric, value), self.bands[metric]
         return v * math.exp(-b), v * math.exp(b)
 
+    def for_row(self, device: str, by: str) -> "Calibration":
+        """The correction as it applies to a prediction for `device` by the estimator `by`."""
+        if not any(self.points.values()) or (device == self.device and by == self.by):
+            return self
+        if by != self.by:
+            return none(f"{self.basis}, predicted by the {self.by} there: not applied to the {by}'s")
+        factors = {**self.factors, "ttft_s": 1.0}
+        bands = {"ttft_s": PRIOR["ttft_s"], **{m: math.hypot(self.bands[m], TRANSFER[m]) for m in TRANSFER}}
+        return replace(self, factors=factors, bands=bands, basis=f"{self.basis}, carried to {device} (TTFT not)")
 
-def fit(pairs: list[tuple[dict, dict]], basis: str = "") -> Calibration:
+
+def fit(pairs: list[tuple[dict, dict]], basis: str = "", device: str = "", by: str = "") -> Calibration:
     """The correction and band from (measured, predicted) pairs of metric dicts; metrics either
     side lacks (or non-positive) are skipped for that pair."""
     factors, bands, points = {}, {}, {}
@@ -67,12 +94,12 @@ def fit(pairs: list[tuple[dict, dict]], basis: str = "") -> Calibration:
             bands[metric] = PRIOR[metric]
         else:
             n = len(logs)
-            bands[metric] = t95(n - 1) * statistics.stdev(logs) * math.sqrt(1 + 1 / n)
-    return Calibration(factors, bands, points, basis)
+            bands[metric] = t90(n - 1) * statistics.stdev(logs) * math.sqrt(1 + 1 / n)
+    return Calibration(factors, bands, points, basis, device, by)
 
 
 def none(why: str) -> Calibration:
-    """No measured point: no correction, the widened prior; `why` says what is missing."""
+    """No measured point: no correction, the prior band; `why` says what is missing."""
     return fit([], why)
 
 

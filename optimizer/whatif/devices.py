@@ -3,8 +3,10 @@
 Figures are per device and dense (no structured sparsity: the datasheets' starred figures are
 twice these). `link_gbs` is the device-to-device bandwidth the datasheet states (NVLink and
 Infinity Fabric: both directions together; PCIe: one x16 slot, both directions); an
-all-reduce is costed on half of it, one direction. Memory is the datasheet's GB (10^9 bytes).
-An operator adds a device the table lacks with `custom` (config `whatif.devices`).
+all-reduce is costed on half of it, one direction. Memory is the datasheet's figure: on the HBM
+parts (A100, H100, H100 NVL, H200, B200, MI300X) that is GiB (an "80GB" H100 reports 81,559 MiB
+to nvidia-smi), on the GDDR parts (L40S, L40, L4, A10) 10^9 bytes (an L4's 24 GB is 23,034 MiB).
+An operator adds a device the table lacks with `custom` (config `whatif.devices`, in 10^9 bytes).
 """
 
 from __future__ import annotations
@@ -24,23 +26,25 @@ class DeviceSpec:
     link_gbs: float  # device-to-device, as the datasheet states it
     link: str  # what that link is
     source: str  # where the figures come from
+    binary: bool = False  # memory_gb is GiB (HBM parts' datasheets), not 10^9 bytes
+    custom: bool = False  # described by the operator: only the roofline estimates it
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_gb * 1e9
+        return self.memory_gb * (2**30 if self.binary else 1e9)
 
 
 KNOWN: dict[str, DeviceSpec] = {d.name: d for d in (
     DeviceSpec("a100", 80, 2039, 312, None, 600, "NVLink 3",
-               "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)"),
+               "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)", binary=True),
     DeviceSpec("h100", 80, 3350, 989, 1979, 900, "NVLink 4",
-               "NVIDIA H100 Tensor Core GPU datasheet (SXM5)"),
+               "NVIDIA H100 Tensor Core GPU datasheet (SXM5)", binary=True),
     DeviceSpec("h100-nvl", 94, 3900, 835, 1670, 600, "NVLink bridge",
-               "NVIDIA H100 NVL datasheet (per GPU of the pair)"),
+               "NVIDIA H100 NVL datasheet (per GPU of the pair)", binary=True),
     DeviceSpec("h200", 141, 4800, 989, 1979, 900, "NVLink 4",
-               "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
+               "NVIDIA H200 Tensor Core GPU datasheet (SXM)", binary=True),
     DeviceSpec("b200", 180, 8000, 2250, 4500, 1800, "NVLink 5",
-               "NVIDIA DGX B200 datasheet (per GPU: 1,440 GB, 64 TB/s, 72 PFLOPS fp8 sparse over 8)"),
+               "NVIDIA DGX B200 datasheet (per GPU: 1,440 GB, 64 TB/s, 72 PFLOPS fp8 sparse over 8)", binary=True),
     DeviceSpec("l40s", 48, 864, 362, 733, 64, "PCIe Gen4 x16",
                "NVIDIA L40S datasheet"),
     DeviceSpec("l40", 48, 864, 181, 362, 64, "PCIe Gen4 x16",
@@ -50,7 +54,7 @@ KNOWN: dict[str, DeviceSpec] = {d.name: d for d in (
     DeviceSpec("a10", 24, 600, 125, None, 64, "PCIe Gen4 x16",
                "NVIDIA A10 Tensor Core GPU datasheet"),
     DeviceSpec("mi300x", 192, 5300, 1307, 2615, 896, "Infinity Fabric",
-               "AMD Instinct MI300X accelerator datasheet"),
+               "AMD Instinct MI300X accelerator datasheet", binary=True),
 )}
 
 
@@ -76,7 +80,8 @@ def custom(name: str, fields: dict) -> DeviceSpec:
         raise ConfigError(f"whatif.devices.{name}: {bad[0]} is {fields[bad[0]]!r}; give a number above 0")
     return DeviceSpec(name.lower(), float(fields["memory_gb"]), float(fields["bandwidth_gbs"]),
                       float(fields["bf16_tflops"]), fields.get("fp8_tflops"), float(fields.get("link_gbs", 64)),
-                      str(fields.get("link", "as given")), str(fields.get("source", "the operator's config")))
+                      str(fields.get("link", "as given")), str(fields.get("source", "the operator's config")),
+                      custom=True)
 
 
 # nvidia-smi / rocm-smi names -> the table's, most specific first ("H100 NVL" before "H100").

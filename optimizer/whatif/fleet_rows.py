@@ -21,7 +21,7 @@ from optimizer.measure.slo import Slo
 from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.calibration import Calibration
 from optimizer.whatif.devices import DeviceSpec
-from optimizer.whatif.predict import predict
+from optimizer.whatif.predict import kind_of, predict
 from optimizer.whatif.roofline import Load, Serving
 
 
@@ -42,6 +42,7 @@ class Row:
     devices: int = 0
     cost_per_h: float | None = None
     note: str = ""  # why the library did not answer, when the roofline did
+    band: float = 0.0  # the throughput's band as +-x (0.35: 35%), as the calibration applies to this row
 
     @property
     def usable(self) -> bool:
@@ -68,14 +69,15 @@ def _keeps(slos: tuple[Slo, ...], ttft_ms: float, tpot_ms: float, osl: int) -> b
 
 def row(source: str, arch: Architecture, device: DeviceSpec, tp: int, serving: Serving, isl: int, osl: int,
         cal: Calibration, slos: tuple[Slo, ...], peak_qps: float, headroom: float,
-        price: float | None, config: dict | None = None) -> Row:
+        price: float | None) -> Row:
     s = Serving(tp, serving.max_num_seqs, serving.utilization, serving.kv_dtype)
-    first = predict(source, arch, device, s, Load(isl, osl, 1), config)
+    first = predict(source, arch, device, s, Load(isl, osl, 1))
+    cal = cal.for_row(device.name, kind_of(first.by))
     if not first.estimate.fits:
         return Row(device, tp, first.by, False, first.estimate.why, first.estimate.kv_tokens, note=first.note)
     best = None
     for c in _loads(min(s.max_num_seqs, first.estimate.kv_requests)):
-        p = predict(source, arch, device, s, Load(isl, osl, c), config)
+        p = predict(source, arch, device, s, Load(isl, osl, c))
         ttft, tpot, tput = (cal.apply(m, v) for m, v in (("ttft_s", p.estimate.ttft_s), ("tpot_s", p.estimate.tpot_s),
                                                           ("throughput", p.estimate.throughput)))
         if slos and not _keeps(slos, ttft * 1e3, tpot * 1e3, osl):
@@ -89,13 +91,13 @@ def row(source: str, arch: Architecture, device: DeviceSpec, tp: int, serving: S
     rps = tput / osl
     replicas = max(1, math.ceil(round(peak_qps / (rps * (1 - headroom)), 9)))
     return Row(device, tp, by, True, "", first.estimate.kv_tokens, c, ttft, tpot, tput, rps, replicas,
-               replicas * tp, None if price is None else replicas * tp * price, first.note)
+               replicas * tp, None if price is None else replicas * tp * price, first.note, cal.percent("throughput"))
 
 
 def rows(source: str, arch: Architecture, devices: list[DeviceSpec], tps: list[int], serving: Serving, isl: int,
          osl: int, cal: Calibration, slos: tuple[Slo, ...], peak_qps: float, headroom: float,
-         prices: dict[str, float], config: dict | None = None) -> list[Row]:
-    out = [row(source, arch, d, tp, serving, isl, osl, cal, slos, peak_qps, headroom, prices.get(d.name), config)
+         prices: dict[str, float]) -> list[Row]:
+    out = [row(source, arch, d, tp, serving, isl, osl, cal, slos, peak_qps, headroom, prices.get(d.name))
            for d in devices for tp in tps]
     return sorted(out, key=lambda r: (not r.usable, r.cost_per_h if r.cost_per_h is not None else math.inf,
                                       r.devices, r.ttft_s))

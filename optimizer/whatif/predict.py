@@ -5,7 +5,7 @@ roofline (whatif/roofline.py, efficiencies fitted on published measurements) for
 wherever the library cannot build the model. Each prediction says which one answered.
 
 Refused in one line before anything is estimated: a TP that does not divide the attention heads
-(vLLM refuses it too), and a model that fits the device at none of the TP sizes asked (the line
+and the KV heads (vLLM refuses it too), and a model that fits the device at none of the TP sizes asked (the line
 names the smallest that fits).
 """
 
@@ -28,11 +28,22 @@ class Prediction:
     note: str = ""  # why the library did not, when it did not
 
 
+def tp_allowed(arch: Architecture, tp: int) -> bool:
+    """vLLM's rule: TP divides the attention heads, and the KV heads split evenly over the ranks or
+    are replicated whole on each."""
+    return tp >= 1 and arch.heads % tp == 0 and (arch.kv_heads % tp == 0 or tp % arch.kv_heads == 0)
+
+
+def kind_of(by: str) -> str:
+    """"library" or "roofline": which estimator a Prediction's `by` names."""
+    return "library" if by.startswith(library.NAME) else "roofline"
+
+
 def check_tp(arch: Architecture, tp: int) -> None:
-    if tp < 1 or arch.heads % tp:
-        fits = [t for t in TP_SIZES if arch.heads % t == 0]
-        raise ConfigError(f"what-if: TP {tp} does not divide {arch.name}'s {arch.heads} attention heads (vLLM "
-                          f"refuses it); use one of {', '.join(map(str, fits))}")
+    if not tp_allowed(arch, tp):
+        fits = [t for t in TP_SIZES if tp_allowed(arch, t)]
+        raise ConfigError(f"what-if: TP {tp} does not divide {arch.name}'s {arch.heads} attention heads and "
+                          f"{arch.kv_heads} KV heads (vLLM refuses it); use one of {', '.join(map(str, fits))}")
 
 
 def check_fits_somewhere(arch: Architecture, device: DeviceSpec, tps, s: roofline.Serving, load: roofline.Load) -> None:
@@ -41,7 +52,7 @@ def check_fits_somewhere(arch: Architecture, device: DeviceSpec, tps, s: rooflin
         return roofline.estimate(arch, device, _at(s, tp), load).fits
     if any(fits(tp) for tp in tps):
         return
-    smallest = next((t for t in TP_SIZES if arch.heads % t == 0 and fits(t)), None)
+    smallest = next((t for t in TP_SIZES if tp_allowed(arch, t) and fits(t)), None)
     asked = ", ".join(map(str, tps))
     fix = f"the smallest TP that fits is {smallest}: add it to --tp" if smallest else "no TP up to 64 fits it"
     raise ConfigError(f"what-if: {arch.name} ({arch.weight_bytes / 1e9:.0f} GB of weights) does not fit "
@@ -54,12 +65,12 @@ def _at(s: roofline.Serving, tp: int) -> roofline.Serving:
 
 
 def predict(source: str, arch: Architecture, device: DeviceSpec, s: roofline.Serving, load: roofline.Load,
-            config: dict | None = None, use_library: bool = True) -> Prediction:
+            use_library: bool = True) -> Prediction:
     """The estimate for this replica and load, from the library where it answers, else the roofline."""
     check_tp(arch, s.tp)
     note = ""
     if use_library:
-        got = library.estimate(source, arch, device, s, load, config)
+        got = library.estimate(source, arch, device, s, load)
         if isinstance(got, roofline.Estimate):
             return Prediction(got, f"{library.NAME} {library.version()} (vLLM {library.data_version(device)} "
                                    "timings)")

@@ -16,6 +16,7 @@ from optimizer.errors import ConfigError
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.whatif import architecture, devices, fleet_rows
+from optimizer.whatif.predict import tp_allowed
 from optimizer.whatif.roofline import Serving
 from optimizer.whatif.study_calibration import from_study, load_of
 
@@ -31,32 +32,41 @@ class Section:
 
 
 def _shape(study) -> tuple[int, int] | None:
+    if len(study.directions) > 1:
+        raise ConfigError("a multi-objective study has no one best trial whose request shape to predict for; "
+                          "use `plan --what-if --trial N`")
     try:
         best = study.best_trial
-    except ValueError:
+    except ValueError:  # no feasible trial
         return None
     load = load_of(best.user_attrs.get("metrics") or {})
     return (load.isl, load.osl) if load else None
 
 
 def section(study, model: str, spec, slos: tuple[Slo, ...]) -> Section | None:
-    """The section, or None when the config asks for no what-if in the report."""
+    """The section, or None when the config asks for no what-if in the report; never raises."""
     if not spec.report:
         return None
     try:
-        custom = {k.lower(): v for k, v in spec.devices.items()}
-        chosen = [devices.custom(n.lower(), custom[n.lower()]) if n.lower() in custom else devices.known(n)
-                  for n in spec.report]
-        arch = architecture.load(model)
-        tps = list(spec.tp) or [t for t in (1, 2, 4, 8) if arch.heads % t == 0]
-        shape = _shape(study)
-        if shape is None:
-            return Section(TITLE, ("No completed trial measured a request shape to predict for.",))
-        isl, osl = shape
-        cal = from_study(study, model, arch)
-        rows = fleet_rows.rows(model, arch, chosen, tps, Serving(), isl, osl, cal, slos, 1.0, 0.0, {})
+        return _section(study, model, spec, slos)
     except ConfigError as exc:
         return Section(TITLE, (f"Not predicted: {exc}",))
+    except Exception as exc:  # noqa: BLE001 - whatever the estimate trips on, the rest of the report is written
+        return Section(TITLE, (f"Not predicted: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",))
+
+
+def _section(study, model: str, spec, slos: tuple[Slo, ...]) -> Section:
+    custom = {k.lower(): v for k, v in spec.devices.items()}
+    chosen = [devices.custom(n.lower(), custom[n.lower()]) if n.lower() in custom else devices.known(n)
+              for n in spec.report]
+    arch = architecture.load(model)
+    tps = list(spec.tp) or [t for t in (1, 2, 4, 8) if tp_allowed(arch, t)]
+    shape = _shape(study)
+    if shape is None:
+        return Section(TITLE, ("No completed trial measured a request shape to predict for.",))
+    isl, osl = shape
+    cal = from_study(study, model, arch)
+    rows = fleet_rows.rows(model, arch, chosen, tps, Serving(), isl, osl, cal, slos, 1.0, 0.0, {})
     band = {m: f"+-{cal.percent(m):.0%}" for m in ("ttft_s", "tpot_s", "throughput")}
     text = (f"Every figure here is predicted, not measured: {arch.name} at {isl:,} prompt + {osl:,} output tokens "
             f"a request (the best trial's), vLLM's GPU defaults (max-num-seqs 256, memory fraction 0.9). "

@@ -16,15 +16,20 @@ there are fewer than ranks), with the model's shape from whatif/architecture.py:
 - all-reduce (tp > 1): two a layer, ring: 2 (tp - 1) / tp x tokens x hidden x 2 bytes over one
   direction of the link (half the datasheet's figure), plus `allreduce_s` each.
 
-Two loads, the two ways published benchmarks drive vLLM:
-- closed (`concurrency` requests in flight, steady state): the batch b is the concurrency, capped
-  by max-num-seqs and by the whole requests the KV cache holds; TPOT = step(b at context isl +
-  osl / 2) + b x prefill / osl (each step carries its share of the prompts joining); TTFT = half
-  a TPOT (the step in flight) + prefill + one step, plus the queue when more are in flight than
-  the batch; throughput = b / TPOT.
-- burst (`concurrency` requests sent at once, `benchmark_serving.py` without a rate): waves of b;
-  a wave takes b prefills + osl steps; TTFT is the mean wait for a wave to start plus the mean
-  place among its b prefills; throughput = requests x osl over the waves' time.
+Two loads, the two ways published benchmarks drive vLLM: closed (`concurrency` requests in
+flight, benchmark tools' --max-concurrency) and burst (`concurrency` requests sent at once, their
+default without a rate). Both run in waves of b = min(concurrency, max-num-seqs, the whole
+requests the KV cache holds): a wave takes b prefills and osl decode steps (at context isl +
+osl / 2), and
+- TTFT = `request_s` + the mean wait for a wave to start ((waves - 1) / 2 waves) + the request's
+  own prefill behind a share q of the wave's other b - 1 (q = 1 in a burst, where all were sent
+  together; the fitted `queued` in a closed loop, where they drift apart) + one step;
+- TPOT = one step + the prefills still behind the request after its first token, half the
+  wave's, spread over its osl tokens: step + (b - 1) / 2 x prefill / osl (a mean request's);
+- throughput = requests x osl over the waves' time (the aggregate, which is not b / TPOT: the
+  prefills take time no request's TPOT counts).
+
+A prompt's prefill computes logits for its last token only (the LM head's FLOPs once).
 
 `FITTED` holds efficiencies fitted on published measurements (bench/whatif_fit.py prints them
 and the rows they rest on; docs/what-if.md); `PLAIN` is the roofline as llm-optimizer computes
@@ -56,7 +61,7 @@ class Efficiency:
 
 # bench/whatif_fit.py on the 29 rows of bench/data/published_vllm.csv measured by aiconfigurator's
 # authors (H100, H200, B200; Llama-3.1-8B fp8 and 70B, Qwen3-32B, three mixtures of experts), within
-# what kernels reach (bandwidth <= 0.9, compute <= 0.8): median |error| 13% on TTFT and TPOT, 2026-12-04.
+# what kernels reach (bandwidth <= 0.9, compute <= 0.8): median |error| 11% on TTFT and TPOT, 2026-12-04.
 FITTED = Efficiency(bandwidth=0.9, compute=0.8, layer_s=60e-6, allreduce_s=10e-6, queued=0.2, request_s=0.04)
 PLAIN = Efficiency(bandwidth=1.0, compute=1.0, layer_s=0.0, allreduce_s=0.0, queued=1.0, request_s=0.0)
 
@@ -110,7 +115,8 @@ def _allreduce(arch: Architecture, device: DeviceSpec, tokens: float, tp: int, e
 
 def prefill_s(arch: Architecture, device: DeviceSpec, s: Serving, tokens: int, eff: Efficiency = FITTED) -> float:
     """One prompt of `tokens` alone."""
-    compute = tokens * arch.flops_per_token(tokens / 2) / s.tp / _peak(device, arch, eff)
+    flops = (tokens - 1) * arch.flops_per_token(tokens / 2, logits=False) + arch.flops_per_token(tokens / 2)
+    compute = flops / s.tp / _peak(device, arch, eff)  # logits for the last token only
     read = arch.bytes_read(tokens) / s.tp / (device.bandwidth_gbs * 1e9 * eff.bandwidth)
     return max(compute, read) + _allreduce(arch, device, tokens, s.tp, eff) + arch.layers * eff.layer_s
 

@@ -19,16 +19,19 @@ from optimizer.whatif import calibration, devices
 from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.calibration import Calibration
 from optimizer.whatif.devices import DeviceSpec
-from optimizer.whatif.predict import predict
+from optimizer.whatif.predict import kind_of, predict
 from optimizer.whatif.roofline import Load, Serving
 
 def measured_device(study, named: str | None) -> DeviceSpec | str:
     """The table's device the study ran on, or why there is none (one line)."""
-    if named:
-        return devices.known(named)
     kind = study.user_attrs.get("device")
     if kind == "cpu":
+        if named:
+            raise ConfigError(f"--measured-on {named}: study '{study.study_name}' ran on CPU, and a CPU's timings "
+                              "cannot calibrate a GPU's; drop --measured-on")
         return "the study ran on CPU: no GPU measurement to calibrate on"
+    if named:
+        return devices.known(named)
     reported = str(study.user_attrs.get("device_name") or "")
     if not reported:
         return "the study does not say which GPU it ran on: name it with --measured-on (e.g. h100)"
@@ -37,10 +40,21 @@ def measured_device(study, named: str | None) -> DeviceSpec | str:
                                "--measured-on, or describe it in config whatif.devices"
 
 
+_SHORT = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
+
+
+def knobs_of(trial) -> dict:
+    """A stored trial's flags (long names, short ones such as -tp spelled out), its params over them."""
+    flags = {}
+    for key, value in split_flags(list(trial.user_attrs.get("vllm_args") or [])):
+        key = key.lstrip("-").replace("_", "-")
+        flags[_SHORT.get(key, key)] = value
+    return {**flags, **dict(trial.params)}
+
+
 def serving_of(trial, default: Serving) -> Serving:
     """The replica a stored trial ran (an Optuna FrozenTrial: its params, then its vLLM flags)."""
-    flags = {k.replace("_", "-"): v for k, v in split_flags(list(trial.user_attrs.get("vllm_args") or []))}
-    knobs = {**flags, **{k: v for k, v in trial.params.items()}}
+    knobs = knobs_of(trial)
 
     def num(key, cast, fallback):
         try:
@@ -61,29 +75,32 @@ def load_of(metrics: dict) -> Load | None:
     return Load(max(1, round((total - out) / rps)), max(1, round(osl)), max(1, round(rps * e2el / 1e3)))
 
 
-def from_study(study, source: str, arch: Architecture, named: str | None = None,
-               config: dict | None = None) -> Calibration:
+def from_study(study, source: str, arch: Architecture, named: str | None = None) -> Calibration:
     device = measured_device(study, named)
     if isinstance(device, str):
         return calibration.none(device)
-    pairs = []
+    pairs = {"library": [], "roofline": []}
     for t in study.get_trials(deepcopy=False):
         if t.state.name != "COMPLETE":
             continue
         metrics = t.user_attrs.get("metrics") or {}
         load = load_of(metrics)
-        if load is None:
+        knobs = knobs_of(t)
+        if load is None or str(knobs.get("pipeline-parallel-size", 1)) != "1" or \
+                str(knobs.get("data-parallel-size", 1)) != "1":  # pipeline and data parallel: not modelled
             continue
         try:
-            p = predict(source, arch, device, serving_of(t, Serving()), load, config)
+            p = predict(source, arch, device, serving_of(t, Serving()), load)
         except ConfigError:
             continue
         if not p.estimate.fits:
             continue
         measured = {"ttft_s": (metrics.get("ttft_ms_mean") or 0) / 1e3, "tpot_s": (metrics.get("tpot_ms_mean") or 0) / 1e3,
                     "throughput": metrics.get("output_throughput")}
-        pairs.append((measured, {"ttft_s": p.estimate.ttft_s, "tpot_s": p.estimate.tpot_s,
-                                 "throughput": p.estimate.throughput}))
-    if not pairs:
+        pairs[kind_of(p.by)].append((measured, {"ttft_s": p.estimate.ttft_s, "tpot_s": p.estimate.tpot_s,
+                                                "throughput": p.estimate.throughput}))
+    by = max(pairs, key=lambda k: len(pairs[k]))  # one estimator answers a device; should both, the one that did more
+    if not pairs[by]:
         return calibration.none(f"no completed trial of study '{study.study_name}' measured a load to compare with")
-    return calibration.fit(pairs, f"{len(pairs)} trial(s) of study '{study.study_name}' on {device.name}")
+    return calibration.fit(pairs[by], f"{len(pairs[by])} trial(s) of study '{study.study_name}' on {device.name}",
+                           device.name, by)

@@ -1,8 +1,9 @@
 """The what-if rows as `plan` prints them: predicted, with the band.
 
-Every predicted figure is marked `predicted (+-x%)`: x is the calibration's band for that metric
-(whatif/calibration.py): the value's range is [v / (1 + x), v x (1 + x)]. The capacity's band
-is the output throughput's; replicas are counted from the central value.
+Every row ends `predicted (+-x%)`: x is the band of its throughput as the calibration applies to
+that row (whatif/calibration.py: on the calibrated device and estimator, elsewhere widened or
+not corrected), so the capacity lies in [v / (1 + x), v x (1 + x)]. Replicas are counted from the
+central value. The header gives the bands of every metric on the calibrated device.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ def describe(rows: list[Row], cal: Calibration, header: str, slos_text: str) -> 
              f"  calibration: {cal.basis}" + ("" if any(cal.points.values()) else
                                                " (uncorrected: the bands are the estimate's own error on "
                                                "published measurements)"),
-             f"  bands: TTFT +-{band['ttft_s']}, TPOT +-{band['tpot_s']}, throughput +-{band['throughput']} "
-             "(a value v of band x lies in [v / (1 + x), v x (1 + x)])",
+             f"  bands{' on ' + cal.device + ' by the ' + cal.by if cal.device else ''}: TTFT +-{band['ttft_s']}, "
+             f"TPOT +-{band['tpot_s']}, throughput +-{band['throughput']} (a value v of band x lies in "
+             "[v / (1 + x), v x (1 + x)]; each row's throughput band ends it)",
              "  capacity: " + (f"the highest predicted throughput whose mean TTFT and TPOT keep {slos_text} "
                                "(means against percentile SLOs: check the tail by measuring)" if slos_text else
                                "at the largest load (no SLOs given: latency is not promised)")]
     any_price = any(r.cost_per_h is not None for r in rows)
     head = (f"  {'device':<9} {'TP':>3} {'replicas':>8} {'devices':>7} " + (f"{'$/h':>8} " if any_price else "")
-            + f"{'req/s each':>10} {'in flight':>9} {'TTFT ms':>8} {'TPOT ms':>8} {'KV tokens':>10}  by")
+            + f"{'req/s each':>10} {'in flight':>9} {'TTFT ms':>8} {'TPOT ms':>8} {'KV tokens':>10}  by, band")
     lines.append(head)
     for r in rows:
         if not r.usable:
@@ -42,9 +44,8 @@ def describe(rows: list[Row], cal: Calibration, header: str, slos_text: str) -> 
         cost = (f"{r.cost_per_h:>8,.2f} " if r.cost_per_h is not None else f"{'-':>8} ") if any_price else ""
         lines.append(f"  {r.device.name:<9} {r.tp:>3} {r.replicas:>8} {r.devices:>7} {cost}"
                      f"{_rate(r.requests_per_s):>10} {r.concurrency:>9} {_ms(r.ttft_s):>8} {_ms(r.tpot_s):>8} "
-                     f"{r.kv_tokens:>10,}  {r.by}")
+                     f"{r.kv_tokens:>10,}  {r.by}, predicted (+-{r.band:.0%})")
     for note in dict.fromkeys(r.note for r in rows if r.note):
         lines.append(f"  roofline, because {note}")
-    lines.append(f"  every row above is predicted (TTFT +-{band['ttft_s']}, TPOT +-{band['tpot_s']}, "
-                 f"throughput +-{band['throughput']}), not measured")
+    lines.append("  every row above is predicted, not measured")
     return lines

@@ -67,3 +67,40 @@ def test_what_cannot_be_read_is_one_line(tmp_path):
         architecture.load(str(tmp_path))
     with pytest.raises(ConfigError, match="lacks a usable 'vocab_size'; is it a decoder LLM"):
         from_config("m", {"num_attention_heads": 8, "hidden_size": 512, "num_hidden_layers": 2})
+
+
+BASE = {"num_attention_heads": 8, "hidden_size": 512, "num_hidden_layers": 4, "vocab_size": 1000,
+        "intermediate_size": 1024}
+
+
+@pytest.mark.parametrize("extra, why", [
+    ({"kv_lora_rank": 512}, "multi-head latent attention"),
+    ({"n_routed_experts": 64}, "a mixture of experts without num_experts_per_tok"),
+    ({"num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2}, "experts in only some layers"),
+])
+def test_layouts_the_arithmetic_would_get_wrong_are_refused(extra, why):
+    with pytest.raises(ConfigError, match=f"has {why}, which the estimate does not model"):
+        from_config("m", {**BASE, **extra})
+
+
+def test_nvfp4_is_refused_whether_in_config_or_in_hf_quant_config():
+    with pytest.raises(ConfigError, match="quantized with modelopt NVFP4, which the estimate does not model"):
+        from_config("m", {**BASE, "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}})
+    with pytest.raises(ConfigError, match="quantized with modelopt NVFP4"):
+        from_config("m", BASE, {"quantization": {"quant_algo": "NVFP4"}})
+    assert from_config("m", BASE, {"quantization": {"quant_algo": "FP8"}}).quantization == "fp8"
+
+
+def test_shared_experts_and_dense_first_layers_are_counted():
+    moe = {**BASE, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256}
+    plain = from_config("m", moe)
+    shared = from_config("m", {**moe, "n_shared_experts": 1, "first_k_dense_replace": 1})
+    assert shared.mlp_params - plain.mlp_params == 3 * 512 * 256  # one shared expert a layer
+    assert shared.dense_layers == 1
+    # 3 MoE layers (with the shared expert) and 1 dense layer of 1024, at 2 bytes
+    assert shared.weight_bytes - shared.head_bytes == pytest.approx(
+        (4 * shared.attention_params + 3 * shared.mlp_params + 3 * 512 * 1024) * 2)
+
+
+def test_a_float32_checkpoint_is_served_at_16_bits():
+    assert from_config("m", {**BASE, "torch_dtype": "float32"}).kv_bytes_per_token() == 2 * 4 * 8 * 64 * 2

@@ -33,8 +33,8 @@ def test_the_band_is_the_residuals_t_interval_for_one_more_point_and_widens_with
     logs = [math.log(s) for s in (1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.1, 0.9, 1.05, 0.95)]
     mean = sum(logs) / 10
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 9)
-    assert ten.bands["tpot_s"] == pytest.approx(2.262 * sd * math.sqrt(1 + 1 / 10))
-    assert three.bands["tpot_s"] > ten.bands["tpot_s"]  # t95 at 2 df is 4.3
+    assert ten.bands["tpot_s"] == pytest.approx(1.833 * sd * math.sqrt(1 + 1 / 10))  # t90 at 9 df
+    assert three.bands["tpot_s"] > ten.bands["tpot_s"]  # t90 at 2 df is 2.92
     assert three.points["tpot_s"] == 3 and ten.percent("tpot_s") == pytest.approx(math.exp(ten.bands["tpot_s"]) - 1)
 
 
@@ -60,3 +60,20 @@ def test_metrics_missing_on_either_side_are_left_out():
     pairs = [({"ttft_s": 0.2}, {"ttft_s": 0.1, "tpot_s": 0.01}), ({"ttft_s": 0.4, "tpot_s": 0}, {"ttft_s": 0.2, "tpot_s": 0.02})]
     c = cal.fit(pairs)
     assert c.points == {"ttft_s": 2, "tpot_s": 0, "throughput": 0} and c.factors["tpot_s"] == 1.0
+
+
+def test_a_correction_carries_to_another_device_without_ttft_and_with_a_wider_band():
+    c = cal.fit(_pairs(10), "10 trials on h100", "h100", "library")
+    assert c.for_row("h100", "library") is c
+    other = c.for_row("h200", "library")
+    assert other.factors["tpot_s"] == c.factors["tpot_s"] and other.factors["ttft_s"] == 1.0
+    assert other.bands["ttft_s"] == cal.PRIOR["ttft_s"]
+    assert other.bands["tpot_s"] == pytest.approx(math.hypot(c.bands["tpot_s"], cal.TRANSFER["tpot_s"]))
+    assert other.basis == "10 trials on h100, carried to h200 (TTFT not)"
+
+
+def test_a_correction_is_never_applied_to_the_other_estimators_figures():
+    c = cal.fit(_pairs(10), "10 trials on h100", "h100", "library")
+    rooflines = c.for_row("l4", "roofline")
+    assert rooflines.factors == {m: 1.0 for m in cal.METRICS} and rooflines.bands == cal.PRIOR
+    assert rooflines.basis == "10 trials on h100, predicted by the library there: not applied to the roofline's"

@@ -106,15 +106,17 @@ def test_plan_prints_the_measured_plan_then_calibrated_predicted_rows(tmp_path, 
     start = next(i for i, x in enumerate(lines) if x.startswith("What-if: "))
     assert "900 prompt + 100 output tokens a request, max-num-seqs 256" in lines[start]
     assert lines[start + 1] == "  calibration: 3 trial(s) of study 's' on l4"
-    assert lines[start + 2].startswith("  bands: TTFT +-0%, TPOT +-")  # TTFT measured as predicted: no residual
+    # the study's trials were the roofline's figures x 1.5 on TPOT exactly: no residual left
+    assert lines[start + 2].startswith("  bands on l4 by the roofline: TTFT +-0%, TPOT +-0%")
     rows = [x for x in lines[start + 5:] if x.split()[0] in ("l4", "h100")]
     assert len(rows) == 4
     costs = [float(r.split()[4]) for r in rows]
     assert costs == sorted(costs)
-    assert all(r.endswith("roofline") for r in rows if r.split()[0] == "l4")
-    assert all("aiconfigurator-core" in r for r in rows if r.split()[0] == "h100")
+    assert all(r.endswith("roofline, predicted (+-0%)") for r in rows if r.split()[0] == "l4")
+    # the library answers for h100: a correction fitted on the roofline's figures is not applied to it
+    assert all("aiconfigurator-core" in r and r.endswith("predicted (+-369%)") for r in rows if r.split()[0] == "h100")
     assert "  roofline, because aiconfigurator-core has no vLLM timings for l4" in lines
-    assert lines[-1].startswith("  every row above is predicted (TTFT +-") and lines[-1].endswith("not measured")
+    assert lines[-1] == "  every row above is predicted, not measured"
 
 
 def test_without_a_study_the_rows_are_predicted_alone_and_need_the_output_length(tmp_path, model):
@@ -140,10 +142,30 @@ def test_a_device_described_in_the_config_is_predicted_with_the_roofline(tmp_pat
                             "--output-tokens", "100", "--what-if", "a10g,l4", "--tp", "1"])
     assert code == 0
     rows = {x.split()[0]: x for x in lines if x.startswith("  a10g ") or x.startswith("  l4 ")}
-    assert set(rows) == {"a10g", "l4"} and rows["a10g"].endswith("roofline")
+    assert set(rows) == {"a10g", "l4"} and "  roofline, predicted (+-" in rows["a10g"]
     assert rows["a10g"].split()[-2] == rows["l4"].split()[-2]  # 24 GB each: the same KV cache
     assert rows["a10g"].split()[4] != rows["l4"].split()[4]  # other bandwidth and FLOPs: another capacity
     with pytest.raises(ConfigError, match="whatif.devices.bad: give bandwidth_gbs, bf16_tflops"):
         config.write_text(config.read_text() + "    bad: {memory_gb: 24}\n")
         run_plan(["--config", str(config), "--peak-qps", "5", "--tokens-per-request", "1000",
                   "--output-tokens", "100", "--what-if", "bad"])
+
+
+def test_measured_on_cannot_make_a_cpu_study_calibrate_a_gpu(tmp_path, model):
+    study = _gpu_study(f"sqlite:///{tmp_path / 't.db'}", model, bias=1.5)
+    study.set_user_attr("device", "cpu")
+    with pytest.raises(ConfigError, match="--measured-on h100: study 's' ran on CPU, and a CPU's timings cannot "
+                                          "calibrate a GPU's; drop --measured-on"):
+        from_study(study, model, architecture.load(model), named="h100")
+
+
+def test_a_short_tp_flag_is_read_and_pipeline_parallel_trials_are_left_out(tmp_path, model):
+    study = _gpu_study(f"sqlite:///{tmp_path / 't.db'}", model, bias=1.5)
+    from optimizer.whatif.study_calibration import knobs_of, serving_of
+    trials = study.get_trials()
+    t = optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=1.0,
+                                  user_attrs={"metrics": trials[0].user_attrs["metrics"],
+                                              "vllm_args": ["-tp", "2", "--pipeline-parallel-size", "2"]})
+    assert knobs_of(t)["tensor-parallel-size"] == "2" and serving_of(t, roofline.Serving()).tp == 2
+    study.add_trial(t)
+    assert from_study(study, model, architecture.load(model)).points["tpot_s"] == 3  # the pp 2 trial is not a point

@@ -48,14 +48,52 @@ def test_a_model_the_library_cannot_build_falls_back_with_its_reason(tmp_path):
 
 def test_a_tp_that_does_not_divide_the_heads_is_refused(qwen):
     check_tp(qwen, 8)
-    with pytest.raises(ConfigError, match=r"TP 3 does not divide Qwen/Qwen3-0.6B's 16 attention heads .* use one "
-                                          r"of 1, 2, 4, 8, 16$"):
+    with pytest.raises(ConfigError, match=r"TP 3 does not divide Qwen/Qwen3-0.6B's 16 attention heads and 8 KV "
+                                          r"heads .* use one of 1, 2, 4, 8, 16$"):
         check_tp(qwen, 3)
+    qwen7b = architecture.from_config("q", {"num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584,
+                                            "num_hidden_layers": 28, "vocab_size": 152064})
+    with pytest.raises(ConfigError, match="TP 7 does not divide q's 28 attention heads and 4 KV heads"):
+        check_tp(qwen7b, 7)  # 7 divides the 28 heads, but not the 4 KV heads, nor they it
 
 
 def test_a_model_that_fits_at_no_tp_asked_names_the_smallest_that_fits():
     big = architecture.load("meta-llama/Meta-Llama-3.1-70B")
     check_fits_somewhere(big, devices.known("h200"), [1, 2], roofline.Serving(), roofline.Load(1999, 1, 1))
     with pytest.raises(ConfigError, match="does not fit h100 .* at TP 1 with a 2000-token request; the smallest TP "
-                                          "that fits is 4: add it to --tp"):
+                                          "that fits is 2: add it to --tp"):
         check_fits_somewhere(big, devices.known("h100"), [1], roofline.Serving(), roofline.Load(1999, 1, 1))
+
+
+def test_the_library_is_never_handed_a_hub_id_to_fetch(qwen, monkeypatch, tmp_path):
+    """A Hub id the library does not know by name goes to it as a local copy of the config read."""
+    import urllib.request
+
+    def no_network(*a, **k):
+        raise AssertionError("the library reached for the network")
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    model = "mistralai/Mixtral-8x7B-v0.1"  # a config it ships, but not a model it knows by id
+    arch = architecture.load(model)
+    p = predict(model, arch, devices.known("h100"), roofline.Serving(tp=2), roofline.Load(512, 64, 4))
+    assert p.by.startswith("aiconfigurator-core") or p.note.startswith("aiconfigurator-core could not estimate")
+    assert (tmp_path / "vllm-optimizer" / "whatif-configs" / "mistralai--Mixtral-8x7B-v0.1" / "config.json").is_file()
+
+
+def test_a_burst_waits_for_its_place_among_the_prompts_sent_with_it(qwen):
+    h100 = devices.known("h100")
+    burst = predict(QWEN, qwen, h100, roofline.Serving(), roofline.Load(1024, 128, 32, burst=True))
+    assert burst.by.startswith("aiconfigurator-core") and burst.estimate.batch == 32
+    burst = burst.estimate
+    assert burst.throughput == pytest.approx(32 * 128 / (burst.ttft_s / (33 / 64) + 128 * burst.tpot_s))
+    two_waves = predict(QWEN, qwen, h100, roofline.Serving(max_num_seqs=16), roofline.Load(1024, 128, 32, burst=True))
+    assert two_waves.estimate.batch == 16 and two_waves.estimate.ttft_s > burst.ttft_s
+
+
+def test_an_fp8_checkpoint_and_cache_reach_the_library_as_fp8(qwen):
+    from dataclasses import replace
+    h100 = devices.known("h100")
+    bf16 = predict(QWEN, qwen, h100, roofline.Serving(), roofline.Load(4096, 128, 64)).estimate
+    fp8 = predict(QWEN, replace(qwen, quantization="fp8"), h100, roofline.Serving(kv_dtype="fp8"),
+                  roofline.Load(4096, 128, 64)).estimate
+    assert fp8.tpot_s < bf16.tpot_s  # half the bytes a step

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import optuna
 import pytest
 
 from optimizer.config.schema import WhatIfSpec
@@ -57,3 +58,15 @@ def test_the_written_report_ends_with_it(study_and_model, tmp_path):
     md = files.markdown.read_text()
     assert f"## {TITLE}" in md and "| device | TP | req/s a replica |" in md and "| h100 | 1 |" in md
     assert TITLE in files.html.read_text()
+
+
+def test_a_multi_objective_study_or_a_broken_config_is_a_sentence_not_a_lost_report(study_and_model, tmp_path):
+    _, model = study_and_model
+    pareto = optuna.create_study(directions=["maximize", "minimize"])
+    sec = section(pareto, model, WhatIfSpec(report=["h100"]), ())
+    assert sec.rows == () and sec.paragraphs[0].startswith("Not predicted: a multi-objective study has no one best")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{not json")
+    study, _ = study_and_model
+    sec = section(study, str(tmp_path / "bad"), WhatIfSpec(report=["h100"]), ())
+    assert sec.paragraphs[0].startswith("Not predicted: what-if: ") and "cannot be read as JSON" in sec.paragraphs[0]
