@@ -23,7 +23,7 @@ run: setup
 	$(PY) -m optimizer run --config $(CONFIG)
 
 test: setup
-	$(PY) -m pytest -q -rs
+	$(PY) -m pytest -q -rs --durations=15
 
 test-unit: setup
 	$(PY) -m pytest -q tests/unit
