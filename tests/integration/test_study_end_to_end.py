@@ -312,6 +312,15 @@ def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(fi
 
     parsed = parse_with_vllm(str(root / "tiny"), out / "best.yaml")
     assert parsed.max_num_seqs == flags["max-num-seqs"] and parsed.load_format == "dummy"
+    # beside it, the same as Kubernetes manifests, valid against Kubernetes' own schemas
+    import kubernetes_validate  # noqa: PLC0415
+
+    deployment, service = yaml.safe_load_all((out / "k8s.yaml").read_text())
+    for doc in (deployment, service):
+        kubernetes_validate.validate(doc, "1.32", strict=True)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--max-num-seqs") + 1] == str(flags["max-num-seqs"])
+    assert container["resources"]["limits"]["cpu"] and deployment["spec"]["replicas"] == 1  # a CPU study
 
 
 def test_plan_turns_the_measured_throughput_into_replicas(finished_study):
