@@ -80,6 +80,8 @@ def main(ns: argparse.Namespace, console) -> int:
         console.print(f"Measured: none ({exc})", markup=False)
     if measured is not None:
         _manifests(ns, console, finished, measured)
+    elif ns.manifests:
+        console.print("Manifests: not written (no measured plan to size them on)", markup=False)
     slos = slos or parse_slos(cfg.objective.slos)  # the study's own, as its config gives them
     _print(console, _whatif_lines(whatif, ns, study, measured, slos))
     return 0
@@ -115,7 +117,7 @@ def _manifests(ns, console, finished, p) -> None:
     trial = finished.study.trials[p.measurement.trial]
     rec = recommend(finished.study) if ns.trial is None else None
     args = list(rec.args) if rec is not None else list(trial.user_attrs.get("vllm_args") or [])
-    path = write_manifests(Path(ns.manifests), finished.study, finished.model, args, trial.params, p.replicas)
+    path = write_manifests(Path(ns.manifests), finished.study, finished.model, args, trial, p.replicas)
     if path is None:
         raise ConfigError(f"--manifests {ns.manifests}: cannot write it; give a writable file path")
     console.print(f"Manifests: {path} (Deployment of {p.replicas} replica(s), Service; kubectl apply -f {path})",

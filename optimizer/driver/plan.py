@@ -182,6 +182,7 @@ def _stamp(study: optuna.Study, plan: Plan) -> None:
     if plan.workload.notes:
         study.set_user_attr("workload_notes", list(plan.workload.notes))
     study.set_user_attr("device", plan.device.kind)
+    study.set_user_attr("vllm_version", installed_vllm() or "")  # the deployment manifests' image (fleet/manifests.py)
     if plan.device.kind == "gpu" and gpu_name():  # which GPU: what-if calibrates on it (whatif/study_calibration.py)
         study.set_user_attr("device_name", gpu_name())
     for key, value in sorted(_stamp_of(plan).items(), key=lambda kv: kv[0] == "workload_hash"):

@@ -2,17 +2,22 @@
 
 - Deployment (apps/v1): `replicas` pods, each one `vllm serve MODEL --host 0.0.0.0 --port 8000`
   with the recommended flags (a pod's port is reached through the Service, so it binds every
-  interface of the pod, not 127.0.0.1). On GPU each pod asks `nvidia.com/gpu` = tensor x
+  interface of the pod, not 127.0.0.1), less `--load-format dummy` (random weights measure speed
+  in a study; a deployment loads the real ones). On GPU each pod asks `nvidia.com/gpu` = tensor x
   pipeline x data parallel sizes; with more than one GPU a pod gets a memory-backed /dev/shm
   (vLLM's workers share tensors through it; a container's default is 64 MB). On CPU a pod asks
-  for the cores its trial ran on. A startup probe gives the model time to load (up to 30 min),
-  then readiness and liveness probes read `/health`. `HF_TOKEN` comes from the Secret `hf-token`
-  when there is one (optional).
+  for the cores its trial ran on and gets a 4 GiB /dev/shm, as vLLM's CPU image is run. A startup
+  probe gives the model time to load (up to 30 min), then readiness and liveness probes read
+  `/health` (5 s to answer, a minute of failures before a restart). `HF_TOKEN` comes from the
+  Secret `hf-token` when there is one (optional). Service links are off: Kubernetes would
+  otherwise put `<SERVICE>_PORT=tcp://...` variables in the pod, and a `VLLM_`-named one is read
+  by vLLM as its own setting.
 - Service (v1): ClusterIP, port 8000 to the pods' 8000, selecting the Deployment's pods.
 
 Images: vLLM's own, `vllm/vllm-openai:v<version>` on GPU and
-`public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v<version>` on CPU, at the vLLM version the study
-measured; `image` overrides. Names are made DNS-1123 labels (lowercase letters, digits and '-',
+`public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v<version>` on CPU, at the release part of the
+vLLM version the study measured with (0.32.0 of 0.32.0+cpu: a tag cannot hold '+'); `image`
+overrides. Names are made DNS-1123 labels (lowercase letters, digits and '-',
 at most 63). Validated in the tests against Kubernetes' own schemas (kubernetes-validate).
 """
 
@@ -25,7 +30,7 @@ import yaml
 PORT = 8000
 GPU_IMAGE = "vllm/vllm-openai:v{version}"
 CPU_IMAGE = "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{version}"
-SHM = "16Gi"  # a memory-backed /dev/shm for multi-GPU pods; counted against the pod's memory
+SHM = {"gpu": "16Gi", "cpu": "4Gi"}  # a memory-backed /dev/shm; counted against the pod's memory
 
 
 def dns_label(text: str) -> str:
@@ -39,11 +44,14 @@ def manifests(study_name: str, model: str, args: list[str], replicas: int, devic
               image: str | None = None) -> list[dict]:
     """The Deployment and the Service, as dicts in the order to apply them."""
     name = dns_label(f"vllm-{study_name}")
+    release = re.match(r"\d+(\.\d+)*", vllm_version)
+    version = release.group(0) if release else vllm_version
+    args = _deployed(args)
     labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
     gpu = device == "gpu"
     container = {
         "name": "vllm",
-        "image": image or (GPU_IMAGE if gpu else CPU_IMAGE).format(version=vllm_version),
+        "image": image or (GPU_IMAGE if gpu else CPU_IMAGE).format(version=version),
         "command": ["vllm", "serve"],
         "args": [model, "--host", "0.0.0.0", "--port", str(PORT), *[str(a) for a in args]],
         "ports": [{"name": "http", "containerPort": PORT}],
@@ -54,10 +62,10 @@ def manifests(study_name: str, model: str, args: list[str], replicas: int, devic
         "readinessProbe": _probe(period=5, failures=3),
         "livenessProbe": _probe(period=10, failures=6),
     }
-    pod: dict = {"containers": [container]}
-    if gpu and gpus_per_pod > 1:
+    pod: dict = {"containers": [container], "enableServiceLinks": False}
+    if not gpu or gpus_per_pod > 1:
         container["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
-        pod["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM}}]
+        pod["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM["gpu" if gpu else "cpu"]}}]
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
         "spec": {"replicas": int(replicas), "selector": {"matchLabels": labels},
@@ -78,7 +86,24 @@ def _resources(gpu: bool, gpus: int, cpus: int) -> dict:
 
 
 def _probe(period: int, failures: int) -> dict:
-    return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
+    return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period, "timeoutSeconds": 5,
+            "failureThreshold": failures}
+
+
+def _deployed(args: list[str]) -> list[str]:
+    """The flags a deployment runs: a study's `--load-format dummy` (random weights) left out."""
+    out, i = [], 0
+    while i < len(args):
+        a = str(args[i])
+        if a == "--load-format" and i + 1 < len(args) and str(args[i + 1]) == "dummy":
+            i += 2
+            continue
+        if a == "--load-format=dummy":
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def to_yaml(docs: list[dict]) -> str:

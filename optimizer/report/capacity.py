@@ -272,7 +272,9 @@ def _remeasured(study: optuna.Study, trial: optuna.trial.FrozenTrial, value: flo
 
 
 def parallel_sizes(args: list[str], params: dict) -> tuple[int, int]:
-    """(tensor-parallel size, GPUs per replica) from the vLLM flags, then the trial's parameters."""
+    """(tensor-parallel size, GPUs per replica) from the vLLM flags deployed; from the trial's parameters
+    only when no flags were recorded (a minimal change that put TP back leaves it in the winner's
+    parameters, not in the flags it deploys)."""
     flags = {}
     for key, raw in split_flags(args):
         key = key.lstrip("-").replace("_", "-")
@@ -280,7 +282,7 @@ def parallel_sizes(args: list[str], params: dict) -> tuple[int, int]:
     sizes = {}
     for name in _PARALLEL:
         try:
-            sizes[name] = max(1, int(flags.get(name, params.get(name, 1))))
+            sizes[name] = max(1, int(flags.get(name, 1) if args else params.get(name, 1)))
         except (TypeError, ValueError):
             sizes[name] = 1
     return sizes["tensor-parallel-size"], math.prod(sizes.values())

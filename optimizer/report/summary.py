@@ -82,27 +82,39 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
     record = confirmed.stored(study) if winner is not None else {}  # a stale one says nothing
     args = list(rec.args)
     path = _write(artifacts / "best.yaml", serve_yaml(args))
-    write_manifests(artifacts / "k8s.yaml", study, model, args, rec.trial.params, replicas=1)
+    write_manifests(artifacts / "k8s.yaml", study, model, args, rec.trial, replicas=1)
     g = rec.gain["ratio"] if rec.gain else None
     return Summary(rec.trial, base, g, serve_command(model, args), path, savings=saved, confirmation=record,
                    recommendation=rec)
 
 
-def write_manifests(path: Path, study: optuna.Study, model: str, args: list[str], params: dict,
+def write_manifests(path: Path, study: optuna.Study, model: str, args: list[str], trial: optuna.trial.FrozenTrial,
                     replicas: int) -> Path | None:
-    """The Deployment and Service of `replicas` pods of this configuration, on the study's device."""
+    """The Deployment and Service of `replicas` pods of this configuration (`args`, from `trial`), on
+    the study's device, at the vLLM version the study recorded (else the one installed here)."""
     from optimizer.engine.vllm_version import installed_vllm  # noqa: PLC0415
     from optimizer.report.capacity import parallel_sizes  # noqa: PLC0415
 
-    gpus = parallel_sizes(args, params)[1]
+    gpus = parallel_sizes(args, trial.params)[1]
+    version = str(study.user_attrs.get("vllm_version") or installed_vllm() or "0.32.0")
     docs = manifests(study.study_name, model, args, replicas, str(study.user_attrs.get("device") or "gpu"), gpus,
-                     vllm_version=installed_vllm() or "0.32.0")
+                     cores(str(trial.user_attrs.get("cpu_bind") or "")), vllm_version=version)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(to_yaml(docs))
     except OSError:
         return None
     return path
+
+
+def cores(bind: str) -> int:
+    """How many cores a VLLM_CPU_OMP_THREADS_BIND value names ("0-3", "0,2", "0|1"); 1 when none."""
+    count = 0
+    for part in bind.replace("|", ",").split(","):
+        low, dash, high = part.strip().partition("-")
+        if low.isdigit() and (not dash or high.isdigit()):
+            count += int(high) - int(low) + 1 if dash else 1
+    return max(1, count)
 
 
 def _write(path: Path, data) -> Path | None:

@@ -155,6 +155,8 @@ def from_config(name: str, cfg: dict, hf_quant: dict | None = None) -> Architect
 def _refuse_layouts(name: str, text: dict) -> None:
     """Layouts the arithmetic above would get wrong, refused rather than mis-modelled."""
     why = ("multi-head latent attention" if text.get("kv_lora_rank") else
+           "Llama 4's layout (an always-on shared expert beside the routed ones, experts in some layers)"
+           if str(text.get("model_type") or "").startswith("llama4") else
            "a mixture of experts without num_experts_per_tok" if (text.get("num_local_experts") or
                                                                  text.get("num_experts") or text.get("n_routed_experts"))
            and not text.get("num_experts_per_tok") else

@@ -72,26 +72,26 @@ def row(source: str, arch: Architecture, device: DeviceSpec, tp: int, serving: S
         price: float | None) -> Row:
     s = Serving(tp, serving.max_num_seqs, serving.utilization, serving.kv_dtype)
     first = predict(source, arch, device, s, Load(isl, osl, 1))
-    cal = cal.for_row(device.name, kind_of(first.by))
     if not first.estimate.fits:
         return Row(device, tp, first.by, False, first.estimate.why, first.estimate.kv_tokens, note=first.note)
     best = None
     for c in _loads(min(s.max_num_seqs, first.estimate.kv_requests)):
         p = predict(source, arch, device, s, Load(isl, osl, c))
-        ttft, tpot, tput = (cal.apply(m, v) for m, v in (("ttft_s", p.estimate.ttft_s), ("tpot_s", p.estimate.tpot_s),
-                                                          ("throughput", p.estimate.throughput)))
+        here = cal.for_row(device.name, kind_of(p.by))  # the correction for the estimator that answered
+        ttft, tpot, tput = (here.apply(m, v) for m, v in (("ttft_s", p.estimate.ttft_s), ("tpot_s", p.estimate.tpot_s),
+                                                           ("throughput", p.estimate.throughput)))
         if slos and not _keeps(slos, ttft * 1e3, tpot * 1e3, osl):
             continue
         if best is None or tput > best[3]:
-            best = (c, ttft, tpot, tput, p.by)
+            best = (c, ttft, tpot, tput, p.by, here.percent("throughput"))
     if best is None:
         return Row(device, tp, first.by, True, "keeps the SLOs at no load, not even one request alone",
                    first.estimate.kv_tokens, note=first.note)
-    c, ttft, tpot, tput, by = best
+    c, ttft, tpot, tput, by, band = best
     rps = tput / osl
     replicas = max(1, math.ceil(round(peak_qps / (rps * (1 - headroom)), 9)))
     return Row(device, tp, by, True, "", first.estimate.kv_tokens, c, ttft, tpot, tput, rps, replicas,
-               replicas * tp, None if price is None else replicas * tp * price, first.note, cal.percent("throughput"))
+               replicas * tp, None if price is None else replicas * tp * price, first.note, band)
 
 
 def rows(source: str, arch: Architecture, devices: list[DeviceSpec], tps: list[int], serving: Serving, isl: int,

@@ -83,15 +83,21 @@ def _model_ref(source: str) -> str:
     return str(folder)
 
 
-def _modes(arch: Architecture, s: roofline.Serving) -> dict:
-    """The weights' and the KV cache's precision, as the library names them."""
+def _modes(source: str, arch: Architecture, s: roofline.Serving) -> dict:
+    """What the library is told beyond TP: the KV cache's precision always (left to itself it takes
+    an fp8 checkpoint's cache for fp8, where vLLM's `auto` keeps it 16-bit); fp8 weights only when
+    the config does not declare them (the library reads a declared quantization itself, block-scaled
+    fp8 included); for a mixture of experts, its experts split over the TP ranks (vLLM without
+    --enable-expert-parallel)."""
     from aiconfigurator_core.sdk import common  # noqa: PLC0415
 
-    out = {}
-    if arch.fp8_weights:
+    fp8_kv = s.kv_dtype.startswith("fp8")
+    out = {"kvcache_quant_mode": common.KVCacheQuantMode.fp8 if fp8_kv else common.KVCacheQuantMode.bfloat16}
+    cfg, hf_quant = architecture.read(source)
+    if arch.fp8_weights and not cfg.get("quantization_config") and not hf_quant:
         out["gemm_quant_mode"] = common.GEMMQuantMode.fp8
-    if s.kv_dtype.startswith("fp8"):
-        out["kvcache_quant_mode"] = common.KVCacheQuantMode.fp8
+    if arch.experts:
+        out.update(moe_tp_size=s.tp, moe_ep_size=1)
     return out
 
 
@@ -109,7 +115,7 @@ def estimate(source: str, arch: Architecture, device: DeviceSpec, s: roofline.Se
         from aiconfigurator_core.sdk.models import get_model  # noqa: PLC0415
 
         db = _database(SYSTEMS[device.name])
-        model = get_model(_model_ref(source), ModelConfig(tp_size=s.tp, **_modes(arch, s)), "vllm")
+        model = get_model(_model_ref(source), ModelConfig(tp_size=s.tp, **_modes(source, arch, s)), "vllm")
         backend = get_backend("vllm")  # a new one each time: its cache is not keyed by model
         runtime = RuntimeConfig(batch_size=base.batch, isl=load.isl, osl=load.osl)
         if load.burst:

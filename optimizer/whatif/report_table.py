@@ -72,10 +72,11 @@ def _section(study, model: str, spec, slos: tuple[Slo, ...]) -> Section:
             f"a request (the best trial's), vLLM's GPU defaults (max-num-seqs 256, memory fraction 0.9). "
             f"Capacity: the highest predicted throughput whose mean TTFT and TPOT keep "
             f"{describe_slos(slos) if slos else 'no SLO (none given: the largest load)'}. "
-            f"Bands: TTFT {band['ttft_s']}, TPOT {band['tpot_s']}, throughput {band['throughput']}. "
+            f"Bands where calibrated: TTFT {band['ttft_s']}, TPOT {band['tpot_s']}, throughput {band['throughput']}; "
+            f"each row's own is beside its capacity. "
             f"Calibration: {cal.basis}. How it predicts: docs/what-if.md; `plan --what-if` adds replicas and cost.")
-    table = tuple((r.device.name, str(r.tp), f"{r.requests_per_s:.3g}", str(r.concurrency), f"{r.ttft_s * 1e3:.3g}",
-                   f"{r.tpot_s * 1e3:.3g}", f"{r.kv_tokens:,}", r.by) if r.usable else
-                  (r.device.name, str(r.tp), "-", "-", "-", "-", f"{r.kv_tokens:,}", r.why) for r in rows)
-    return Section(TITLE, (text,), ("device", "TP", "req/s a replica", "in flight", "TTFT ms", "TPOT ms",
+    table = tuple((r.device.name, str(r.tp), f"{r.requests_per_s:.3g}", f"+-{r.band:.0%}", str(r.concurrency),
+                   f"{r.ttft_s * 1e3:.3g}", f"{r.tpot_s * 1e3:.3g}", f"{r.kv_tokens:,}", r.by) if r.usable else
+                  (r.device.name, str(r.tp), "-", "-", "-", "-", "-", f"{r.kv_tokens:,}", r.why) for r in rows)
+    return Section(TITLE, (text,), ("device", "TP", "req/s a replica", "its band", "in flight", "TTFT ms", "TPOT ms",
                                     "KV tokens", "by"), table)

@@ -22,8 +22,9 @@ default without a rate). Both run in waves of b = min(concurrency, max-num-seqs,
 requests the KV cache holds): a wave takes b prefills and osl decode steps (at context isl +
 osl / 2), and
 - TTFT = `request_s` + the mean wait for a wave to start ((waves - 1) / 2 waves) + the request's
-  own prefill behind a share q of the wave's other b - 1 (q = 1 in a burst, where all were sent
-  together; the fitted `queued` in a closed loop, where they drift apart) + one step;
+  own prefill behind q x (b - 1) / 2 of the others (its mean place among the wave's prefills; q =
+  1 in a burst, where all were sent together, the fitted `queued` in a closed loop, where they
+  drift apart) + one step;
 - TPOT = one step + the prefills still behind the request after its first token, half the
   wave's, spread over its osl tokens: step + (b - 1) / 2 x prefill / osl (a mean request's);
 - throughput = requests x osl over the waves' time (the aggregate, which is not b / TPOT: the

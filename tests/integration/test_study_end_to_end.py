@@ -321,6 +321,7 @@ def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(fi
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][container["args"].index("--max-num-seqs") + 1] == str(flags["max-num-seqs"])
     assert container["resources"]["limits"]["cpu"] and deployment["spec"]["replicas"] == 1  # a CPU study
+    assert "dummy" not in container["args"]  # the study's random weights are not deployed
 
 
 def test_plan_turns_the_measured_throughput_into_replicas(finished_study):

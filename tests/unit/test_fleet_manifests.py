@@ -79,3 +79,30 @@ def test_plan_writes_the_planned_replicas(tmp_path):
     for doc in (deployment, service):
         kubernetes_validate.validate(doc, K8S, strict=True)
     assert to_yaml([deployment, service]) == (tmp_path / "k8s.yaml").read_text()
+
+
+def test_random_weights_are_left_out_and_the_tag_is_the_release():
+    deployment = manifests("s", "m", ["--load-format", "dummy", "--max-num-seqs", "8", "--load-format=dummy"], 1,
+                           "cpu", vllm_version="0.32.0+cpu")[0]
+    pod = deployment["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["args"] == ["m", "--host", "0.0.0.0", "--port", "8000", "--max-num-seqs", "8"]
+    assert c["image"].endswith(":v0.32.0") and pod["enableServiceLinks"] is False
+    assert pod["volumes"][0]["emptyDir"]["sizeLimit"] == "4Gi"  # vLLM's CPU image wants a /dev/shm too
+    assert manifests("s", "m", ["--load-format", "safetensors"], 1)[0]["spec"]["template"]["spec"]["containers"][0][
+        "args"][-2:] == ["--load-format", "safetensors"]
+
+
+@pytest.mark.parametrize("bind, n", [("0-3", 4), ("0|1", 2), ("0,2,4", 3), ("", 1), ("auto", 1)])
+def test_a_trials_core_binding_counts_its_cores(bind, n):
+    from optimizer.report.summary import cores
+
+    assert cores(bind) == n
+
+
+def test_a_tp_the_minimal_change_put_back_is_not_deployed_as_gpus():
+    from optimizer.report.capacity import parallel_sizes
+
+    # the winner ran TP 2; the recommendation put it back, so its flags say nothing of TP
+    assert parallel_sizes(["--max-num-seqs", "64"], {"tensor-parallel-size": 2}) == (1, 1)
+    assert parallel_sizes([], {"tensor-parallel-size": 2}) == (2, 2)  # no flags recorded: the parameters

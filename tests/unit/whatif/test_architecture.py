@@ -77,6 +77,8 @@ BASE = {"num_attention_heads": 8, "hidden_size": 512, "num_hidden_layers": 4, "v
     ({"kv_lora_rank": 512}, "multi-head latent attention"),
     ({"n_routed_experts": 64}, "a mixture of experts without num_experts_per_tok"),
     ({"num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2}, "experts in only some layers"),
+    ({"model_type": "llama4_text", "num_local_experts": 16, "num_experts_per_tok": 1}, r"Llama 4's layout \(an always-on"
+     r" shared expert beside the routed ones, experts in some layers\)"),
 ])
 def test_layouts_the_arithmetic_would_get_wrong_are_refused(extra, why):
     with pytest.raises(ConfigError, match=f"has {why}, which the estimate does not model"):

@@ -97,3 +97,10 @@ def test_an_fp8_checkpoint_and_cache_reach_the_library_as_fp8(qwen):
     fp8 = predict(QWEN, replace(qwen, quantization="fp8"), h100, roofline.Serving(kv_dtype="fp8"),
                   roofline.Load(4096, 128, 64)).estimate
     assert fp8.tpot_s < bf16.tpot_s  # half the bytes a step
+
+
+def test_a_mixture_of_experts_is_answered_by_the_library():
+    model = "Qwen/Qwen3-30B-A3B"
+    arch = architecture.load(model)
+    p = predict(model, arch, devices.known("h100"), roofline.Serving(), roofline.Load(1024, 128, 8))
+    assert arch.experts and p.by.startswith("aiconfigurator-core"), p.note
