@@ -16,10 +16,9 @@ from optimizer.errors import ConfigError
 from optimizer.whatif import architecture, devices
 from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.devices import DeviceSpec
-from optimizer.whatif.predict import check_fits_somewhere, check_tp, tp_allowed
+from optimizer.whatif.predict import DEFAULT_TPS, check_fits_somewhere, check_tp, tp_allowed
 from optimizer.whatif.roofline import Load, Serving
 
-DEFAULT_TPS = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)

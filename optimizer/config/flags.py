@@ -54,6 +54,19 @@ def _parse(knob: Knob, raw: str):
     return float(raw) if knob.kind == "float" else raw
 
 
+PARALLEL_SHORT = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
+
+
+def named_flags(args: list[str]) -> dict[str, str | bool]:
+    """Flags by their long dashed names: `--tensor_parallel_size 2` and `-tp 2` are both
+    "tensor-parallel-size"."""
+    out = {}
+    for key, raw in split_flags(args):
+        key = key.lstrip("-").replace("_", "-")
+        out[PARALLEL_SHORT.get(key, key)] = raw
+    return out
+
+
 def split_flags(args: list[str]) -> list[tuple[str, str | bool]]:
     """['--a', '1', '--b=2', '--c'] -> [('a', '1'), ('b', '2'), ('c', True)]."""
     out, i = [], 0

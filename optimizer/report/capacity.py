@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from optimizer.config.flags import split_flags
+from optimizer.config.flags import PARALLEL_SHORT, named_flags
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
@@ -40,7 +40,6 @@ from optimizer.verdict.recommendation import recommend
 COMPLETE = optuna.trial.TrialState.COMPLETE
 RATE_OBJECTIVES = ("goodput_rate", "output_throughput", "total_token_throughput", "request_throughput")
 EXTRAPOLATION = 2.0  # planned vs measured tokens/request beyond this factor either way: warned
-_PARALLEL = {"tensor-parallel-size": "tp", "pipeline-parallel-size": "pp", "data-parallel-size": "dp"}
 
 
 @dataclass(frozen=True)
@@ -275,12 +274,9 @@ def parallel_sizes(args: list[str], params: dict) -> tuple[int, int]:
     """(tensor-parallel size, GPUs per replica) from the vLLM flags deployed; from the trial's parameters
     only when no flags were recorded (a minimal change that put TP back leaves it in the winner's
     parameters, not in the flags it deploys)."""
-    flags = {}
-    for key, raw in split_flags(args):
-        key = key.lstrip("-").replace("_", "-")
-        flags[next((long for long, short in _PARALLEL.items() if key == short), key)] = raw
+    flags = named_flags(args)
     sizes = {}
-    for name in _PARALLEL:
+    for name in PARALLEL_SHORT.values():
         try:
             sizes[name] = max(1, int(flags.get(name, 1) if args else params.get(name, 1)))
         except (TypeError, ValueError):

@@ -109,12 +109,9 @@ def write_manifests(path: Path, study: optuna.Study, model: str, args: list[str]
 
 def cores(bind: str) -> int:
     """How many cores a VLLM_CPU_OMP_THREADS_BIND value names ("0-3", "0,2", "0|1"); 1 when none."""
-    count = 0
-    for part in bind.replace("|", ",").split(","):
-        low, dash, high = part.strip().partition("-")
-        if low.isdigit() and (not dash or high.isdigit()):
-            count += int(high) - int(low) + 1 if dash else 1
-    return max(1, count)
+    from optimizer.engine.cpu_cores import parse_cpu_list  # noqa: PLC0415
+
+    return max(1, len(parse_cpu_list(bind)))
 
 
 def _write(path: Path, data) -> Path | None:

@@ -76,7 +76,7 @@ def row(source: str, arch: Architecture, device: DeviceSpec, tp: int, serving: S
         return Row(device, tp, first.by, False, first.estimate.why, first.estimate.kv_tokens, note=first.note)
     best = None
     for c in _loads(min(s.max_num_seqs, first.estimate.kv_requests)):
-        p = predict(source, arch, device, s, Load(isl, osl, c))
+        p = first if c == 1 else predict(source, arch, device, s, Load(isl, osl, c))
         here = cal.for_row(device.name, kind_of(p.by))  # the correction for the estimator that answered
         ttft, tpot, tput = (here.apply(m, v) for m, v in (("ttft_s", p.estimate.ttft_s), ("tpot_s", p.estimate.tpot_s),
                                                            ("throughput", p.estimate.throughput)))

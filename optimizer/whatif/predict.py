@@ -19,6 +19,7 @@ from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.devices import DeviceSpec
 
 TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_TPS = (1, 2, 4, 8)  # predicted when no TP sizes are asked, those vLLM accepts for the model
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from optimizer.errors import ConfigError
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.whatif import architecture, devices, fleet_rows
-from optimizer.whatif.predict import tp_allowed
+from optimizer.whatif.predict import DEFAULT_TPS, tp_allowed
 from optimizer.whatif.roofline import Serving
 from optimizer.whatif.study_calibration import from_study, load_of
 
@@ -60,7 +60,7 @@ def _section(study, model: str, spec, slos: tuple[Slo, ...]) -> Section:
     chosen = [devices.custom(n.lower(), custom[n.lower()]) if n.lower() in custom else devices.known(n)
               for n in spec.report]
     arch = architecture.load(model)
-    tps = list(spec.tp) or [t for t in (1, 2, 4, 8) if tp_allowed(arch, t)]
+    tps = list(spec.tp) or [t for t in DEFAULT_TPS if tp_allowed(arch, t)]
     shape = _shape(study)
     if shape is None:
         return Section(TITLE, ("No completed trial measured a request shape to predict for.",))

@@ -13,7 +13,7 @@ the prediction then goes out uncorrected, with the prior band, and the line says
 
 from __future__ import annotations
 
-from optimizer.config.flags import split_flags
+from optimizer.config.flags import named_flags
 from optimizer.errors import ConfigError
 from optimizer.whatif import calibration, devices
 from optimizer.whatif.architecture import Architecture
@@ -40,16 +40,9 @@ def measured_device(study, named: str | None) -> DeviceSpec | str:
                                "--measured-on, or describe it in config whatif.devices"
 
 
-_SHORT = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
-
-
 def knobs_of(trial) -> dict:
     """A stored trial's flags (long names, short ones such as -tp spelled out), its params over them."""
-    flags = {}
-    for key, value in split_flags(list(trial.user_attrs.get("vllm_args") or [])):
-        key = key.lstrip("-").replace("_", "-")
-        flags[_SHORT.get(key, key)] = value
-    return {**flags, **dict(trial.params)}
+    return {**named_flags(list(trial.user_attrs.get("vllm_args") or [])), **dict(trial.params)}
 
 
 def serving_of(trial, default: Serving) -> Serving:
