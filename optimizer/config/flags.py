@@ -4,16 +4,16 @@ in knob order, booleans as --flag / --no-flag; only knobs by their exact names b
 
 from __future__ import annotations
 
+from optimizer.config import topology
 from optimizer.config.space import KNOBS, Knob
 from optimizer.engine import speculative_config as speculation
 
 
 def engine_args_for(params: dict, device_kind: str) -> list[str]:
-    """Flags a trial needs beside its knobs' own: on GPU, tensor parallelism runs vLLM's workers
-    as processes, since the default Ray backend breaks inside a Ray task (untested on a GPU)."""
-    if device_kind == "gpu" and int(params.get("tensor-parallel-size", 1)) > 1:
-        return ["--distributed-executor-backend", "mp"]
-    return []
+    """Flags a trial needs beside its knobs' own: tensor or pipeline parallelism runs vLLM's workers
+    as processes, since the default Ray backend breaks inside a Ray task (config/topology.py).
+    `device_kind` is kept for the callers: the rule is the same on CPU and GPU."""
+    return ["--distributed-executor-backend", "mp"] if topology.needs_processes(params) else []
 
 
 def to_cli_args(params: dict) -> list[str]:

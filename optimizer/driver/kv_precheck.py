@@ -43,6 +43,10 @@ def predict(study: optuna.Study, plan, vllm_args, device: Device | None = None) 
 def predicted_result(number: int, est: kvfit.Estimate, fp8_kv: bool = True) -> TrialResult:
     """The outcome of a trial that is not booted because it cannot fit (`fp8_kv`: whether the
     remedy may suggest an fp8 KV cache, which needs AVX-512 or AMX on CPU)."""
+    if est.memory_short:
+        return TrialResult(number, Failure(
+            "oom_startup", f"predicted, not booted: {est.basis}",
+            "lower gpu-memory-utilization: on CPU each rank claims that share of the node for itself"))
     if est.budget_bytes <= 0:  # vLLM would stop before the length check: no memory for any cache block
         return TrialResult(number, Failure(
             "oom_startup", f"predicted, not booted: {est.basis}",

@@ -13,41 +13,46 @@ from dataclasses import dataclass, replace
 
 import optuna
 
-from optimizer.config import flags
+from optimizer.config import flags, topology
 from optimizer.config import space as space_mod
-from optimizer.config.screening import screening_moves
 from optimizer.driver import kv_precheck as precheck
 from optimizer.driver import tell as outcome
 from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.ray_runtime import run_trial
+from optimizer.driver import resources
 from optimizer.driver.resources import ray_resources
 from optimizer.driver.store.driver_lock import RunState
+from optimizer.engine import cpu_cores
 from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.report import dashboard_notes as dashboard
 from optimizer.verdict.confirmed import baseline_trial
-from optimizer.verdict.screening import RELEASE_AFTER, RELEASED, SCREEN, held, screening
+from optimizer.verdict.screening import RELEASE_AFTER, RELEASED, SCREEN, held, screening, screening_moves
 from optimizer.verdict.trials import COMPLETE, FINISHED, best_feasible, feasible, finished_count, repeat_streak
-from optimizer.trial.spec import TrialSpec
+from optimizer.engine.failures import Failure
+from optimizer.trial.spec import TrialResult, TrialSpec
 
 
 def trial_params(trial: optuna.Trial, plan: Plan, held: set[str] = frozenset()) -> dict:
     """The knobs a trial runs: the baseline's (a screening trial: with its one knob moved), or the
-    sampler's draws with the `held` knobs at the baseline's value (verdict/screening.py)."""
+    sampler's draws with the `held` knobs at the baseline's value (verdict/screening.py) and the
+    baseline's knobs the space does not search."""
     if trial.user_attrs.get("baseline") or SCREEN in trial.user_attrs:
         fixed = {**baseline_params(plan), **(getattr(trial, "_fixed_params", None) or {})}
         params = space_mod.suggest(trial, plan.space, only=set(fixed))
         return {**fixed, **params}  # baseline knobs outside the space still reach vLLM
     base = baseline_params(plan)
+    searched = {d.knob.name for d in plan.space.dims}
     kept = {k: base[k] for k in held if base.get(k) is not None}
-    return {**kept, **space_mod.suggest(trial, plan.space, only={d.knob.name for d in plan.space.dims} - set(kept))}
+    outside = {k: v for k, v in base.items() if k not in searched and v is not None}  # not searched: the baseline's
+    return {**outside, **kept, **space_mod.suggest(trial, plan.space, only=searched - set(kept))}
 
 
 def queue_screening(study: optuna.Study, plan: Plan) -> None:
     """With `search.screen`, once the baseline has a value within the SLOs: queue each knob moved
-    alone from it (config/screening.py), after the configured warm starts, as many as the budget
+    alone from it (verdict/screening.py), after the configured warm starts, as many as the budget
     has room for. A baseline that missed the SLOs is no configuration to stay near: no screening.
     Once per study; not in a study the sampler drew for after the baseline's value came (one made
     before screening), though draws started beside the baseline (parallel slots) do not count."""
@@ -198,6 +203,8 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     best = _baseline_value(study) if SCREEN in trial.user_attrs else best_feasible(study, plan.objective)
     spec = spec_for(trial, plan, params, best)
     slot, cores = bind
+    if cores and topology.ranks(params) > 1:  # the slot's cores, one list per rank ('' when too few)
+        cores = cpu_cores.rank_cores(cpu_cores.parse_cpu_list(cores), topology.ranks(params)) or cores
     if cores:
         spec = replace(spec, env=spec.env + (("VLLM_CPU_OMP_THREADS_BIND", cores),))
         trial.set_user_attr("cpu_bind", cores)
@@ -212,9 +219,12 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     device = precheck.device_now(plan.cfg.engine.device)  # read once: the prediction and the learning
     estimate = precheck.predict(study, plan, spec.vllm_args, device)
     trial.set_user_attr("kv_estimate", estimate.to_dict())
-    if plan.cfg.precheck and not estimate.fits:
+    too_big = resources.too_big(plan, params)
+    if too_big or (plan.cfg.precheck and not estimate.fits):
         trial.set_user_attr("precheck", "pruned")
-        predicted = precheck.predicted_result(trial.number, estimate, plan.device.fp8_kv)
+        predicted = (precheck.predicted_result(trial.number, estimate, plan.device.fp8_kv) if not too_big else
+                     TrialResult(trial.number, Failure("invalid_config", f"predicted, not booted: {too_big}",
+                                                       "lower the parallel sizes, or add a node that has the devices")))
         state, result = outcome.tell(study, trial, predicted, plan.objective)
         progress.trial_done(study, trial.number, result, state, plan.objective)
         progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))

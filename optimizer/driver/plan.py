@@ -14,12 +14,12 @@ import optuna
 
 from objectives import get_objective
 from optimizer.config import space as space_mod
+from optimizer.config import topology
 from optimizer.config.model_info import ModelInfo, load_model_info
 from optimizer.config.paths import directory_expected
 from optimizer.config.schema import StudyConfig
 from optimizer.driver import resources as slots_mod
 from optimizer.driver.ray_runtime import check_address, job_working_dir
-from optimizer.driver.resources import largest_request
 from optimizer.driver.store.database import check_storage, normalize_url, open_storage
 from optimizer.engine.compile_cache import cache_dir, default_root
 from optimizer.engine.device import Device, detect, gpu_name
@@ -68,7 +68,8 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     """Validate the config against the model, device and workload; raises ConfigError. Writes nothing
     except the tiny model directory when the config asks for it."""
     try:
-        objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos))
+        objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos),
+                                  cfg.objective.fleet)
     except ValueError as exc:
         raise ConfigError(f"objective: {exc}") from exc
     device = detect(cfg.engine.device)
@@ -97,8 +98,21 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
     if not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # the embedded Ray: its one node is this machine
-        slots_mod.check_fits([_this_machine(device)], largest_request(plan), "the embedded local Ray")
+        slots_mod.check_sizes(plan, [_this_machine(device)], "the embedded local Ray")
+    _check_budget(plan)
     return plan
+
+
+def _check_budget(plan: Plan) -> None:
+    """A fleet budget smaller than the smallest replica the space can run leaves nothing feasible."""
+    budget = getattr(plan.objective, "budget", None)
+    base = baseline_params(plan)
+    smallest = {d.knob.name: min(int(c) for c in d.choices) for d in plan.space.dims if d.knob.name in topology.PARALLEL}
+    devices = topology.ranks({**base, **smallest})
+    if budget is not None and budget < devices:
+        raise ConfigError(f"objective.fleet.budget: {budget} device(s) is less than the smallest replica the space "
+                          f"can run ({topology.label({**base, **smallest})}: {devices} devices); raise the budget "
+                          "or allow smaller parallel sizes")
 
 
 def _this_machine(device: Device) -> dict:
@@ -147,7 +161,7 @@ def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
 
 def objective_stamp(objective) -> str:
     """How a study records what it optimizes, e.g. 'latency:ttft_p95 slos p95 TPOT <= 50 ms'."""
-    text = f"{objective.name}:{objective.metric}"
+    text = f"{objective.name}:{objective.metric}" + getattr(objective, "terms", "")
     return text + (f" slos {describe_slos(objective.slos)}" if objective.slos else "")
 
 

@@ -184,6 +184,10 @@ class Progress:
             if objective.mode == "goodput":
                 extra = (f"capacity {m['capacity_rps']:.2f} req/s, {m['goodput_output_throughput']:.0f} tok/s at "
                          f"the goodput rate, {m['probes']:.0f} probes | ")
+            if objective.name == "fleet":
+                replicas = objective.replicas(m["goodput_rate"])
+                extra = (f"goodput {m['goodput_rate']:.2f} req/s on {m['devices']:.0f} device(s)"
+                         + (f", {replicas} replica(s) for the peak" if replicas else "") + f"; {extra}")
             feasible = ""
             if objective.slos and objective.mode == "replay":
                 feasible = " [green](SLOs hold)[/]" if slo_holds(objective.slos, m) else " [red](SLOs missed)[/]"

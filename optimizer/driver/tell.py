@@ -40,6 +40,7 @@ METRIC_KEYS = (
     "e2el_ms_p50", "e2el_ms_p95", "e2el_ms_p99", "schedule_lag_p50_ms", "schedule_lag_p99_ms", "send_rate_ratio",
     "prefix_cache_reset", "server_metrics_read", "duration_s",
     "goodput_rate", "goodput_rps", "goodput_output_throughput", "capacity_rps", "probes", "search_s", "probe_saved_s",
+    "devices",
 )
 
 
@@ -102,6 +103,7 @@ def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
     if failure is None:
         if objective.slos and objective.mode == "replay":
             constrain(trial, objective.slos, result.metrics)
+        fleet(trial, objective, result.metrics)
         study.tell(trial, value, skip_if_finished=True)
         return optuna.trial.TrialState.COMPLETE, result
     state = optuna.trial.TrialState.FAIL if failure.kind in RETRIED else optuna.trial.TrialState.PRUNED
@@ -142,6 +144,15 @@ def constrain(trial: optuna.Trial, slos, metrics: dict, lost: str = "") -> None:
         trial.set_constraint(key, value if math.isfinite(value) else 1e9)
     trial.set_user_attr("slo_excess", {k: _clean(v) for k, v in excess.items()})
     trial.set_user_attr("feasible", all(v <= 0 for v in excess.values()))
+
+
+def fleet(trial: optuna.Trial, objective, metrics: dict) -> None:
+    """The fleet objective's devices for the peak (`fleet_devices`) and its budget as a constraint."""
+    if objective.name != "fleet":
+        return
+    trial.set_user_attr("fleet_devices", objective.devices(metrics))
+    for key, value in objective.constraints(metrics).items():
+        trial.set_constraint(key, value)
 
 
 def early_stopped(early: dict) -> Failure:

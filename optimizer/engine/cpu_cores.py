@@ -125,16 +125,26 @@ def _node(cpu: int, sys_cpu: Path) -> int:
     return min((int(n[4:]) for n in names if n[4:].isdigit()), default=0)
 
 
-def several_ranks(args) -> bool:
-    """Whether the flags start more than one worker (one core list per rank would be needed)."""
-    args = list(args)
+def rank_count(args) -> int:
+    """How many workers the flags start: tensor x pipeline x data parallel sizes (1 when none)."""
+    args, count = list(args), 1
     for i, arg in enumerate(args):
         m = _RANKS.match(arg)
         if m:
             value = m.group(3) if m.group(2) else (args[i + 1] if i + 1 < len(args) else "1")
-            if value.strip() != "1":
-                return True
-    return False
+            count *= int(value) if value.strip().isdigit() else 1
+    return count
+
+
+def rank_cores(cores, count: int) -> str:
+    """`cores` split into `count` equal lists joined by `|`, one per rank, as VLLM_CPU_OMP_THREADS_BIND
+    takes them ([0, 1] -> "0|1"; [0..4] -> "0-1|2-3", the last core left to vLLM's API server when
+    there is one to spare). '' when there are fewer cores than ranks."""
+    cores = sorted(cores)
+    if count < 1 or len(cores) < count:
+        return ""
+    share = (len(cores) - 1) // count if len(cores) > count else 1
+    return "|".join(cpu_list(cores[i * share:(i + 1) * share]) for i in range(count))
 
 
 def bind_free_cores(server, others: list[Bound] | None = None) -> str:
@@ -154,10 +164,10 @@ def bind_free_cores(server, others: list[Bound] | None = None) -> str:
         note = f"CPU cores: {BIND_VAR}={given} given (engine.env, the environment, or a parallel trial's slot): kept"
         if shared:
             note += f"; other vLLM processes are bound to core(s) {cpu_list(shared)} too: {who}"
+    elif (ranks := rank_count(server.args)) > 1:
+        note = _bind_ranks(server, ranks, sorted(mine - taken), who)
     elif not taken:
         note = f"CPU cores: no other vLLM process is bound to this trial's cores ({cpu_list(mine)}): vLLM's own binding"
-    elif several_ranks(server.args):
-        note = f"CPU cores: several workers (one core list each): vLLM's own binding, beside {who}"
     elif not (chosen := choose(mine, taken)):
         note = (f"CPU cores: no core free of other vLLM processes ({who}): vLLM's own binding kept; "
                 f"this server shares their cores (engine.env {BIND_VAR} picks others)")
@@ -166,3 +176,14 @@ def bind_free_cores(server, others: list[Bound] | None = None) -> str:
         note = f"CPU cores: worker bound to {cpu_list(chosen)} ({BIND_VAR}), clear of other vLLM processes: {who}"
     server.notes.append(note)
     return note
+
+
+def _bind_ranks(server, ranks: int, free: list[int], who: str) -> str:
+    """Each of several workers on cores of its own, among those free of other vLLM processes."""
+    beside = f", beside {who}" if who else ""
+    groups = rank_cores(free, ranks)
+    if not groups:
+        return (f"CPU cores: {ranks} workers but only {len(free)} free core(s) ({cpu_list(free)}): vLLM's own "
+                f"binding{beside}; the workers share cores")
+    server.env[BIND_VAR] = groups
+    return f"CPU cores: {ranks} workers bound to {groups} ({BIND_VAR}), one list each{beside}"

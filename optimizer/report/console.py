@@ -14,6 +14,7 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
+from optimizer.fleet import topologies
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report.production import CAVEAT, production_table
 from optimizer.report.verdict_text import attribution, gain_text, range_text, verdict_phrase
@@ -30,6 +31,8 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
     console.print(savings_text(sv))
     if (boots := startup_totals(study.get_trials(deepcopy=False))) is not None:
         console.print(startup_text(boots))
+    if fleet := topologies.rows(study.get_trials(deepcopy=False), objective):
+        console.print(_table(f"The fleet for the peak{objective.terms}", topologies.HEADERS, fleet, whole=(0,)))
     if s.front:
         _print_front(s, model, objective, console)
     elif s.best is None:

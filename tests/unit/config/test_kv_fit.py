@@ -236,3 +236,20 @@ def test_gpu_calibration_from_log_reproduces_its_capacity():
           "Maximum concurrency for 4,096 tokens per request: 28.52x"
     cal = Calibration.from_log(LLAMA_7B, A100, params, log)
     assert abs(estimate(LLAMA_7B, A100, params, cal).capacity_tokens - 116800) <= 16
+
+
+def test_each_cpu_rank_claims_its_fraction_of_the_node_and_shares_the_weights_by_tensor_parallelism():
+    node = Device("cpu", 0, NodeMemory(total=20 * GIB, available=15 * GIB))
+    one = estimate(TINY, node, {"gpu-memory-utilization": 0.3, "max-model-len": 4096})
+    dp2 = estimate(TINY, node, {"gpu-memory-utilization": 0.3, "max-model-len": 4096, "data-parallel-size": 2})
+    assert one.fits and dp2.fits and not dp2.memory_short  # 2 x 6 GiB <= 15 GiB available
+    assert dp2.capacity_tokens == one.capacity_tokens  # each engine a whole copy, its own cache
+    tp2 = estimate(TINY, node, {"gpu-memory-utilization": 0.3, "max-model-len": 4096, "tensor-parallel-size": 2})
+    assert tp2.capacity_tokens > 1.9 * one.capacity_tokens  # half the KV heads per rank: twice the tokens
+    big = estimate(TINY, node, {"gpu-memory-utilization": 0.4, "max-model-len": 4096, "tensor-parallel-size": 2})
+    assert not big.fits and big.memory_short == ("2 ranks each claim util 0.4 x 20.00 GiB: 16.00 GiB > 15.00 GiB "
+                                                 "available")
+    assert big.basis.endswith(big.memory_short)
+    gpu = Device("gpu", 2, NodeMemory(total=20 * GIB, available=15 * GIB))  # each rank its own GPU
+    assert not estimate(TINY, gpu, {"gpu-memory-utilization": 0.4, "tensor-parallel-size": 2,
+                                    "max-model-len": 4096}).memory_short

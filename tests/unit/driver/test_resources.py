@@ -97,6 +97,42 @@ def test_slots_are_counted_for_the_largest_tensor_parallel_size_the_space_can_pi
     assert plan_slots(None, "gpu", [HEAD, H100], largest).count == 2  # two 4-GPU groups on one 8-GPU node
 
 
+def _cpu_plan(**space):
+    from types import SimpleNamespace
+
+    from optimizer.config.schema import RaySpec
+    from optimizer.config.space import Dimension, Knob
+
+    dims = tuple(Dimension(Knob(name.replace("_", "-"), "categorical"), choices=c) for name, c in space.items())
+    return SimpleNamespace(device=SimpleNamespace(kind="cpu"), cfg=SimpleNamespace(ray=RaySpec(trial_cpus=1),
+                           baseline={}), space=SimpleNamespace(dims=dims))
+
+
+def test_a_cpu_trial_asks_for_a_core_per_rank_and_a_combination_no_node_holds_is_left_to_the_trial():
+    from optimizer.driver.resources import check_sizes, largest_request, trial_request
+
+    plan = _cpu_plan(tensor_parallel_size=(1, 2), data_parallel_size=(1, 2))
+    assert trial_request(plan, {"tensor-parallel-size": 2, "data-parallel-size": 2}) == {"CPU": 4.0}
+    assert trial_request(plan, {}) == {"CPU": 1.0}  # ray.trial_cpus, when it is more than the ranks
+    two = [node(CPU=2.0)]
+    check_sizes(plan, two, "here")  # TP 2 and DP 2 each fit; TP 2 x DP 2 is pruned before its boot
+    assert largest_request(plan, two) == {"CPU": 2.0} and largest_request(plan) == {"CPU": 4.0}
+    with pytest.raises(NoMatchingResources, match=r"^space\.data-parallel-size: 4 ranks alone fit no node; ray: no "
+                                                  r"node in here can run a trial asking for CPU=4 \(largest node: CPU=2;"):
+        check_sizes(_cpu_plan(data_parallel_size=(1, 4)), two, "here")
+
+
+def test_a_trial_with_more_ranks_than_any_node_has_is_named_before_its_boot(monkeypatch):
+    from optimizer.driver import resources
+
+    monkeypatch.setattr(resources.ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(resources.ray, "nodes", lambda: [node(CPU=2.0), node(alive=False, CPU=64.0)])
+    plan = _cpu_plan(tensor_parallel_size=(1, 2), data_parallel_size=(1, 2))
+    assert resources.too_big(plan, {"tensor-parallel-size": 2}) == ""
+    assert resources.too_big(plan, {"tensor-parallel-size": 2, "data-parallel-size": 2}) == (
+        "TP 2 x DP 2 runs 4 ranks, one CPU each; the largest node has 2 CPUs")
+
+
 def test_ray_resources_pin_cpu_and_gpu_trials_to_the_nodes_that_have_them():
     pool = node(CPU=8.0, tuning_pool=1.0)
     req = request("cpu", 1, custom={"tuning_pool": 1})

@@ -223,7 +223,8 @@ OPENED_ROWS = [
      "(the old one is kept), or --study-name NEW"),
     ("no-matching-resources", ["run"], "ray: {trial_cpus: 4096}\n", _wal_study,
      "ray: no node in the embedded local Ray can run a trial asking for CPU=4096 (largest node: CPU=<cores>; "
-     "the cluster has no custom resources); lower ray.trial_cpus, or add a node that has them"),
+     "the cluster has no custom resources); lower ray.trial_cpus, or the parallel sizes (one core per rank), "
+     "or add a node that has them"),
     ("missing-prompts-file", ["run"], "regression: {enabled: true, prompts_file: prompts.txt}\n", _wal_study,
      "regression.prompts_file prompts.txt: cannot read it (No such file or directory); give a UTF-8 text file "
      "with one prompt per line"),

