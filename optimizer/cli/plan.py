@@ -14,8 +14,10 @@ from optimizer.measure.slo import parse_slos
 from optimizer.report.capacity import (
     check_inputs,
     describe,
+    describe_topologies,
     measurement_from_study,
     plan,
+    topology_plans,
 )
 
 NAME = "plan"
@@ -67,6 +69,7 @@ def main(ns: argparse.Namespace, console) -> int:
         p = plan(measurement_from_study(finished.study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request,
                  ns.headroom)
         _print(console, describe(p))
+        _topologies(ns, console, finished.study, slos, parse_slos(cfg.objective.slos))
         _manifests(ns, console, finished, p)
         return 0
     study, measured = None, None
@@ -102,6 +105,13 @@ def _whatif_lines(w: WhatIfArgs, ns, study, measured, slos) -> list[str]:
               f"{serving.max_num_seqs}, gpu-memory-utilization {serving.utilization:g}, kv-cache-dtype "
               f"{serving.kv_dtype}; peak {ns.peak_qps:g} req/s, headroom {ns.headroom:.0%}")
     return describe_whatif(rows, cal, header, describe_slos(slos) if slos else "")
+
+
+def _topologies(ns, console, study, slos, study_slos) -> None:
+    """With no --trial and more than one topology measured: a plan for each, fewest devices first."""
+    rows = topology_plans(study, slos, ns.peak_qps, ns.tokens_per_request, ns.headroom, study_slos)
+    if ns.trial is None and len(rows) > 1:
+        _print(console, describe_topologies(rows))
 
 
 def _manifests(ns, console, finished, p) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import optuna
 
+from optimizer.config import topology
 from optimizer.config.flags import PARALLEL_SHORT, named_flags
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import Slo
@@ -284,3 +285,47 @@ def parallel_sizes(args: list[str], params: dict) -> tuple[int, int]:
     return sizes["tensor-parallel-size"], math.prod(sizes.values())
 
 
+
+
+def topology_plans(study: optuna.Study, slos: tuple[Slo, ...], peak_qps: float, tokens_per_request: float,
+                   headroom: float, study_slos: tuple[Slo, ...] = ()) -> list[tuple[str, Plan, str]]:
+    """For each topology the study measured (its parallel sizes), the plan on its trial that needs the
+    fewest devices: (label, plan, the room its tightest SLO had at the rate planned on, `slos` or else
+    the study's own); fewest devices first. A trial nothing can be planned on (no rate held the SLOs,
+    a `--slo` it missed) is left out."""
+    best: dict[str, tuple] = {}
+    for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
+        if "repeat_of" in t.user_attrs:
+            continue
+        args = [str(a) for a in t.user_attrs.get("vllm_args") or []]
+        sizes = {name: named_flags(args).get(name, t.params.get(name, 1)) for name in PARALLEL_SHORT.values()}
+        label = topology.label({k: int(v) for k, v in sizes.items()})
+        try:
+            p = plan(measurement_from_study(study, t.number, slos), peak_qps, tokens_per_request, headroom)
+        except ConfigError:
+            continue
+        key = (p.gpus, -p.measurement.value)
+        if label not in best or key < best[label][0]:
+            best[label] = (key, p, _slo_room(slos or study_slos, t.user_attrs.get("metrics") or {}))
+    return [(label, p, room) for label, (_, p, room) in sorted(best.items(), key=lambda kv: kv[1][0])]
+
+
+def _slo_room(slos: tuple[Slo, ...], metrics: dict) -> str:
+    """'TTFT 47% under its limit' for the tightest SLO at the measured rate; '' without SLOs."""
+    if not slos:
+        return ""
+    tight = max(slos, key=lambda s: s.excess(metrics))
+    excess = tight.excess(metrics)
+    if not math.isfinite(excess):
+        return f"{tight.metric.upper()} p{tight.percentile} not measured"
+    return f"{tight.metric.upper()} p{tight.percentile} {abs(excess):.0%} {'over' if excess > 0 else 'under'} its limit"
+
+
+def describe_topologies(rows: list[tuple[str, Plan, str]]) -> list[str]:
+    """The measured topologies as the lines `plan` prints (replicas assumed to scale perfectly)."""
+    lines = ["Measured topologies (fewest devices first; replicas assumed to scale 1.0: not measured together):"]
+    for label, p, room in rows:
+        m = p.measurement
+        lines.append(f"  {label}: trial {m.trial}, {_n(m.value)} {m.unit} a replica on {m.gpus_per_replica} "
+                     f"device(s); {p.replicas} replica(s), {p.gpus} device(s)" + (f"; {room}" if room else ""))
+    return lines

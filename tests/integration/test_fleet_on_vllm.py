@@ -106,3 +106,19 @@ def test_the_report_shows_devices_for_the_peak_per_topology_and_deploys_the_fewe
     best_args = study.best_trial.user_attrs["vllm_args"]
     k8s = (artifacts / "k8s.yaml").read_text()
     assert all(str(a) in k8s for a in best_args if str(a) != "dummy" and a != "--load-format")
+
+
+def test_plan_lists_every_measured_topology_fewest_devices_first(fleet_study):
+    run, study, artifacts = fleet_study
+    config = artifacts.parent.parent / "fleet.yaml"
+    out = subprocess.run([sys.executable, "-m", "optimizer", "plan", "--config", str(config), "--peak-qps", "20",
+                          "--tokens-per-request", "150"], capture_output=True, text=True, timeout=120,
+                         cwd=config.parent)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    start = lines.index("Measured topologies (fewest devices first; replicas assumed to scale 1.0: not measured "
+                        "together):")
+    rows = lines[start + 1:start + 4]
+    assert sorted(r.split(":")[0].strip() for r in rows) == ["1 engine", "DP 2", "TP 2"]
+    devices = [int(r.split(" device(s)")[-2].rsplit(" ", 1)[1]) for r in rows]
+    assert devices == sorted(devices) and all("under its limit" in r or "over" in r for r in rows)

@@ -348,3 +348,34 @@ def test_the_command_checks_its_flags_before_opening_the_study(tmp_path):
         run_plan(["--storage", f"sqlite:///{db}", "--peak-qps", "50", "--tokens-per-request", "2000",
                   "--headroom", "1"])
     assert not db.exists()
+
+
+def test_plan_lists_each_measured_topology_on_its_best_trial_fewest_devices_first():
+    from optimizer.report.capacity import describe_topologies, topology_plans
+
+    study = optuna.create_study(direction="minimize")
+    study.set_user_attr("objective", "fleet:fleet_devices peak 20 req/s, headroom 20% slos p95 TTFT <= 500 ms")
+    dist = optuna.distributions.CategoricalDistribution([1, 2])
+
+    def add(tp, dp, rate, ttft):
+        metrics = {"goodput_rate": rate, "request_throughput": rate, "total_token_throughput": rate * 200,
+                   "ttft_ms_p95": ttft}
+        study.add_trial(optuna.trial.create_trial(
+            params={"tensor-parallel-size": tp, "data-parallel-size": dp}, value=1.0,
+            distributions={"tensor-parallel-size": dist, "data-parallel-size": dist},
+            user_attrs={"metrics": metrics, "vllm_args": ["--tensor-parallel-size", str(tp),
+                                                          "--data-parallel-size", str(dp)]}))
+
+    add(1, 1, 10.0, 250.0)
+    add(1, 1, 12.0, 400.0)  # the same topology, more per replica: the one planned on
+    add(2, 1, 11.0, 300.0)
+    add(1, 2, 30.0, 100.0)
+    rows = topology_plans(study, (), 20, 200, 0.2, parse_slos("ttft:500"))
+    assert [(label, p.measurement.trial, p.replicas, p.gpus, room) for label, p, room in rows] == [
+        ("DP 2", 3, 1, 2, "TTFT p95 80% under its limit"),  # 30 x 0.8 = 24 a replica: one carries 20 req/s
+        ("1 engine", 1, 3, 3, "TTFT p95 20% under its limit"),  # 12 x 0.8 = 9.6: 3 replicas (trial 0 needs 3 too)
+        ("TP 2", 2, 3, 6, "TTFT p95 40% under its limit")]
+    lines = describe_topologies(rows)
+    assert lines[0].startswith("Measured topologies (fewest devices first; replicas assumed to scale 1.0")
+    assert lines[1] == ("  DP 2: trial 3, 30 req/s a replica on 2 device(s); 1 replica(s), 2 device(s); "
+                        "TTFT p95 80% under its limit")
