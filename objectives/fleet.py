@@ -42,8 +42,8 @@ class FleetObjective(Single):
         if metric not in (None, self.metric):
             raise ValueError(f"fleet objective: metric '{metric}' unknown; it reads {self.metric}")
         terms = [f"peak {self.peak:g} req/s, headroom {self.headroom:.0%}"] if self.peak is not None else []
-        self.terms = " " + ", ".join(terms + ([f"budget {self.budget}"] if self.budget else [])) if terms or \
-            self.budget else ""
+        terms += [f"budget {self.budget}"] if self.budget else []
+        self.terms = " " + ", ".join(terms) if terms else ""  # said in the study's stamp and the tables
 
     def replicas(self, rate: float) -> int | None:
         """Replicas the peak needs at `rate` req/s each (None: no rate held the SLOs, or no peak)."""

@@ -168,6 +168,8 @@ class Progress:
                            + f"; {record['boots']} extra boot(s), {record['wall_s'] / 60:.1f} min")
 
     def checkpoint(self, number: int, step: int, value: float | None, objective, stop: str) -> None:
+        if value is None and not stop:
+            return  # no partial value (the fleet objective's devices need the whole rate search)
         shown = f"{value:.1f} {objective.unit}" if value is not None else "-"
         self.console.print(f"        {self._who(number)}stage {step}: {objective.metric} so far {shown}"
                            + (f" -> [yellow]stop[/]: {stop}" if stop else ""))

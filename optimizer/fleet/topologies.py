@@ -10,6 +10,7 @@ from __future__ import annotations
 from optimizer.config import topology
 from optimizer.config.flags import from_cli_args
 
+TITLE = "Devices for the fleet, per topology"
 HEADERS = ("topology", "devices per replica", "goodput (req/s)", "p95 TTFT (ms)", "replicas", "devices for the peak",
            "trial")
 
@@ -68,7 +69,7 @@ def _ms(value) -> str:
 def section(doc, trials, objective) -> None:
     """The written report's section (`doc`: report/written.py's document), when it is a fleet study."""
     if found := rows(trials, objective):
-        doc.heading("The fleet for the peak")
+        doc.heading(TITLE)
         doc.para(f"Each topology's best trial: one replica's goodput under the SLOs, and the replicas and devices "
                  f"a fleet of it needs{objective.terms}; fewest devices first (objectives/fleet.py).")
         doc.table(list(HEADERS), found)

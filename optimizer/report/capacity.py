@@ -59,6 +59,7 @@ class Measurement:
     runs: int = 1  # > 1: the mean of the trial's re-measurements
     other_runs: int = 0  # re-measurements of another metric (a latency objective's): not the rate
     device: str = ""  # what the study ran on (cpu | gpu), when it recorded it
+    other_metric: str = "latency"  # what those re-measurements measured
 
     @property
     def remeasured(self) -> bool:
@@ -153,7 +154,8 @@ def describe(p: Plan) -> list[str]:
     m, usable = p.measurement, 1 - p.headroom
     other = f"{_n(m.tokens_per_s)} tokens/s" if m.unit == "req/s" else f"{_n(m.requests_per_s)} req/s"
     basis = (f"the mean of {m.runs} re-measured runs" if m.remeasured else
-             f"its search run; its {m.other_runs} re-measured runs measured latency, not the rate" if m.other_runs
+             f"its search run; its {m.other_runs} re-measured runs measured {m.other_metric}, not the rate"
+             if m.other_runs
              else "one run")
     bound = f"SLOs {m.slos} held" if m.slo_bounded else "not under SLOs"
     lines = [
@@ -211,7 +213,8 @@ def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
                                                                      objective[0].partition(":")[2])
     tp, gpus = parallel_sizes(list(rec.args) if own else list(trial.user_attrs.get("vllm_args") or []), trial.params)
     return Measurement(trial.number, metric, value, unit, total / requests, bounded, text, tp, gpus, runs,
-                       other_runs, str(study.user_attrs.get("device") or ""))
+                       other_runs, str(study.user_attrs.get("device") or ""),
+                       objective[0].partition(":")[2].split(" ")[0] or "latency")
 
 
 def _pick(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTrial:

@@ -32,7 +32,8 @@ def print_report(study: optuna.Study, model: str, artifacts: Path, objective, co
     if (boots := startup_totals(study.get_trials(deepcopy=False))) is not None:
         console.print(startup_text(boots))
     if fleet := topologies.rows(study.get_trials(deepcopy=False), objective):
-        console.print(_table(f"The fleet for the peak{objective.terms}", topologies.HEADERS, fleet, whole=(0,)))
+        console.print(_table(f"{topologies.TITLE} ({objective.terms.strip() or 'no peak'})", topologies.HEADERS, fleet,
+                             whole=(0,)))
     if s.front:
         _print_front(s, model, objective, console)
     elif s.best is None:

@@ -95,9 +95,9 @@ def test_each_topology_is_measured_and_scored_by_the_devices_the_peak_needs(flee
 
 def test_the_report_shows_devices_for_the_peak_per_topology_and_deploys_the_fewest(fleet_study):
     run, study, artifacts = fleet_study
-    assert "The fleet for the peak peak 20 req/s, headroom 20%, budget 64" in run.stdout
+    assert "Devices for the fleet, per topology (peak 20 req/s, headroom 20%, budget 64)" in run.stdout
     md = (artifacts / "report" / "report.md").read_text()
-    section = md.split("## The fleet for the peak", 1)[1].split("\n## ", 1)[0]
+    section = md.split("## Devices for the fleet, per topology", 1)[1].split("\n## ", 1)[0]
     for label in ("1 engine", "TP 2", "DP 2"):
         assert f"| {label} |" in section
     rows = [line for line in section.splitlines() if line.startswith("| ") and line[2:3] != "t" and "---" not in line]

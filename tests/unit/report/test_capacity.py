@@ -242,7 +242,7 @@ def test_a_latency_studys_confirmation_does_not_scale_the_rate():
     assert (m.trial, m.value, m.runs, m.other_runs) == (1, 9000.0, 1, 2)
     text = "\n".join(describe(plan(m, 50, 2000, 0.3)))
     # re-measured, but for latency: the plan says so instead of "one run"
-    assert "(its search run; its 2 re-measured runs measured latency, not the rate;" in text
+    assert "(its search run; its 2 re-measured runs measured ttft_p95, not the rate;" in text
     assert "one run" not in text
 
 
