@@ -41,20 +41,20 @@ def rows(trials, objective) -> list[list[str]]:
         if label not in best or key < best[label][0]:
             best[label] = (key, t, params, m, devices)
     out = []
-    for key, t, params, m, devices in sorted(best.values(), key=lambda row: row[0]):
+    for _, t, params, m, devices in sorted(best.values(), key=lambda row: row[0]):
         rate = m.get("goodput_rate") or 0.0
         replicas = objective.replicas(rate)
         out.append([topology.label(params), str(topology.ranks(params)), f"{rate:.2f}", _ms(m.get("ttft_ms_p95")),
                     "-" if replicas is None else str(replicas),
-                    _devices(devices, objective, bool(objective.peak)), str(t.number)])
+                    _devices(devices, objective), str(t.number)])
     for label, why in skipped.items():
         if label not in best:
             out.append([label, "", "", "", "", f"not run: {why}", ""])
     return out
 
 
-def _devices(devices, objective, has_peak: bool) -> str:
-    if not has_peak:
+def _devices(devices, objective) -> str:
+    if objective.peak is None:
         return "-"
     if devices is None:
         return "none carries it (no rate held the SLOs)"

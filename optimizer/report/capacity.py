@@ -300,8 +300,8 @@ def topology_plans(study: optuna.Study, slos: tuple[Slo, ...], peak_qps: float, 
     for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
         if "repeat_of" in t.user_attrs:
             continue
-        args = [str(a) for a in t.user_attrs.get("vllm_args") or []]
-        sizes = {name: named_flags(args).get(name, t.params.get(name, 1)) for name in PARALLEL_SHORT.values()}
+        given = named_flags([str(a) for a in t.user_attrs.get("vllm_args") or []])
+        sizes = {name: given.get(name, t.params.get(name, 1)) for name in PARALLEL_SHORT.values()}
         label = topology.label({k: int(v) for k, v in sizes.items()})
         try:
             p = plan(measurement_from_study(study, t.number, slos), peak_qps, tokens_per_request, headroom)
