@@ -15,8 +15,8 @@ second daemon watches Prometheus on a short study (baseline max-num-seqs 1 again
 file, /recommendation, the info metric, and a webhook call to a local receiver that refuses the
 first try), and, when the traffic turns to B, starts generation 2. The traffic pauses while
 trials run: on two cores a production under load would only add noise. Then, while generation
-2 tunes, the traffic turns to C (prompts of 2,200-2,600 tokens, past the top finite token bucket,
-at a rate production cannot finish): the daemon reads on, reports the change in /status while
+2 tunes, the traffic turns to C (prompts of 3,200-3,800 tokens, past the top finite token bucket,
+at a rate production cannot finish, sized to the capacity measured: see `_shape_c`): the daemon reads on, reports the change in /status while
 generation 2 runs, finds the traffic saturated, ends generation 2 (daemon.on_change auto) and
 starts generation 3 on the overloaded window, its arrival rate counting the backlog.
 
@@ -65,7 +65,9 @@ pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "prometheus_for_tests.sh"
 A_RATE = 2.0
 B = TrafficShape(prompt=(30, 45), output=(10, 20), rate=4.0)
-C = TrafficShape(prompt=(2200, 2600), output=(4, 8), rate=2.0)  # prefill-bound: more than production finishes
+C_PROMPT = (3200, 3800)  # prefill-bound, past the top finite bucket (2000), within max-model-len 4096
+C_MIN_RATE = 2.0  # a window's 25 requests and more
+C_OVERLOAD = 1.6  # arrivals per request production finishes alone, at least
 
 
 def _shape_a(decode_tok_s: float) -> TrafficShape:
@@ -77,6 +79,26 @@ def _shape_a(decode_tok_s: float) -> TrafficShape:
     mean = min(200, max(40, round(0.8 * decode_tok_s)))
     return TrafficShape(prompt=(300, 400), output=(round(0.75 * mean), round(1.25 * mean)), rate=A_RATE,
                         shared_prefix=256)
+
+
+def _shape_c(capacity_rps: float) -> TrafficShape:
+    """Shape C at C_OVERLOAD times the rate production finishes it alone (the trials of generation
+    2 take some of the cores on top). CPUs differ tenfold here: an AVX2-only one finishes 0.2 of
+    these prompts a second (2 req/s of them is 10x its capacity), an AVX-512/AMX one 1.75; at a
+    fixed 2 req/s of 2,200-2,600-token prompts the latter finished 1.84 of the 2 and the backlog
+    grew by 5 in a window, short of saturated (SATURATED_MIN 10)."""
+    return TrafficShape(prompt=C_PROMPT, output=(4, 8), rate=round(max(C_MIN_RATE, C_OVERLOAD * capacity_rps), 2))
+
+
+def _capacity_for_c(base_url: str, model: str, vocab: Vocabulary, n: int = 4) -> float:
+    """Requests of shape C's mean prompt a second that production finishes, `n` sent at once."""
+    rng = random.Random(11)
+    length = sum(C_PROMPT) // 2
+    reqs = tuple(Request(f"capacity-{i}", tuple(vocab.random_ids(rng, length)), 4, 0.0) for i in range(n))
+    t = time.monotonic()
+    records = run_replay(base_url, model, reqs, None, request_timeout=300.0).records
+    assert all(r.ok for r in records), [r.error for r in records]
+    return n / (time.monotonic() - t)
 
 
 def _one_sequence_decode_speed(base_url: str, model: str, vocab: Vocabulary) -> float:
@@ -221,6 +243,10 @@ def live(tmp_path_factory):
         out["figures"]["production_decode_tok_s_one_sequence"] = speed = round(
             _one_sequence_decode_speed(prod.base_url, model, vocab), 1)
         out["a"] = a = _shape_a(speed)
+        out["figures"]["production_c_requests_per_s_alone"] = capacity = round(
+            _capacity_for_c(prod.base_url, model, vocab), 2)
+        out["c"] = c = _shape_c(capacity)
+        out["figures"]["c_rate"] = c.rate
         traffic = Traffic(prod.base_url, model, vocab, a).start()
         try:
             # The server's own /metrics as a daemon's source, up to its first generation: it reads
@@ -277,7 +303,7 @@ def live(tmp_path_factory):
             switched = time.monotonic()
             out["b"] = d.until("generation 2", lambda s: s.get("generation") == 2, 180)
             out["figures"]["seconds_from_change_to_generation_2"] = round(time.monotonic() - switched, 1)
-            traffic.shape = C  # while generation 2 tunes
+            traffic.shape = c  # while generation 2 tunes
             overloaded = time.monotonic()
             out["seen_during_g2"] = d.until("the overload seen while generation 2 runs", lambda s: s.get("generation") == 2
                                             and (s.get("watch") or {}).get("last_change"), 240)
@@ -419,5 +445,5 @@ def test_an_overload_during_a_generation_is_seen_at_once_and_tuned_on_saturated(
     drawn = sorted(len(r.prompt_token_ids) for r in wl.requests)
     assert _quantile(drawn, 0.1) - 1 <= shape["input_p50"] <= _quantile(drawn, 0.9) + 1
     assert any(note.startswith("saturated: ") for note in wl.notes)
-    print(f"\noverload window: {w.describe()}; sent C prompts 2200-2600 at {C.rate} req/s; "
+    print(f"\noverload window: {w.describe()}; sent C prompts {C_PROMPT[0]}-{C_PROMPT[1]} at {live['c'].rate} req/s; "
           f"shape input p10/p50/p90 {shape['input_p10']:.0f}/{shape['input_p50']:.0f}/{shape['input_p90']:.0f}")

@@ -60,8 +60,9 @@ def _watch(server: subprocess.Popen, seconds: float) -> CpuWatch:
 
 
 def test_a_server_kept_off_its_core_is_starved_and_the_busy_process_is_named(processes):
-    busy = processes(SPIN, CORE)
+    # The server first: a niced interpreter starting on a core already busy takes a minute to say ready.
     server = processes(SPIN, CORE, nice=19, own_group=True)
+    busy = processes(SPIN, CORE)
     watch = _watch(server, 1.0)
     assert not watch.judge(min_window_s=2).starved  # too short a window says nothing
     time.sleep(1.5)
@@ -81,8 +82,8 @@ def test_a_server_alone_on_its_core_got_it(processes):
 
 def test_a_server_that_sleeps_on_a_busy_core_waits_for_nothing_and_is_not_starved(processes):
     # A start-up stuck on a lock or the network uses no CPU either, but it is not waiting for one.
-    processes(SPIN, CORE)
     server = processes(SLEEP, CORE, nice=19, own_group=True)
+    processes(SPIN, CORE)
     share = _watch(server, 2.5).judge(min_window_s=2)
     assert share.others_busy >= starvation.OTHERS_BUSY and share.used < 0.05
     assert share.waited is not None and share.waited < 0.1
