@@ -22,6 +22,7 @@ from optimizer.cli import (
     regress,
     report,
     run,
+    scale,
     sensitivity,
     tiny_model,
     workload,
@@ -29,7 +30,7 @@ from optimizer.cli import (
 from optimizer.engine.vllm_version import check_vllm_version
 from optimizer.errors import OptimizerError
 
-COMMANDS = {m.NAME: m for m in (run, daemon, report, plan, regress, sensitivity, workload, tiny_model)}
+COMMANDS = {m.NAME: m for m in (run, daemon, report, plan, scale, regress, sensitivity, workload, tiny_model)}
 
 
 def parser() -> argparse.ArgumentParser:

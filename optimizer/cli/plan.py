@@ -9,6 +9,7 @@ import argparse
 from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.cli.whatif_args import WhatIfArgs, parse_whatif
 from optimizer.errors import ConfigError
+from optimizer.fleet.scaling import for_trial
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import parse_slos
 from optimizer.report.capacity import (
@@ -66,8 +67,8 @@ def main(ns: argparse.Namespace, console) -> int:
     whatif = parse_whatif(ns, cfg) if ns.what_if else None  # every bad flag refused before the study is read
     if whatif is None:
         finished = open_finished(cfg, check_objective=False)  # --slo here asks, it does not relabel
-        p = plan(measurement_from_study(finished.study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request,
-                 ns.headroom)
+        m = measurement_from_study(finished.study, ns.trial, slos)
+        p = plan(m, ns.peak_qps, ns.tokens_per_request, ns.headroom, for_trial(finished.study, m.trial))
         _print(console, describe(p))
         _topologies(ns, console, finished.study, slos, parse_slos(cfg.objective.slos))
         _manifests(ns, console, finished, p)
@@ -76,8 +77,8 @@ def main(ns: argparse.Namespace, console) -> int:
     try:
         finished = open_finished(cfg, check_objective=False)
         study = finished.study
-        measured = plan(measurement_from_study(study, ns.trial, slos), ns.peak_qps, ns.tokens_per_request,
-                        ns.headroom)
+        m = measurement_from_study(study, ns.trial, slos)
+        measured = plan(m, ns.peak_qps, ns.tokens_per_request, ns.headroom, for_trial(study, m.trial))
         _print(console, describe(measured))
     except ConfigError as exc:
         console.print(f"Measured: none ({exc})", markup=False)

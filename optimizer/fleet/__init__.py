@@ -1,6 +1,8 @@
-"""The answer as a fleet an operator deploys: Kubernetes manifests (a Deployment of vLLM replicas
-and the Service in front of them) built from the recommended configuration and the plan's
-replica count.
+"""The fleet: how replicas of a configuration are arranged, measured together and deployed.
 
-Imports: nothing of the project (PyYAML only).
+- topologies.py: devices a fleet of each measured topology needs (the report's table)
+- proxy.py: nginx in front of replicas, configured, started and stopped by the tool
+- together.py: N replicas behind the proxy against one alone, measured on real servers
+- scaling.py: what that measurement says (efficiency and its interval), stored on the study
+- manifests.py: the answer as Kubernetes manifests (a Deployment and its Service)
 """

@@ -33,6 +33,7 @@ import optuna
 from optimizer.config import topology
 from optimizer.config.flags import PARALLEL_SHORT, named_flags
 from optimizer.errors import ConfigError
+from optimizer.fleet.scaling import Scaling, for_trial
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.verdict import confirmed
@@ -83,6 +84,7 @@ class Plan:
     replicas_for_requests: int
     replicas_for_tokens: int
     warnings: tuple[str, ...] = ()
+    scaling: Scaling | None = None  # measured together behind a proxy (fleet/scaling.py); None: assumed 1.0
 
     @property
     def demand_tokens_per_s(self) -> float:
@@ -116,17 +118,22 @@ def check_inputs(peak_qps: float, tokens_per_request: float, headroom: float) ->
                           "(not including) 1, e.g. 0.3")
 
 
-def plan(measurement: Measurement, peak_qps: float, tokens_per_request: float, headroom: float = 0.3) -> Plan:
+def plan(measurement: Measurement, peak_qps: float, tokens_per_request: float, headroom: float = 0.3,
+         scaling: Scaling | None = None) -> Plan:
     """Replicas (and GPUs) of the measured configuration for `peak_qps` requests/s of
-    `tokens_per_request` tokens each, every replica loaded to (1 - headroom) of its measured rate;
-    raises ConfigError for a bad input."""
+    `tokens_per_request` tokens each, every replica loaded to (1 - headroom) of its measured rate,
+    times the measured `scaling` once there is more than one replica (at most 1.0: a fleet is never
+    planned to carry more than its replicas alone); raises ConfigError for a bad input."""
     check_inputs(peak_qps, tokens_per_request, headroom)
     usable = 1 - headroom
     m = measurement
-    return Plan(m, peak_qps, tokens_per_request, headroom,
-                _replicas(peak_qps, m.requests_per_s * usable),
-                _replicas(peak_qps * tokens_per_request, m.tokens_per_s * usable),
-                _warnings(m, tokens_per_request))
+    counts = (_replicas(peak_qps, m.requests_per_s * usable), _replicas(peak_qps * tokens_per_request,
+                                                                         m.tokens_per_s * usable))
+    if scaling is not None and max(counts) > 1:
+        usable *= min(1.0, scaling.efficiency)
+        counts = (_replicas(peak_qps, m.requests_per_s * usable), _replicas(peak_qps * tokens_per_request,
+                                                                             m.tokens_per_s * usable))
+    return Plan(m, peak_qps, tokens_per_request, headroom, *counts, _warnings(m, tokens_per_request), scaling)
 
 
 def _replicas(demand: float, per_replica: float) -> int:
@@ -169,6 +176,8 @@ def describe(p: Plan) -> list[str]:
         f"binding: {p.binding})",
         f"GPUs: {p.gpus} ({p.replicas} replica(s) x {m.gpus_per_replica} GPU(s); tensor-parallel-size "
         f"{m.tensor_parallel_size})",
+        f"Scaling: {p.scaling.describe()}" if p.scaling is not None else
+        "Scaling: assumed 1.0 (replicas never measured together; `python -m optimizer scale` measures it)",
     ]
     return lines + [f"warning: {w}" for w in p.warnings]
 
@@ -304,7 +313,8 @@ def topology_plans(study: optuna.Study, slos: tuple[Slo, ...], peak_qps: float, 
         sizes = {name: given.get(name, t.params.get(name, 1)) for name in PARALLEL_SHORT.values()}
         label = topology.label({k: int(v) for k, v in sizes.items()})
         try:
-            p = plan(measurement_from_study(study, t.number, slos), peak_qps, tokens_per_request, headroom)
+            p = plan(measurement_from_study(study, t.number, slos), peak_qps, tokens_per_request, headroom,
+                     for_trial(study, t.number))
         except ConfigError:
             continue
         key = (p.gpus, -p.measurement.value)
@@ -326,9 +336,10 @@ def _slo_room(slos: tuple[Slo, ...], metrics: dict) -> str:
 
 def describe_topologies(rows: list[tuple[str, Plan, str]]) -> list[str]:
     """The measured topologies as the lines `plan` prints (replicas assumed to scale perfectly)."""
-    lines = ["Measured topologies (fewest devices first; replicas assumed to scale 1.0: not measured together):"]
+    lines = ["Measured topologies (fewest devices first; replicas scale 1.0 unless measured together):"]
     for label, p, room in rows:
         m = p.measurement
+        scaled = f"; scaling {p.scaling.efficiency:.2f}x measured" if p.scaling is not None else ""
         lines.append(f"  {label}: trial {m.trial}, {_n(m.value)} {m.unit} a replica on {m.gpus_per_replica} "
-                     f"device(s); {p.replicas} replica(s), {p.gpus} device(s)" + (f"; {room}" if room else ""))
+                     f"device(s); {p.replicas} replica(s), {p.gpus} device(s)" + scaled + (f"; {room}" if room else ""))
     return lines

@@ -5,18 +5,23 @@ needs for a 20 req/s peak. TP 2 x DP 2 asks for 4 cores: on a 2-core machine it 
 its boot with the reason; on a bigger one it runs. Each rank is bound to its own cores. The
 console and the written report show devices needed per topology; k8s.yaml deploys the winner.
 
-The 2-replica measurement behind a reverse proxy is not part of this study (docs/fleet.md says
-what is and is not measured); the wider landscapes are in bench/.
+Then `scale` measures the one-engine trial as 2 replicas (one core each) behind a real nginx
+(scripts/nginx_for_tests.sh installs Debian's package) against one replica alone, twice each:
+two more boots, side by side. `plan` then uses the scaling measured. The wider landscapes are in
+bench/.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 import yaml
 
@@ -116,9 +121,67 @@ def test_plan_lists_every_measured_topology_fewest_devices_first(fleet_study):
                          cwd=config.parent)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    start = lines.index("Measured topologies (fewest devices first; replicas assumed to scale 1.0: not measured "
+    start = lines.index("Measured topologies (fewest devices first; replicas scale 1.0 unless measured "
                         "together):")
     rows = lines[start + 1:start + 4]
     assert sorted(r.split(":")[0].strip() for r in rows) == ["1 engine", "DP 2", "TP 2"]
     devices = [int(r.split(" device(s)")[-2].rsplit(" ", 1)[1]) for r in rows]
     assert devices == sorted(devices) and all("under its limit" in r or "over" in r for r in rows)
+
+
+NGINX = Path(__file__).resolve().parents[2] / "scripts" / "nginx_for_tests.sh"
+
+
+def _optimizer(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "optimizer", *args, "--config", str(config)], capture_output=True,
+                          text=True, timeout=timeout, cwd=config.parent)
+
+
+@pytest.fixture(scope="module")
+def scaled(fleet_study):
+    run, study, artifacts = fleet_study
+    nginx = subprocess.run(["bash", str(NGINX)], capture_output=True, text=True, timeout=600)
+    assert nginx.returncode == 0, nginx.stderr[-2000:]
+    config = artifacts.parent.parent / "fleet.yaml"
+    db = config.parent / "trials.db"
+    before = db.read_bytes()
+    too_many = _optimizer(config, "scale", "--trial", "0", "--replicas", "64")
+    unchanged = db.read_bytes() == before
+    out = _optimizer(config, "scale", "--trial", "0", "--replicas", "2", "--repeats", "2", timeout=900)
+    print(out.stdout[-4000:])
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if any(x in " ".join(p.info["cmdline"] or []) for x in ("nginx: ", "vllm.entrypoints", "VLLM::"))]
+    return out, too_many, unchanged, left, optuna.load_study(study_name="fleet", storage=f"sqlite:///{db}"), config
+
+
+def test_more_replicas_than_the_machine_holds_is_refused_before_a_boot(scaled):
+    _, too_many, unchanged, _, _, _ = scaled
+    assert too_many.returncode == 2 and unchanged
+    assert too_many.stderr.strip() == (f"error: 64 replicas of 1 rank(s) each need 64 CPU cores, one a rank; this "
+                                       f"machine gives {len(os.sched_getaffinity(0))} "
+                                       f"({too_many.stderr.split('gives ')[1].split('(')[1].split(')')[0]}): "
+                                       "pass fewer --replicas")
+    assert "starting" not in too_many.stdout
+
+
+def test_two_replicas_behind_nginx_are_measured_against_one_and_plan_uses_it(scaled):
+    out, _, _, left, study, config = scaled
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    assert "nginx on http://127.0.0.1:" in out.stdout and "least_conn over" in out.stdout
+    s = study.user_attrs["scaling"]
+    assert s["trial"] == 0 and s["replicas"] == 2 and len(s["one"]) == len(s["fleet"]) == 2
+    assert all(v > 0 for v in s["one"] + s["fleet"])
+    assert 0 < s["low"] <= s["efficiency"] <= s["high"] and s["noise_df"] == 2
+    assert f"2 replicas of trial 0 behind nginx carried {s['efficiency']:.2f}x (95% CI" in out.stdout
+    dp = next(t for t in study.get_trials() if t.params.get("data-parallel-size") == 2
+              and t.params.get("tensor-parallel-size") == 1)
+    if dp.state == optuna.trial.TrialState.COMPLETE:  # vLLM's own data parallel, beside the replicas
+        assert f"vLLM's own data parallel 2 (one server, trial {dp.number}) carried" in out.stdout
+    logs = sorted((config.parent / "artifacts" / "fleet" / "scale-0").glob("replica-*.log"))
+    assert len(logs) == 2
+    bound = [re.findall(r"local_rank=0, core ids=\[([0-9, ]+)\]", log.read_text()) for log in logs]
+    assert all(len(b) == 1 for b in bound) and bound[0] != bound[1], bound  # vLLM's own word: a core each
+    assert left == [], left  # the replicas and nginx stopped with the command
+    plan = _optimizer(config, "plan", "--trial", "0", "--peak-qps", "200", "--tokens-per-request", "150")
+    assert plan.returncode == 0, plan.stderr
+    assert f"Scaling: 2 replicas of trial 0 behind nginx carried {s['efficiency']:.2f}x" in plan.stdout

@@ -201,6 +201,14 @@ CASES = [
     ("whatif-flag-alone", "a what-if flag without --what-if", SPACE,
      ["plan", "--peak-qps", "50", "--tokens-per-request", "2000", "--tp", "2"], None,
      "--tp goes with --what-if (the predicted rows); add --what-if DEVICES, or drop it"),
+    ("scale-one-replica", "a scaling measurement of one replica", SPACE, ["scale", "--replicas", "1"], None,
+     "--replicas 1: scaling compares several replicas with one; give 2 or more"),
+    ("scale-without-slos", "a scaling measurement with no SLOs to hold", SPACE, ["scale"], None,
+     "scale measures goodput (the highest rate at which the SLOs hold): give the study's SLOs (objective.slos, or "
+     "--slo 'ttft:500 tpot:50')"),
+    ("scale-proxy-port", "a proxy port in use", SPACE + "objective: {name: goodput, slos: 'ttft:500'}\n"
+     "workload: {arrival: {process: poisson, rate: 4}}\n", ["scale", "--proxy-port", "<port>"], "port",
+     "the proxy's port <port> on 127.0.0.1 is in use: free it, or pass another (--proxy-port), or 0 for any free port"),
     ("regress-candidate", "an output check with a candidate that is not knob=value", SPACE,
      ["regress", "--candidate", "kv-cache-dtype fp8"], None,
      "--candidate 'kv-cache-dtype fp8': 'kv-cache-dtype' is not knob=value; write e.g. 'kv-cache-dtype=fp8'"),
@@ -215,7 +223,7 @@ CASES = [
      "regression.prompts_file prompts.txt: cannot read it (No such file or directory); give a UTF-8 text file "
      "with one prompt per line"),
 ]
-COMMANDS = ("daemon", "report", "plan", "regress")
+COMMANDS = ("daemon", "report", "plan", "scale", "regress")
 
 
 def _files(root: Path) -> dict[str, bytes]:

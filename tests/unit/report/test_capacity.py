@@ -376,6 +376,21 @@ def test_plan_lists_each_measured_topology_on_its_best_trial_fewest_devices_firs
         ("1 engine", 1, 3, 3, "TTFT p95 20% under its limit"),  # 12 x 0.8 = 9.6: 3 replicas (trial 0 needs 3 too)
         ("TP 2", 2, 3, 6, "TTFT p95 40% under its limit")]
     lines = describe_topologies(rows)
-    assert lines[0].startswith("Measured topologies (fewest devices first; replicas assumed to scale 1.0")
+    assert lines[0].startswith("Measured topologies (fewest devices first; replicas scale 1.0 unless measured")
     assert lines[1] == ("  DP 2: trial 3, 30 req/s a replica on 2 device(s); 1 replica(s), 2 device(s); "
                         "TTFT p95 80% under its limit")
+
+
+def test_a_measured_scaling_below_one_asks_for_more_replicas_and_says_where_it_came_from():
+    from optimizer.fleet.scaling import scaling_of
+
+    m = Measurement(5, "goodput_rate", 6.0, "req/s", 2000.0, slo_bounded=True)
+    assumed = plan(m, 30, 2000, 0.3)  # 30 / (6 x 0.7) = 7.1 -> 8
+    measured = plan(m, 30, 2000, 0.3, scaling_of([6.0, 6.2], [9.0, 9.4], 2, trial=5))  # 0.75x: 30 / 3.15 -> 10
+    assert (assumed.replicas, measured.replicas) == (8, 10)
+    assert describe(assumed)[-1].startswith("Scaling: assumed 1.0 (replicas never measured together")
+    assert describe(measured)[-1].startswith("Scaling: 2 replicas of trial 5 behind nginx carried 0.75x (95% CI")
+    above = plan(m, 30, 2000, 0.3, scaling_of([6.0, 6.2], [14.0, 14.4], 2, trial=5))  # 1.16x: never above 1.0
+    assert above.replicas == assumed.replicas
+    one = plan(m, 3, 2000, 0.3, scaling_of([6.0, 6.2], [9.0, 9.4], 2, trial=5))  # one replica: no fleet to scale
+    assert one.replicas == 1

@@ -1,0 +1,112 @@
+"""`scale`: the study's recommended configuration measured as replicas behind a real nginx, so
+that `plan` uses the scaling it measured instead of assuming 1.0 (fleet/together.py).
+
+    python -m optimizer scale --config examples/fleet.yaml --replicas 2
+
+Everything that can be refused is refused before a boot (exit 2, nothing stored): fewer than 2
+replicas, SLOs missing (goodput needs them), no nginx, the proxy's port taken, more devices than
+this machine has. The measurement runs on this machine (the replicas and nginx are its
+children, stopped with it); on a Ray cluster, submit it as a job to the node that should run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from dataclasses import replace
+
+from optimizer.cli.common import STUDY_FLAGS, add_flags, load
+from optimizer.errors import ConfigError
+
+NAME = "scale"
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(NAME, help="measure N replicas of the best configuration behind nginx: the "
+                              "scaling plan uses")
+    p.add_argument("--replicas", type=int, default=2, help="replicas measured together (default 2)")
+    p.add_argument("--trial", type=int, help="measure this trial's configuration, not the recommended one")
+    p.add_argument("--repeats", type=int, default=2, help="runs of each side, alternated (default 2: the "
+                   "interval needs repeated runs)")
+    p.add_argument("--proxy-port", type=int, default=0, help="the port nginx listens on, on 127.0.0.1 (default: "
+                   "any free port)")
+    add_flags(p, *STUDY_FLAGS, "--slo")
+    return p
+
+
+def main(ns: argparse.Namespace, console) -> int:
+    """Measure, print, and store the scaling on the study; raises OptimizerError for bad input."""
+    from optimizer.driver.launch import make_spec  # noqa: PLC0415
+    from optimizer.driver.plan import prepare  # noqa: PLC0415
+    from optimizer.driver.store.finished_study import open_finished  # noqa: PLC0415
+    from optimizer.fleet import proxy, together  # noqa: PLC0415
+    from optimizer.fleet.scaling import ATTR, scaling_of  # noqa: PLC0415
+    from optimizer.report.capacity import measurement_from_study  # noqa: PLC0415
+    from optimizer.verdict.recommendation import recommend  # noqa: PLC0415
+    from optimizer.workload import Vocabulary, build_workload  # noqa: PLC0415
+
+    if ns.replicas < 2:
+        raise ConfigError(f"--replicas {ns.replicas}: scaling compares several replicas with one; give 2 or more")
+    if ns.repeats < 1:
+        raise ConfigError(f"--repeats {ns.repeats}: give 1 or more (2 or more for an interval)")
+    if not 0 <= ns.proxy_port < 65536:
+        raise ConfigError(f"--proxy-port {ns.proxy_port}: give a TCP port (1-65535), or 0 for any free port")
+    cfg = load(ns)
+    plan = prepare(cfg)
+    if not plan.objective.slos:
+        raise ConfigError("scale measures goodput (the highest rate at which the SLOs hold): give the study's SLOs "
+                          "(objective.slos, or --slo 'ttft:500 tpot:50')")
+    proxy.nginx_binary()
+    if ns.proxy_port:
+        proxy.check_port(ns.proxy_port)
+    finished = open_finished(cfg, check_objective=False)
+    study = finished.study
+    number = measurement_from_study(study, ns.trial).trial
+    trial = study.trials[number]
+    rec = recommend(study) if ns.trial is None else None
+    args = list(rec.args) if rec is not None and rec.trial.number == number else list(trial.user_attrs["vllm_args"])
+    spec = replace(make_spec(number, plan, dict(trial.params), f"scale-{number}"), vllm_args=tuple(args),
+                   mode="goodput")
+    together.placements(args, ns.replicas)  # refused here, before any boot, when the machine is too small
+    if not isinstance(getattr(cfg.workload, "requests", None), int):
+        raise ConfigError(f"workload {cfg.workload.scenario}: scale draws N times the requests for N replicas, and "
+                          "this workload has no `requests` count to multiply; use a scenario that has one")
+    more = cfg.workload.model_copy(update={"requests": cfg.workload.requests * ns.replicas})
+    fleet_workload = build_workload(more, Vocabulary(plan.model.vocab_size, plan.model.source, plan.model.max_positions))
+    directory = plan.artifacts / f"scale-{number}"
+    directory.mkdir(parents=True, exist_ok=True)
+    say = lambda line: console.print(line, markup=False)  # noqa: E731
+    say(f"Measuring trial {number}'s configuration as {ns.replicas} replicas behind nginx against one alone "
+        f"({ns.repeats} run(s) each): vllm serve {finished.model} {' '.join(args)}")
+    runs = together.measure(spec, fleet_workload, ns.replicas, directory, ns.repeats, ns.proxy_port, say)
+    if min(runs.one) <= 0:
+        say("One replica alone held the SLOs at no rate: no scaling to measure; nothing stored")
+        return 1
+    result = scaling_of(list(runs.one), list(runs.fleet), ns.replicas, number,
+                        datetime.date.today().isoformat(), _data_parallel(study, ns.replicas))
+    study.set_user_attr(ATTR, result.as_dict())
+    say(result.describe())
+    if result.data_parallel:
+        dp = result.data_parallel
+        say(f"vLLM's own data parallel {ns.replicas} (one server, trial {dp['trial']}) carried {dp['goodput']:.3g} "
+            f"req/s; {ns.replicas} replicas behind nginx {sum(runs.fleet) / len(runs.fleet):.3g} req/s")
+    say("plan now divides a replica's rate by this scaling for fleets of more than one replica")
+    return 0
+
+
+def _data_parallel(study, replicas: int) -> dict | None:
+    """The study's best trial of vLLM's own data parallel at this size, as {"trial", "goodput"}."""
+    from optimizer.config.flags import named_flags  # noqa: PLC0415
+
+    best = None
+    for t in study.get_trials(deepcopy=False):
+        if t.state.name != "COMPLETE" or "repeat_of" in t.user_attrs:
+            continue
+        given = named_flags([str(a) for a in t.user_attrs.get("vllm_args") or []])
+        sizes = {k: int(given.get(k, t.params.get(k, 1))) for k in ("tensor-parallel-size", "data-parallel-size",
+                                                                     "pipeline-parallel-size")}
+        rate = (t.user_attrs.get("metrics") or {}).get("goodput_rate")
+        if sizes == {"tensor-parallel-size": 1, "data-parallel-size": replicas, "pipeline-parallel-size": 1} and rate:
+            if best is None or rate > best["goodput"]:
+                best = {"trial": t.number, "goodput": float(rate)}
+    return best
