@@ -19,6 +19,8 @@ from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.errors import ConfigError
 
 NAME = "scale"
+BOOTS_VLLM = True
+INTERRUPTED = "stopped: the replicas and nginx were stopped; nothing was stored"
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -40,7 +42,8 @@ def main(ns: argparse.Namespace, console) -> int:
     from optimizer.driver.plan import prepare  # noqa: PLC0415
     from optimizer.driver.store.finished_study import open_finished  # noqa: PLC0415
     from optimizer.fleet import proxy, together  # noqa: PLC0415
-    from optimizer.fleet.scaling import ATTR, scaling_of  # noqa: PLC0415
+    from optimizer.fleet.scaling import ATTR, scaling_of, with_record  # noqa: PLC0415
+    from optimizer.measure.noise import geomean  # noqa: PLC0415
     from optimizer.report.capacity import measurement_from_study  # noqa: PLC0415
     from optimizer.verdict.recommendation import recommend  # noqa: PLC0415
     from optimizer.workload import Vocabulary, build_workload  # noqa: PLC0415
@@ -78,18 +81,22 @@ def main(ns: argparse.Namespace, console) -> int:
     say = lambda line: console.print(line, markup=False)  # noqa: E731
     say(f"Measuring trial {number}'s configuration as {ns.replicas} replicas behind nginx against one alone "
         f"({ns.repeats} run(s) each): vllm serve {finished.model} {' '.join(args)}")
-    runs = together.measure(spec, fleet_workload, ns.replicas, directory, ns.repeats, ns.proxy_port, say)
+    try:
+        runs = together.measure(spec, fleet_workload, ns.replicas, directory, ns.repeats, ns.proxy_port, say)
+    except RuntimeError as exc:  # a replica or nginx that did not start: what its log said; nothing stored
+        say(f"Not measured: {exc} (logs in {directory}); nothing stored")
+        return 1
     if min(runs.one) <= 0:
         say("One replica alone held the SLOs at no rate: no scaling to measure; nothing stored")
         return 1
     result = scaling_of(list(runs.one), list(runs.fleet), ns.replicas, number,
                         datetime.date.today().isoformat(), _data_parallel(study, ns.replicas))
-    study.set_user_attr(ATTR, result.as_dict())
+    study.set_user_attr(ATTR, with_record(study, result))
     say(result.describe())
     if result.data_parallel:
         dp = result.data_parallel
         say(f"vLLM's own data parallel {ns.replicas} (one server, trial {dp['trial']}) carried {dp['goodput']:.3g} "
-            f"req/s; {ns.replicas} replicas behind nginx {sum(runs.fleet) / len(runs.fleet):.3g} req/s")
+            f"req/s; {ns.replicas} replicas behind nginx {geomean(runs.fleet):.3g} req/s")
     say("plan now divides a replica's rate by this scaling for fleets of more than one replica")
     return 0
 

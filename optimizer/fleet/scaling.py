@@ -6,7 +6,8 @@ balancing or shared hardware cost something. Its interval is the project's one s
 log of each run, with the noise pooled over the repeated runs of both sides (measure/noise.py),
 so it never leaves (0, inf). With one run a side there is no noise to pool and no interval.
 
-The record is stored on the study (user attribute `scaling`) and `plan` divides the per-replica
+The records are stored on the study (user attribute `scaling`, one a trial: the winner's and the
+baseline's may both be measured) and `plan` divides the per-replica
 rate by it once a fleet has more than one replica (report/capacity.py).
 """
 
@@ -74,12 +75,16 @@ def scaling_of(one: list[float], fleet: list[float], replicas: int, trial: int, 
                    noise.sd if noise else None, noise.df if noise else 0, date, data_parallel)
 
 
-def stored(study) -> Scaling | None:
-    d = study.user_attrs.get(ATTR)
-    return Scaling.from_dict(d) if d else None
+def stored(study) -> dict[int, Scaling]:
+    """Every scaling measured on the study, by the trial whose flags the replicas ran."""
+    return {int(k): Scaling.from_dict(d) for k, d in (study.user_attrs.get(ATTR) or {}).items()}
+
+
+def with_record(study, record: Scaling) -> dict:
+    """The study's `scaling` attribute with `record` put in (or over) its trial's place."""
+    return {**(study.user_attrs.get(ATTR) or {}), str(record.trial): record.as_dict()}
 
 
 def for_trial(study, trial: int) -> Scaling | None:
-    """The stored scaling when it was measured on `trial`'s flags; else None (never borrowed)."""
-    s = stored(study)
-    return s if s is not None and s.trial == trial else None
+    """The scaling measured on `trial`'s flags; None when none was (never borrowed from another)."""
+    return stored(study).get(trial)

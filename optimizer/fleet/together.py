@@ -5,7 +5,8 @@ holds: the replicas boot side by side, each on devices of its own (on CPU, each 
 cores of its own through VLLM_CPU_OMP_THREADS_BIND; on GPU, its own CUDA_VISIBLE_DEVICES), then,
 in turns, the goodput rate search (trial/rate_search.py) runs on replica 0 alone, straight to
 its port, and on the whole fleet through the proxy (fleet/proxy.py) with the workload scaled to
-the replicas (N times the requests, drawn as the study draws them). Before every probe each
+the replicas (N times the requests, drawn as the study draws them), after one untimed pass of
+those requests all at once through the proxy. Before every probe each
 replica's prefix cache is emptied and each is idle: no probe flatters the next. A probe passes
 when every request succeeded, every SLO held, and the client kept the schedule (the study's
 replay.min_rate_ratio): a fleet the client could not feed is not credited with the rate asked.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -80,6 +82,11 @@ def measure(spec: TrialSpec, fleet_workload: Workload, replicas: int, directory:
                 run_replay(s.base_url, spec.model, spec.workload.warmup, len(spec.workload.warmup), spec.request_timeout)
         with Proxy(directory / "nginx", [s.base_url.removeprefix("http://") for s in servers], proxy_port) as proxy:
             say(f"  nginx on {proxy.base_url}: least_conn over {', '.join(s.base_url for s in servers)}")
+            # Untimed: the fleet's requests all at once through the proxy, so every replica has run
+            # the batch sizes the search will ask of it (a first search after the warm-up alone
+            # measured 0.7x the second on both sides).
+            run_replay(proxy.base_url, spec.model, ratesearch.at_rate(fleet_workload.requests, math.inf), None,
+                       spec.request_timeout)
             one, fleet = [], []
             for run in range(repeats):
                 one.append(_goodput(servers[0].base_url, servers[:1], spec, spec.workload))
@@ -99,6 +106,7 @@ def _start_all(servers: list[VllmServer], say) -> None:
         where = (f"{BIND_VAR}={s.env[BIND_VAR]}" if s.env.get(BIND_VAR) else
                  f"CUDA_VISIBLE_DEVICES={s.env.get('CUDA_VISIBLE_DEVICES')}")
         say(f"  replica {i} ({where}): starting, log {s.log_path}")
+    t0 = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
@@ -107,6 +115,7 @@ def _start_all(servers: list[VllmServer], say) -> None:
         if s.state != "ready":
             f = s.failure
             raise RuntimeError(f"replica {i} did not start: {f.kind}: {f.evidence}" if f else f"replica {i} did not start")
+    say(f"  {len(servers)} replicas ready in {time.monotonic() - t0:.0f} s, started side by side")
 
 
 def _goodput(url: str, servers: list[VllmServer], spec: TrialSpec, workload: Workload) -> float:

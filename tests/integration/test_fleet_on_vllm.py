@@ -16,8 +16,10 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -147,15 +149,39 @@ def scaled(fleet_study):
     before = db.read_bytes()
     too_many = _optimizer(config, "scale", "--trial", "0", "--replicas", "64")
     unchanged = db.read_bytes() == before
+    stopped = _stopped_mid_measurement(config)
+    unchanged = unchanged and db.read_bytes() == before
     out = _optimizer(config, "scale", "--trial", "0", "--replicas", "2", "--repeats", "2", timeout=900)
     print(out.stdout[-4000:])
-    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+    left = _ours()
+    return (out, too_many, unchanged, left, optuna.load_study(study_name="fleet", storage=f"sqlite:///{db}"), config,
+            stopped)
+
+
+def _ours() -> list:
+    return [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
             if any(x in " ".join(p.info["cmdline"] or []) for x in ("nginx: ", "vllm.entrypoints", "VLLM::"))]
-    return out, too_many, unchanged, left, optuna.load_study(study_name="fleet", storage=f"sqlite:///{db}"), config
+
+
+def _stopped_mid_measurement(config: Path) -> tuple:
+    """`scale` SIGTERMed as soon as nginx is up (the replicas booted, the measurement starting):
+    its exit code, its last line, and what was left running 15 s later."""
+    proc = subprocess.Popen([sys.executable, "-m", "optimizer", "scale", "--config", str(config), "--trial", "0",
+                             "--repeats", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=config.parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for line in proc.stdout:
+        if "nginx on http://" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    deadline = time.monotonic() + 15
+    while _ours() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return proc.returncode, (err.strip().splitlines() or [""])[-1], _ours()
 
 
 def test_more_replicas_than_the_machine_holds_is_refused_before_a_boot(scaled):
-    _, too_many, unchanged, _, _, _ = scaled
+    _, too_many, unchanged, _, _, _, _ = scaled
     assert too_many.returncode == 2 and unchanged
     assert too_many.stderr.strip() == (f"error: 64 replicas of 1 rank(s) each need 64 CPU cores, one a rank; this "
                                        f"machine gives {len(os.sched_getaffinity(0))} "
@@ -165,10 +191,10 @@ def test_more_replicas_than_the_machine_holds_is_refused_before_a_boot(scaled):
 
 
 def test_two_replicas_behind_nginx_are_measured_against_one_and_plan_uses_it(scaled):
-    out, _, _, left, study, config = scaled
+    out, _, _, left, study, config, _ = scaled
     assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
     assert "nginx on http://127.0.0.1:" in out.stdout and "least_conn over" in out.stdout
-    s = study.user_attrs["scaling"]
+    s = study.user_attrs["scaling"]["0"]
     assert s["trial"] == 0 and s["replicas"] == 2 and len(s["one"]) == len(s["fleet"]) == 2
     assert all(v > 0 for v in s["one"] + s["fleet"])
     assert 0 < s["low"] <= s["efficiency"] <= s["high"] and s["noise_df"] == 2
@@ -185,3 +211,9 @@ def test_two_replicas_behind_nginx_are_measured_against_one_and_plan_uses_it(sca
     plan = _optimizer(config, "plan", "--trial", "0", "--peak-qps", "200", "--tokens-per-request", "150")
     assert plan.returncode == 0, plan.stderr
     assert f"Scaling: 2 replicas of trial 0 behind nginx carried {s['efficiency']:.2f}x" in plan.stdout
+
+
+def test_a_stop_mid_measurement_leaves_nothing_running_and_stores_nothing(scaled):
+    _, _, unchanged, _, _, _, (code, last, left) = scaled
+    assert code == 130 and last == "stopped: the replicas and nginx were stopped; nothing was stored"
+    assert left == [] and unchanged

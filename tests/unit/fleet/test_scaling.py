@@ -8,7 +8,7 @@ import math
 import pytest
 
 from optimizer.errors import ConfigError
-from optimizer.fleet.scaling import Scaling, for_trial, scaling_of
+from optimizer.fleet.scaling import Scaling, for_trial, scaling_of, with_record
 from optimizer.fleet.together import placements
 from optimizer.measure.noise import pooled, ratio
 
@@ -32,10 +32,13 @@ def test_the_record_round_trips_and_is_never_borrowed_by_another_trial():
     s = scaling_of([10.0, 11.0], [20.0, 21.0], 2, trial=4, date="2026-12-04", data_parallel={"trial": 2, "goodput": 15.0})
 
     class Study:
-        user_attrs = {"scaling": s.as_dict()}
+        user_attrs = {}
 
+    baseline = scaling_of([9.0, 9.5], [17.0, 18.0], 2, trial=0)
+    Study.user_attrs = {"scaling": with_record(Study, s)}
+    Study.user_attrs = {"scaling": with_record(Study, baseline)}
     assert Scaling.from_dict(s.as_dict()) == s
-    assert for_trial(Study, 4) == s and for_trial(Study, 5) is None
+    assert for_trial(Study, 4) == s and for_trial(Study, 0) == baseline and for_trial(Study, 5) is None
 
 
 def test_each_replica_gets_cores_of_its_own_one_list_a_rank():
