@@ -85,6 +85,7 @@ class Plan:
     replicas_for_tokens: int
     warnings: tuple[str, ...] = ()
     scaling: Scaling | None = None  # measured together behind a proxy (fleet/scaling.py); None: assumed 1.0
+    scaled_by: float = 1.0  # the factor the scaling put on each replica's rate (1.0: one replica, or none measured)
 
     @property
     def demand_tokens_per_s(self) -> float:
@@ -129,11 +130,11 @@ def plan(measurement: Measurement, peak_qps: float, tokens_per_request: float, h
     m = measurement
     counts = (_replicas(peak_qps, m.requests_per_s * usable), _replicas(peak_qps * tokens_per_request,
                                                                          m.tokens_per_s * usable))
-    if scaling is not None and max(counts) > 1:
-        usable *= min(1.0, scaling.efficiency)
-        counts = (_replicas(peak_qps, m.requests_per_s * usable), _replicas(peak_qps * tokens_per_request,
-                                                                             m.tokens_per_s * usable))
-    return Plan(m, peak_qps, tokens_per_request, headroom, *counts, _warnings(m, tokens_per_request), scaling)
+    factor = min(1.0, scaling.efficiency) if scaling is not None and max(counts) > 1 else 1.0
+    if factor != 1.0:
+        counts = (_replicas(peak_qps, m.requests_per_s * usable * factor),
+                  _replicas(peak_qps * tokens_per_request, m.tokens_per_s * usable * factor))
+    return Plan(m, peak_qps, tokens_per_request, headroom, *counts, _warnings(m, tokens_per_request), scaling, factor)
 
 
 def _replicas(demand: float, per_replica: float) -> int:
@@ -171,7 +172,9 @@ def describe(p: Plan) -> list[str]:
         f"Per replica: trial {m.trial}, {m.metric} = {_n(m.value)} {m.unit} ({basis}; {bound}), i.e. {other} "
         f"at the measured {_n(m.tokens_per_request)} tokens/request",
         f"Headroom {p.headroom:.0%}: each replica planned at {_n(m.requests_per_s * usable)} req/s, "
-        f"{_n(m.tokens_per_s * usable)} tokens/s",
+        f"{_n(m.tokens_per_s * usable)} tokens/s" + (
+            f"; in a fleet x {p.scaled_by:.2f} (the scaling measured): {_n(m.requests_per_s * usable * p.scaled_by)} "
+            f"req/s, {_n(m.tokens_per_s * usable * p.scaled_by)} tokens/s" if p.scaled_by != 1.0 else ""),
         f"Replicas: {p.replicas} (req/s needs {p.replicas_for_requests}, tokens/s needs {p.replicas_for_tokens}; "
         f"binding: {p.binding})",
         f"GPUs: {p.gpus} ({p.replicas} replica(s) x {m.gpus_per_replica} GPU(s); tensor-parallel-size "

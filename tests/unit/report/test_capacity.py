@@ -390,6 +390,7 @@ def test_a_measured_scaling_below_one_asks_for_more_replicas_and_says_where_it_c
     assert (assumed.replicas, measured.replicas) == (8, 10)
     assert describe(assumed)[-1].startswith("Scaling: assumed 1.0 (replicas never measured together")
     assert describe(measured)[-1].startswith("Scaling: 2 replicas of trial 5 behind nginx carried 0.75x (95% CI")
+    assert describe(measured)[2].endswith("; in a fleet x 0.75 (the scaling measured): 3.17 req/s, 6,334 tokens/s")
     above = plan(m, 30, 2000, 0.3, scaling_of([6.0, 6.2], [14.0, 14.4], 2, trial=5))  # 1.16x: never above 1.0
     assert above.replicas == assumed.replicas
     one = plan(m, 3, 2000, 0.3, scaling_of([6.0, 6.2], [9.0, 9.4], 2, trial=5))  # one replica: no fleet to scale
