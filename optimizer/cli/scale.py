@@ -38,22 +38,58 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def main(ns: argparse.Namespace, console) -> int:
     """Measure, print, and store the scaling on the study; raises OptimizerError for bad input."""
-    from optimizer.driver.launch import make_spec  # noqa: PLC0415
-    from optimizer.driver.plan import prepare  # noqa: PLC0415
-    from optimizer.driver.store.finished_study import open_finished  # noqa: PLC0415
-    from optimizer.fleet import proxy, together  # noqa: PLC0415
+    from optimizer.fleet import together  # noqa: PLC0415
     from optimizer.fleet.scaling import ATTR, scaling_of, with_record  # noqa: PLC0415
     from optimizer.measure.noise import geomean  # noqa: PLC0415
-    from optimizer.report.capacity import measurement_from_study  # noqa: PLC0415
-    from optimizer.verdict.recommendation import recommend  # noqa: PLC0415
-    from optimizer.workload import Vocabulary, build_workload  # noqa: PLC0415
 
+    _check_flags(ns)
+    study, number, spec, fleet_workload, directory, model = _what_to_measure(ns)
+    say = lambda line: console.print(line, markup=False)  # noqa: E731
+    say(f"Measuring trial {number}'s configuration as {ns.replicas} replicas behind nginx against one alone "
+        f"({ns.repeats} run(s) each): vllm serve {model} {' '.join(spec.vllm_args)}")
+    try:
+        runs = together.measure(spec, fleet_workload, ns.replicas, directory, ns.repeats, ns.proxy_port, say)
+    except RuntimeError as exc:  # a replica or nginx that did not start: what its log said; nothing stored
+        say(f"Not measured: {exc} (logs in {directory}); nothing stored")
+        return 1
+    if min(runs.one + runs.fleet) <= 0:
+        side = "one replica alone" if min(runs.one) <= 0 else f"the {ns.replicas} replicas behind nginx"
+        say(f"Not stored: {side} held the SLOs at no rate in a run ({list(runs.one)} alone, {list(runs.fleet)} "
+            "together, req/s); relax the SLOs or look at the logs in " + str(directory))
+        return 1
+    result = scaling_of(list(runs.one), list(runs.fleet), ns.replicas, number,
+                        datetime.date.today().isoformat(), _data_parallel(study, ns.replicas))
+    study.set_user_attr(ATTR, with_record(study, result))
+    say(result.describe())
+    if result.data_parallel:
+        dp = result.data_parallel
+        say(f"vLLM's own data parallel {ns.replicas} (one server, trial {dp['trial']}) carried {dp['goodput']:.3g} "
+            f"req/s; {ns.replicas} replicas behind nginx {geomean(runs.fleet):.3g} req/s")
+    say(f"Stored on the study: plan now plans each replica of a fleet of trial {number} at its rate x this scaling "
+        "(at most 1.0)")
+    return 0
+
+
+def _check_flags(ns) -> None:
     if ns.replicas < 2:
         raise ConfigError(f"--replicas {ns.replicas}: scaling compares several replicas with one; give 2 or more")
     if ns.repeats < 1:
         raise ConfigError(f"--repeats {ns.repeats}: give 1 or more (2 or more for an interval)")
     if not 0 <= ns.proxy_port < 65536:
         raise ConfigError(f"--proxy-port {ns.proxy_port}: give a TCP port (1-65535), or 0 for any free port")
+
+
+def _what_to_measure(ns):
+    """(study, trial number, the replicas' trial spec, the fleet's workload, the directory, the model),
+    or ConfigError for anything that cannot be measured here: all of it before any boot."""
+    from optimizer.driver.launch import make_spec  # noqa: PLC0415
+    from optimizer.driver.plan import prepare  # noqa: PLC0415
+    from optimizer.driver.store.finished_study import open_finished  # noqa: PLC0415
+    from optimizer.fleet import proxy, together  # noqa: PLC0415
+    from optimizer.report.capacity import measurement_from_study  # noqa: PLC0415
+    from optimizer.verdict.recommendation import recommend  # noqa: PLC0415
+    from optimizer.workload import Vocabulary, build_workload  # noqa: PLC0415
+
     cfg = load(ns)
     plan = prepare(cfg)
     if not plan.objective.slos:
@@ -78,27 +114,7 @@ def main(ns: argparse.Namespace, console) -> int:
     fleet_workload = build_workload(more, Vocabulary(plan.model.vocab_size, plan.model.source, plan.model.max_positions))
     directory = plan.artifacts / f"scale-{number}"
     directory.mkdir(parents=True, exist_ok=True)
-    say = lambda line: console.print(line, markup=False)  # noqa: E731
-    say(f"Measuring trial {number}'s configuration as {ns.replicas} replicas behind nginx against one alone "
-        f"({ns.repeats} run(s) each): vllm serve {finished.model} {' '.join(args)}")
-    try:
-        runs = together.measure(spec, fleet_workload, ns.replicas, directory, ns.repeats, ns.proxy_port, say)
-    except RuntimeError as exc:  # a replica or nginx that did not start: what its log said; nothing stored
-        say(f"Not measured: {exc} (logs in {directory}); nothing stored")
-        return 1
-    if min(runs.one) <= 0:
-        say("One replica alone held the SLOs at no rate: no scaling to measure; nothing stored")
-        return 1
-    result = scaling_of(list(runs.one), list(runs.fleet), ns.replicas, number,
-                        datetime.date.today().isoformat(), _data_parallel(study, ns.replicas))
-    study.set_user_attr(ATTR, with_record(study, result))
-    say(result.describe())
-    if result.data_parallel:
-        dp = result.data_parallel
-        say(f"vLLM's own data parallel {ns.replicas} (one server, trial {dp['trial']}) carried {dp['goodput']:.3g} "
-            f"req/s; {ns.replicas} replicas behind nginx {geomean(runs.fleet):.3g} req/s")
-    say("plan now divides a replica's rate by this scaling for fleets of more than one replica")
-    return 0
+    return study, number, spec, fleet_workload, directory, finished.model
 
 
 def _data_parallel(study, replicas: int) -> dict | None:

@@ -35,6 +35,9 @@ from optimizer.engine.failures import Failure
 from optimizer.trial.spec import TrialResult, TrialSpec
 
 
+TOO_BIG = "too_big"  # the `precheck` mark of a trial whose ranks no node holds (the KV precheck's is "pruned")
+
+
 def trial_params(trial: optuna.Trial, plan: Plan, held: set[str] = frozenset()) -> dict:
     """The knobs a trial runs: the baseline's (a screening trial: with its one knob moved), or the
     sampler's draws with the `held` knobs at the baseline's value (verdict/screening.py) and the
@@ -221,7 +224,7 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     trial.set_user_attr("kv_estimate", estimate.to_dict())
     too_big = resources.too_big(plan, params)
     if too_big or (plan.cfg.precheck and not estimate.fits):
-        trial.set_user_attr("precheck", "pruned")
+        trial.set_user_attr("precheck", TOO_BIG if too_big else "pruned")
         predicted = (precheck.predicted_result(trial.number, estimate, plan.device.fp8_kv) if not too_big else
                      TrialResult(trial.number, Failure("invalid_config", f"predicted, not booted: {too_big}",
                                                        "lower the parallel sizes, or add a node that has the devices")))

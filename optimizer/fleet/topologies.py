@@ -33,7 +33,7 @@ def rows(trials, objective) -> list[list[str]]:
         m = t.user_attrs.get("metrics") or {}
         if t.state.name != "COMPLETE" or "goodput_rate" not in m:
             evidence = str(t.user_attrs.get("evidence") or "")
-            if "ranks, one" in evidence:
+            if t.user_attrs.get("precheck") == "too_big":  # its ranks fit no node: pruned before its boot
                 skipped[label] = evidence.removeprefix("predicted, not booted: ")
             continue
         devices = objective.devices(m)

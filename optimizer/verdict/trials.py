@@ -89,6 +89,7 @@ def savings(study: optuna.Study) -> dict:
     stopped = [t for t in trials if t.user_attrs.get("early_stop")]
     probe_saved = sum((t.user_attrs.get("metrics") or {}).get("probe_saved_s") or 0.0 for t in trials)
     return {"boots_avoided": sum(1 for t in trials if t.user_attrs.get("precheck") == "pruned"),
+            "too_big": sum(1 for t in trials if t.user_attrs.get("precheck") == "too_big"),
             "repeats": sum(1 for t in trials if "repeat_of" in t.user_attrs),
             "early_stopped": len(stopped),
             "replay_saved_s": round(sum(t.user_attrs["early_stop"].get("saved_s", 0.0) for t in stopped)

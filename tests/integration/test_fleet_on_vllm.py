@@ -90,7 +90,7 @@ def test_each_topology_is_measured_and_scored_by_the_devices_the_peak_needs(flee
     assert "--distributed-executor-backend" in trials[(2, 1)].user_attrs["vllm_args"]
     big = trials[(2, 2)]
     if (os.cpu_count() or 1) < 4:
-        assert big.state == optuna.trial.TrialState.PRUNED and big.user_attrs["precheck"] == "pruned"
+        assert big.state == optuna.trial.TrialState.PRUNED and big.user_attrs["precheck"] == "too_big"
         assert big.user_attrs["evidence"] == ("predicted, not booted: TP 2 x DP 2 runs 4 ranks, one CPU each; "
                                               f"the largest node has {os.cpu_count()} CPUs")
         assert not (artifacts / f"trial-{big.number}" / "server.log").exists()

@@ -16,7 +16,7 @@ def _trial(number, tp, dp, rate=None, ttft=200.0, evidence=""):
     dist = {k: optuna.distributions.CategoricalDistribution([1, 2]) for k in params}
     attrs = {"vllm_args": ["--max-num-seqs", "16"]}
     if rate is None:
-        attrs.update(evidence=evidence, failure_kind="invalid_config")
+        attrs.update(evidence=evidence, failure_kind="invalid_config", precheck="too_big")
         return optuna.trial.create_trial(params=params, distributions=dist, user_attrs=attrs,
                                          state=optuna.trial.TrialState.PRUNED)
     attrs["metrics"] = {"goodput_rate": rate, "devices": float(tp * dp), "ttft_ms_p95": ttft}
@@ -46,3 +46,15 @@ def test_a_replica_with_no_goodput_and_other_objectives():
     assert topologies.rows([none], get_objective("goodput", slos=parse_slos("ttft:500"))) == []
     per_device = get_objective("fleet", slos=parse_slos("ttft:500"), fleet=FleetSpec())
     assert topologies.rows([_trial(0, 2, 1, rate=8.0)], per_device)[0][4:6] == ["-", "-"]
+
+
+def test_a_topology_no_node_holds_is_counted_apart_from_the_kv_precheck():
+    from optimizer.report.summary import savings_text
+    from optimizer.verdict.trials import savings
+
+    study = optuna.create_study()
+    study.add_trial(_trial(0, 1, 1, rate=5.0))
+    study.add_trial(_trial(1, 2, 2, evidence="predicted, not booted: TP 2 x DP 2 runs 4 ranks, one CPU each"))
+    sv = savings(study)
+    assert (sv["boots_avoided"], sv["too_big"]) == (0, 1)
+    assert savings_text(sv).startswith("Saved: 0 boot(s) avoided by the KV precheck; 1 by a topology no node holds; ")
