@@ -57,8 +57,9 @@ def placements(args, replicas: int, cores: list[int] | None = None, gpus: int | 
         if need > gpus:
             raise ConfigError(f"{replicas} replicas of {ranks} GPU(s) each need {need} GPUs; this machine has {gpus}: "
                               "pass fewer --replicas")
-        return [{"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in range(i * ranks, (i + 1) * ranks))}
-                for i in range(replicas)]
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # a child's list names the same GPUs as ours
+        ids = [g.strip() for g in visible.split(",")] if visible else [str(g) for g in range(gpus)]
+        return [{"CUDA_VISIBLE_DEVICES": ",".join(ids[i * ranks:(i + 1) * ranks])} for i in range(replicas)]
     cores = sorted(os.sched_getaffinity(0)) if cores is None else sorted(cores)
     if need > len(cores):
         raise ConfigError(f"{replicas} replicas of {ranks} rank(s) each need {need} CPU cores, one a rank; this "

@@ -41,12 +41,19 @@ def test_the_record_round_trips_and_is_never_borrowed_by_another_trial():
     assert for_trial(Study, 4) == s and for_trial(Study, 0) == baseline and for_trial(Study, 5) is None
 
 
-def test_each_replica_gets_cores_of_its_own_one_list_a_rank():
+def test_each_replica_gets_cores_of_its_own_one_list_a_rank(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert placements(["--max-num-seqs", "8"], 2, cores=[0, 1], gpus=0) == [
         {"VLLM_CPU_OMP_THREADS_BIND": "0"}, {"VLLM_CPU_OMP_THREADS_BIND": "1"}]
     assert placements(["--tensor-parallel-size", "2"], 2, cores=list(range(8)), gpus=0) == [
         {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, {"VLLM_CPU_OMP_THREADS_BIND": "4|5"}]
     assert placements(["-tp", "2"], 2, gpus=4) == [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}]
+
+
+def test_gpus_already_narrowed_by_the_environment_keep_their_names(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert placements(["--max-num-seqs", "8"], 2, gpus=4) == [{"CUDA_VISIBLE_DEVICES": "4"},
+                                                              {"CUDA_VISIBLE_DEVICES": "5"}]
 
 
 def test_more_devices_than_the_machine_has_is_refused_before_a_boot():
