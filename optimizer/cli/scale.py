@@ -119,17 +119,15 @@ def _what_to_measure(ns):
 
 def _data_parallel(study, replicas: int) -> dict | None:
     """The study's best trial of vLLM's own data parallel at this size, as {"trial", "goodput"}."""
-    from optimizer.config.flags import named_flags  # noqa: PLC0415
+    from optimizer.fleet.topologies import params_of  # noqa: PLC0415
 
     best = None
     for t in study.get_trials(deepcopy=False):
         if t.state.name != "COMPLETE" or "repeat_of" in t.user_attrs:
             continue
-        given = named_flags([str(a) for a in t.user_attrs.get("vllm_args") or []])
-        sizes = {k: int(given.get(k, t.params.get(k, 1))) for k in ("tensor-parallel-size", "data-parallel-size",
-                                                                     "pipeline-parallel-size")}
+        p = params_of(t)
+        sizes = [int(p.get(k) or 1) for k in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")]
         rate = (t.user_attrs.get("metrics") or {}).get("goodput_rate")
-        if sizes == {"tensor-parallel-size": 1, "data-parallel-size": replicas, "pipeline-parallel-size": 1} and rate:
-            if best is None or rate > best["goodput"]:
-                best = {"trial": t.number, "goodput": float(rate)}
+        if sizes == [1, 1, replicas] and rate and (best is None or rate > best["goodput"]):
+            best = {"trial": t.number, "goodput": float(rate)}
     return best

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 from optimizer.engine import lifeline
-from optimizer.engine.vllm import HOST, port_is_free, terminate_group
+from optimizer.engine.vllm import HOST, free_port, port_is_free, terminate_group
 from optimizer.errors import ConfigError
 
 INSTALL = "install Debian's package: apt-get install nginx-light (or nginx)"
@@ -113,8 +113,6 @@ class Proxy:
         if self.port:
             check_port(self.port)
         else:
-            from optimizer.engine.vllm import free_port  # noqa: PLC0415
-
             self.port = free_port()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.conf.write_text(config_text(self.directory, self.port, self.upstreams))

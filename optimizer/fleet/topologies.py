@@ -15,7 +15,8 @@ HEADERS = ("topology", "devices per replica", "goodput (req/s)", "p95 TTFT (ms)"
            "trial")
 
 
-def _params(t) -> dict:
+def params_of(t) -> dict:
+    """A trial's knobs: the flags it ran, its sampled parameters over them."""
     return {**from_cli_args([str(a) for a in t.user_attrs.get("vllm_args") or []]), **t.params}
 
 
@@ -28,7 +29,7 @@ def rows(trials, objective) -> list[list[str]]:
     for t in trials:
         if "repeat_of" in t.user_attrs:
             continue
-        params = _params(t)
+        params = params_of(t)
         label = topology.label(params)
         m = t.user_attrs.get("metrics") or {}
         if t.state.name != "COMPLETE" or "goodput_rate" not in m:
