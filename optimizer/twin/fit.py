@@ -1,0 +1,112 @@
+"""Fit a linear step cost to real runs: the per-request times the replayer recorded, nothing else.
+
+Given the schedule vLLM's scheduler makes for a run (which steps ran, what each held, which step
+gave each request its first and last token), every measured time is linear in the coefficients:
+
+    TTFT_i          = (start of the step in progress when i arrived - i's arrival) + intake
+                      + the costs of the steps from that one to i's first token
+    end_i - first_i = the costs of the steps after i's first token up to its last
+
+so the coefficients are a non-negative least-squares solution, each row weighted by 1 / its
+measured value (relative errors: a 20 ms TPOT and a 2 s TTFT count alike) and re-weighted once to
+damp outliers (the real server stalls for 1-3 s at random). The schedule itself depends on the
+costs (a faster step admits the next arrival sooner), so the fit alternates: simulate each run at
+its real send times with the current costs, solve, simulate again, and keeps the coefficients
+whose simulation matched the measured times best.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optimizer.twin.step_cost import TERMS, LinearStepCost
+
+ITERATIONS = 10
+START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-3, 1e-4, 1e-4, 1e-5, 1e-4), 0.005)
+
+
+@dataclass
+class MeasuredRun:
+    """One real run to calibrate on: its twin server, the requests it sent, and what each took."""
+
+    label: str
+    server: object  # TwinServer
+    requests: tuple  # workload Requests, in the order of `times`
+    times: list[tuple[float, float | None, float | None, int, bool]]  # (sent, first token, end, output tokens, ok), s
+
+
+@dataclass
+class FitResult:
+    cost: LinearStepCost
+    error: float  # median |log(simulated / measured)| over the runs' TTFTs and end-first spans
+    history: list[float] = field(default_factory=list)
+
+
+def fit(runs: list[MeasuredRun], iterations: int = ITERATIONS, start: LinearStepCost = START) -> FitResult:
+    """The step cost whose simulation of `runs` at their real send times best matches them."""
+    cost, best, history = start, None, []
+    for _ in range(iterations):
+        rows, targets, errors = [], [], []
+        for run in runs:
+            sim = run.server.run(run.requests, None, cost, send_times=[t[0] for t in run.times], keep_steps=True)
+            r, t, e = _rows(run, sim)
+            rows += r
+            targets += t
+            errors += e
+        error = float(np.median(errors)) if errors else math.inf
+        history.append(error)
+        if best is None or error < best.error:
+            best = FitResult(cost, error)
+        cost = _solve(np.array(rows), np.array(targets), [r.label for r in runs])
+    best.history = history
+    return best
+
+
+def _rows(run: MeasuredRun, sim) -> tuple[list, list, list]:
+    log = sim.log
+    feats = np.array([s.features() for s in log.shapes]) if log.shapes else np.zeros((0, len(TERMS)))
+    cum = np.vstack([np.zeros(len(TERMS)), np.cumsum(feats, axis=0)])
+    rows, targets, errors = [], [], []
+    for i, (sent, first, end, out, ok) in enumerate(run.times):
+        steps = log.token_steps.get(i)
+        if not ok or first is None or not steps or i not in log.first_step:
+            continue
+        j0, k1, kn = log.first_step[i], steps[0], steps[-1]
+        const = log.starts[j0] - log.visible[i] if j0 < len(log.starts) else 0.0
+        ttft = first - sent
+        if ttft > 0:
+            rows.append(np.append(cum[k1 + 1] - cum[j0], 1.0))
+            targets.append(ttft - const)
+            sim_ttft = sim.result.records[i].first_chunk_s - sim.result.records[i].sent_s
+            errors.append(abs(math.log(max(sim_ttft, 1e-6) / ttft)))
+        span = (end - first) if end is not None else 0.0
+        if out > 1 and span > 0 and kn > k1:
+            rows.append(np.append(cum[kn + 1] - cum[k1 + 1], 0.0))
+            targets.append(span)
+            rec = sim.result.records[i]
+            errors.append(abs(math.log(max(rec.end_s - rec.first_chunk_s, 1e-6) / span)))
+    return rows, targets, errors
+
+
+def _solve(rows: np.ndarray, targets: np.ndarray, labels: list[str]) -> LinearStepCost:
+    """Non-negative weighted least squares, then once more with outliers down-weighted (Huber-like)."""
+    from scipy.optimize import lsq_linear
+
+    weight = 1.0 / np.maximum(np.abs(targets), 1e-3)
+    scale = np.maximum(np.abs(rows).max(axis=0), 1e-12)  # columns on one scale; an empty column stays 0
+    a = rows / scale
+    used = np.abs(rows).max(axis=0) > 0
+    x = np.zeros(rows.shape[1])
+    for _ in range(2):
+        sol = lsq_linear(a[:, used] * weight[:, None], targets * weight, bounds=(0, np.inf))
+        x[used] = sol.x
+        residual = np.abs(a @ x - targets) * weight  # relative
+        weight = weight / np.maximum(1.0, residual / 0.2)
+    coef = x / scale
+    for fp8, base in ((5, 1), (6, 2), (7, 4)):  # no fp8 run to fit on: fp8 costs what bf16 costs
+        if not used[fp8]:
+            coef[fp8] = coef[base]
+    return LinearStepCost(tuple(float(c) for c in coef[:-1]), float(coef[-1]), calibrated_on=tuple(labels))

@@ -1,0 +1,46 @@
+"""A twin of one vLLM server: its flags read by vLLM, its KV pool sized as the server sizes it,
+and a fresh copy of vLLM's scheduler for every replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optimizer.config.model_info import ModelInfo
+from optimizer.engine.device import Device
+from optimizer.twin import vllm_scheduler
+from optimizer.twin.kv_pool import Pool, size_pool
+from optimizer.twin.simulation import Simulated, simulate
+from optimizer.twin.step_cost import StepCost
+
+
+@dataclass
+class TwinServer:
+    model: ModelInfo
+    args: tuple[str, ...]
+    shape: vllm_scheduler.SchedulerShape
+    pool: Pool
+
+    @classmethod
+    def from_flags(cls, model: ModelInfo, args, device: Device | None = None, log_text: str = "",
+                   calibration=None) -> "TwinServer":
+        """`args` as `vllm serve` takes them (after the model); ConfigError where vLLM refuses them."""
+        config = vllm_scheduler.engine_config(model.source, list(args))
+        shape = vllm_scheduler.shape_of(config)
+        return cls(model, tuple(args), shape, size_pool(model, shape, device, log_text, calibration))
+
+    def scheduler(self):
+        config = vllm_scheduler.engine_config(self.model.source, list(self.args))
+        heads = max(1, self.model.kv_heads // max(1, self.shape.tensor_parallel_size))
+        return vllm_scheduler.build_scheduler(config, self.pool.blocks, heads, self.model.head_dim, self.model.layers)
+
+    def run(self, requests, concurrency: int | None, cost: StepCost, *, send_times=None,
+            keep_steps: bool = False) -> Simulated:
+        return simulate(requests, concurrency, self.scheduler(), cost, send_times=send_times, keep_steps=keep_steps)
+
+    def describe(self) -> str:
+        s = self.shape
+        return (f"max-num-seqs {s.max_num_seqs}, token budget {s.max_num_batched_tokens}"
+                f"{' (chunked prefill)' if s.chunked_prefill else ''}, max-model-len {s.max_model_len}, "
+                f"KV {s.kv_cache_dtype} in {self.pool.blocks} blocks of {s.block_size} ({self.pool.basis}), "
+                f"prefix caching {'on' if s.prefix_caching else 'off'}")

@@ -1,0 +1,237 @@
+"""One replay of a workload through vLLM's own scheduler on a simulated clock.
+
+The requests are the workload's own (the replayer's materialized requests: token ids with their
+shared prefixes, output lengths, offsets, agent chains), sent as the replayer sends them: open loop
+on their offsets, or closed loop with `concurrency` in flight (an agent chain holds its slot), or at
+given send times (a stored run's, for calibration). A sent request reaches the scheduler
+`intake_s` later. Between steps the engine takes every request that has arrived; each step is
+`schedule()`, a cost from the step-cost model, and `update_from_output()` with one sampled token
+for every request whose prompt is complete after the step, exactly as the engine core loop.
+
+The result speaks the replayer's language: one `RequestRecord` per request (every token a chunk
+at its step's end), so `measure/metrics.summarize` and the SLO code score it unchanged, and the
+server's view (`/metrics`'s peaks, preemptions, prefix-cache hits) beside it. With `keep_steps`,
+each step's counts and times and each request's step indices are kept for the calibration fit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+from optimizer.measure.replay import ReplayResult, RequestRecord
+from optimizer.twin.step_cost import StepCost, StepShape
+from optimizer.twin.vllm_scheduler import block_hasher, new_request
+
+MAX_STEPS = 5_000_000  # a safety stop: a clock that never advances would otherwise spin
+
+
+@dataclass
+class StepLog:
+    """Per step and per request indices, for the fit (twin/fit.py)."""
+
+    starts: list[float] = field(default_factory=list)
+    shapes: list[StepShape] = field(default_factory=list)
+    visible: dict[int, float] = field(default_factory=dict)  # request index -> when the scheduler could see it
+    first_step: dict[int, int] = field(default_factory=dict)  # request -> the step in progress when it became visible
+    token_steps: dict[int, list[int]] = field(default_factory=dict)  # request -> the step of each token
+
+
+@dataclass
+class Simulated:
+    result: ReplayResult
+    server: dict
+    steps: int
+    log: StepLog | None = None
+
+
+@dataclass
+class _State:
+    n: int
+    sent: list[float]
+    token_s: list[list[float]]
+    first_scheduled: list[float]
+    preemptions: int = 0
+
+
+def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, send_times=None,
+             keep_steps: bool = False) -> Simulated:
+    """Replay `requests` (workload Requests) through `scheduler` (a fresh vLLM Scheduler) with `cost`.
+    `send_times` (seconds, one per request) replaces the schedule: every request is sent then."""
+    reqs = list(requests)
+    n = len(reqs)
+    index = {r.id: i for i, r in enumerate(reqs)}
+    hasher = block_hasher(scheduler.cache_config.block_size) if scheduler.cache_config.enable_prefix_caching else None
+    st = _State(n, [math.nan] * n, [[] for _ in range(n)], [math.nan] * n)
+    log = StepLog() if keep_steps else None
+    sends = _Sends(reqs, index, concurrency if send_times is None else None, send_times)
+    arrivals: list[tuple[float, int]] = []  # (visible at, request index)
+    vreq: dict[str, object] = {}
+    clock, step, last_start = 0.0, 0, -math.inf
+    peaks = {"running_peak": 0, "waiting_peak": 0, "kv_cache_usage_peak": 0.0}
+    queries = hits = 0
+
+    def send_due(now: float) -> None:
+        for t, i in sends.due(now):
+            st.sent[i] = t
+            heapq.heappush(arrivals, (t + cost.intake_s, i))
+
+    while step < MAX_STEPS:
+        send_due(clock)
+        while arrivals and arrivals[0][0] <= clock:
+            visible, i = heapq.heappop(arrivals)
+            r = reqs[i]
+            vr = new_request(r.id, list(r.prompt_token_ids), r.max_tokens, visible, hasher)
+            vreq[r.id] = vr
+            scheduler.add_request(vr)
+            if log is not None:
+                log.visible[i] = visible
+                log.first_step[i] = step - 1 if last_start <= visible < clock else step
+        if not scheduler.has_requests():
+            nxt = min(sends.next_time(), arrivals[0][0] if arrivals else math.inf)
+            if nxt == math.inf:
+                break
+            clock = max(clock, nxt)
+            continue
+        out = scheduler.schedule()
+        if out.total_num_scheduled_tokens == 0:  # nothing fits now: wait for the next arrival, or give up
+            nxt = min(sends.next_time(), arrivals[0][0] if arrivals else math.inf)
+            if nxt == math.inf:
+                break
+            clock = max(clock, nxt)
+            continue
+        shape, sampled = _shape(out, scheduler, st, index, clock)
+        peaks["running_peak"] = max(peaks["running_peak"], len(scheduler.running))
+        peaks["waiting_peak"] = max(peaks["waiting_peak"], len(scheduler.waiting))
+        peaks["kv_cache_usage_peak"] = max(peaks["kv_cache_usage_peak"], scheduler.get_kv_cache_usage())
+        last_start = clock
+        clock += max(cost.seconds(shape), 1e-6)
+        if log is not None:
+            log.starts.append(last_start)
+            log.shapes.append(shape)
+        engine_out = scheduler.update_from_output(out, _runner_output(out, sampled))
+        for core in engine_out.values():
+            stats = core.scheduler_stats
+            if stats is not None and stats.prefix_cache_stats is not None:
+                queries += stats.prefix_cache_stats.queries
+                hits += stats.prefix_cache_stats.hits
+            for o in core.outputs:
+                i = index[o.request_id]
+                st.token_s[i].extend([clock] * len(o.new_token_ids))
+                if log is not None:
+                    log.token_steps.setdefault(i, []).extend([step] * len(o.new_token_ids))
+                if o.finish_reason is not None:
+                    st.preemptions += vreq.pop(o.request_id).num_preemptions
+                    sends.finished(i, clock)
+        step += 1
+    return Simulated(_result(reqs, st), _server(st, peaks, queries, hits, sum(len(r.prompt_token_ids) for r in reqs)),
+                     step, log)
+
+
+def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepShape, dict]:
+    """The step's counts, and which scheduled requests sample a token (their prompt is complete)."""
+    pt = dc = ds = 0
+    pa = 0.0
+    sampled = {}
+    for rid, k in out.num_scheduled_tokens.items():
+        r = scheduler.requests[rid]
+        after = r.num_computed_tokens  # schedule() has already advanced it
+        before = after - k
+        i = index[rid]
+        if math.isnan(st.first_scheduled[i]):
+            st.first_scheduled[i] = clock
+        if k == 1 and before >= r.num_prompt_tokens:
+            ds += 1
+            dc += before
+        else:
+            pt += k
+            pa += k * (before + k / 2)
+        sampled[rid] = after >= r.num_tokens
+    return StepShape(pt, pa / 1000, ds, dc / 1000, scheduler.cache_config.cache_dtype.startswith("fp8")), sampled
+
+
+def _runner_output(out, sampled: dict):
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(out.num_scheduled_tokens)
+    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                             sampled_token_ids=[[7] if sampled[r] else [] for r in ids], logprobs=None,
+                             prompt_logprobs_dict={}, pooler_output=[])
+
+
+def _result(reqs, st: _State) -> ReplayResult:
+    records = []
+    for i, r in enumerate(reqs):
+        toks = st.token_s[i]
+        sent = st.sent[i]
+        ok = bool(toks) and not math.isnan(sent)
+        records.append(RequestRecord(r.id, r.offset_s, 0.0 if math.isnan(sent) else sent, toks[0] if toks else None,
+                                     toks[-1] if toks else None, tuple(toks), len(r.prompt_token_ids), len(toks),
+                                     r.max_tokens, ok, 200 if ok else 0, "" if ok else "never scheduled"))
+    sent = [r.sent_s for r in records if r.ok]
+    ends = [r.end_s for r in records if r.ok]
+    window = max(ends) - min(sent) if ends else 1e-9
+    return ReplayResult(tuple(records), max(window, 1e-9))
+
+
+def _server(st: _State, peaks: dict, queries: int, hits: int, prompt_tokens: int) -> dict:
+    queue = [(f - s) * 1000 for f, s in zip(st.first_scheduled, st.sent) if not (math.isnan(f) or math.isnan(s))]
+    return {**peaks, "preemptions": float(st.preemptions), "prompt_tokens": float(prompt_tokens),
+            "generation_tokens": float(sum(len(t) for t in st.token_s)),
+            "prefix_cache_queries": float(queries), "prefix_cache_hits": float(hits),
+            "prefix_cache_hit_rate": hits / queries if queries else 0.0,
+            "queue_time_mean_ms": sum(queue) / len(queue) if queue else 0.0}
+
+
+class _Sends:
+    """When each request is sent: on its offset (open loop), when a slot frees (closed loop), after
+    the request it follows (an agent's next turn), or at the given times."""
+
+    def __init__(self, reqs, index: dict, concurrency: int | None, send_times):
+        self.reqs, self.free, self.queue = reqs, concurrency, []
+        self.heap: list[tuple[float, int]] = []
+        self.dependents: dict[int, list[int]] = {}
+        root: dict[str, str] = {}
+        for i, r in enumerate(reqs):
+            if send_times is not None:
+                self.heap.append((float(send_times[i]), i))
+            elif r.after is not None and r.after in index:
+                self.dependents.setdefault(index[r.after], []).append(i)
+            else:
+                self.heap.append((r.offset_s, i))
+            root[r.id] = root[r.after] if r.after in root else r.id
+        self.holds_slot = {i for i, r in enumerate(reqs) if r.after is None}
+        self.last_of = {index[root[r.id]]: i for i, r in enumerate(reqs)}
+        self.root = {i: index[root[r.id]] for i, r in enumerate(reqs)}
+        heapq.heapify(self.heap)
+        self.released: list[tuple[float, int]] = []
+
+    def next_time(self) -> float:
+        """The next send, when the engine is idle (an entry waiting for a slot cannot be it)."""
+        times = [t for t, _ in self.released[:1]]
+        times += [t for t, i in self.heap if self.free is None or self.free > 0 or i not in self.holds_slot]
+        return min(times, default=math.inf)
+
+    def due(self, now: float) -> list[tuple[float, int]]:
+        out = self.released
+        self.released = []
+        while self.heap and self.heap[0][0] <= now:
+            t, i = heapq.heappop(self.heap)
+            if self.free is None or i not in self.holds_slot:
+                out.append((t, i))
+            elif self.free > 0:
+                self.free -= 1
+                out.append((t, i))
+            else:
+                self.queue.append(i)
+        return out
+
+    def finished(self, i: int, now: float) -> None:
+        for d in self.dependents.get(i, ()):
+            heapq.heappush(self.heap, (now + self.reqs[d].offset_s, d))
+        if self.free is not None and self.last_of[self.root[i]] == i:
+            if self.queue:  # the slot passes straight to the next request waiting for one
+                self.released.append((now, self.queue.pop(0)))
+            else:
+                self.free += 1

@@ -1,0 +1,107 @@
+"""What one engine step costs: the twin's only model of its own (the scheduling is vLLM's).
+
+A step is described by the work vLLM scheduled in it (`StepShape`), and a step-cost model maps
+that to seconds. Every model answers through one interface, `StepCost.seconds(shape)`, plus
+`intake_s`: the time from a client's send to the request being visible to the scheduler (the
+HTTP front end, tokenizing, the hop to the engine process) and back out as a streamed chunk.
+
+`LinearStepCost` is a sum of terms, each a coefficient times a count the step holds:
+
+    step_s               1 per step: the forward pass's fixed cost (launch, norms, sampling, the
+                         engine loop and output processing), whatever the batch
+    prefill_token_s      per prompt token computed in the step (chunks): the GEMMs over new tokens
+    prefill_attention_s  per prompt token x 1,000 tokens it attends to (its context before the
+                         chunk plus half the chunk): prefill attention grows with the context
+    decode_seq_s         per sequence decoding one token: the GEMMs and sampling of one row
+    decode_context_s     per 1,000 tokens of context the decoding sequences read: decode
+                         attention streams every cached token once per step
+
+With an fp8 KV cache the three attention-side terms (`prefill_token_s`, whose KV writes are
+quantized, `prefill_attention_s` and `decode_context_s`) are separate coefficients
+(`fp8_*`): fp8 costs differ from bf16 differently in prefill and decode, and not the same
+way on every CPU, so a calibration needs one run per KV dtype. All coefficients are >= 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+BASE_TERMS = ("step_s", "prefill_token_s", "prefill_attention_s", "decode_seq_s", "decode_context_s")
+FP8_TERMS = ("fp8_prefill_token_s", "fp8_prefill_attention_s", "fp8_decode_context_s")
+TERMS = BASE_TERMS + FP8_TERMS
+_FP8_OF = {"prefill_token_s": "fp8_prefill_token_s", "prefill_attention_s": "fp8_prefill_attention_s",
+           "decode_context_s": "fp8_decode_context_s"}
+COLUMN = {name: i for i, name in enumerate(TERMS)}
+
+
+def is_fp8(kv_cache_dtype: str) -> bool:
+    return str(kv_cache_dtype).startswith("fp8")
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The work of one engine step, as vLLM's scheduler laid it out."""
+
+    prefill_tokens: int = 0
+    prefill_attention: float = 0.0  # sum over prefill chunks of tokens x (context before + tokens / 2) / 1,000
+    decode_seqs: int = 0
+    decode_context: float = 0.0  # sum over decoding sequences of their context / 1,000
+    fp8: bool = False
+
+    def features(self) -> np.ndarray:
+        """The step's counts laid out in TERMS' order (the fp8 columns used instead when fp8)."""
+        row = np.zeros(len(TERMS))
+        row[COLUMN["step_s"]] = 1.0
+        row[COLUMN["decode_seq_s"]] = self.decode_seqs
+        pt, pa, dc = ((COLUMN[_FP8_OF[n]] if self.fp8 else COLUMN[n])
+                      for n in ("prefill_token_s", "prefill_attention_s", "decode_context_s"))
+        row[pt], row[pa], row[dc] = self.prefill_tokens, self.prefill_attention, self.decode_context
+        return row
+
+
+class StepCost(Protocol):
+    """Seconds one step takes, and the constant time a request spends outside the engine."""
+
+    name: str
+    intake_s: float
+
+    def seconds(self, shape: StepShape) -> float: ...
+
+
+@dataclass(frozen=True)
+class LinearStepCost:
+    """A step costs the dot product of its counts with `coefficients` (seconds per unit, TERMS' order)."""
+
+    coefficients: tuple[float, ...]
+    intake_s: float = 0.0
+    name: str = "fitted linear step cost"
+    calibrated_on: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self):
+        if len(self.coefficients) != len(TERMS):
+            raise ValueError(f"a linear step cost needs {len(TERMS)} coefficients ({', '.join(TERMS)})")
+
+    def seconds(self, shape: StepShape) -> float:
+        c = self.coefficients  # plain arithmetic: the twin asks once per step, tens of thousands of times
+        if shape.fp8:
+            return (c[0] + c[5] * shape.prefill_tokens + c[6] * shape.prefill_attention + c[3] * shape.decode_seqs
+                    + c[7] * shape.decode_context)
+        return (c[0] + c[1] * shape.prefill_tokens + c[2] * shape.prefill_attention + c[3] * shape.decode_seqs
+                + c[4] * shape.decode_context)
+
+    def as_dict(self) -> dict:
+        return {**dict(zip(TERMS, self.coefficients)), "intake_s": self.intake_s,
+                "calibrated_on": list(self.calibrated_on)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LinearStepCost":
+        return cls(tuple(float(data[t]) for t in TERMS), float(data.get("intake_s", 0.0)),
+                   calibrated_on=tuple(data.get("calibrated_on", ())))
+
+    def describe(self) -> str:
+        parts = [f"{name.removesuffix('_s')} {value * 1000:.4g} ms" for name, value in zip(TERMS, self.coefficients)
+                 if value > 0]
+        return ", ".join(parts) + f"; intake {self.intake_s * 1000:.3g} ms"
