@@ -18,7 +18,7 @@ where each compile key (max-num-seqs, batched tokens, KV dtype) is booted twice 
 its first boot shows whether it compiled (a miss) and its second what a warm boot costs.
 Resumable: measured points are skipped.
 
-Two landscapes, the same grid and workload, different memory:
+Four landscapes. Two share the grid and workload above, with different memory:
     rag           a 1 GiB KV cache: room for every sequence in bf16 once prefix caching is on
     rag-tight-kv  a 128 MiB KV cache (8,192 bf16 tokens, 64 blocks of 128): the four shared
                   documents alone fill ~48 blocks, so bf16 holds ~6 running sequences and
@@ -27,7 +27,17 @@ Two landscapes, the same grid and workload, different memory:
                   8 bf16 sequences kept up with 3 req/s (p99 TTFT 1 s), so the load is raised
                   to where the memory, not the arrivals, decides what keeps up.
 
-    .venv/bin/python bench/landscape.py measure [--landscape rag-tight-kv] [--limit N]   # ~1 h on 2 cores
+Two more sets serve the twin's validation (bench/twin_validation.py), each with its own grid:
+    quickstart    the quickstart's four knobs on its own workload (chat, 32 in flight): max-num-seqs
+                  8-64 x (bf16 KV at memory fraction 0.5, fp8 KV at 0.5, bf16 at 0.05 with
+                  max-model-len 2560, where the pool is smaller than the 32 requests in flight); 12 points
+    preempt       a KV pool that is the limit: 16 MiB (8 blocks of 128 bf16 tokens; 16 in fp8) under
+                  16 chat requests in flight of 100-200 prompt and 200-300 output tokens, max-num-seqs
+                  2-16 x KV dtype: vLLM preempts (recomputes) whenever the running set outgrows it; 8 points
+  `--repeats N` measures every point N times (a row per run, `repeat` 0..N-1): the run-to-run spread.
+  Each row also keeps the KV pool the server logged ("KV cache size: N tokens").
+
+    .venv/bin/python bench/landscape.py measure [--landscape rag-tight-kv] [--limit N] [--repeats N] [--only I,J]
     .venv/bin/python bench/landscape.py show [--landscape rag-tight-kv]
 """
 
@@ -36,6 +46,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import sys
 import time
@@ -47,6 +58,8 @@ sys.path.insert(0, str(ROOT))
 LANDSCAPES = {  # name: (the KV cache's bytes, the arrival rate in req/s, the file its points are kept in)
     "rag": (1 << 30, 3.0, ROOT / "bench" / "data" / "landscape_rag.jsonl"),  # 65,536 bf16 tokens (16 KiB each)
     "rag-tight-kv": (128 << 20, 4.5, ROOT / "bench" / "data" / "landscape_rag_tight_kv.jsonl"),  # 8,192 bf16 tokens
+    "quickstart": (None, None, ROOT / "bench" / "data" / "landscape_quickstart.jsonl"),
+    "preempt": (16 << 20, None, ROOT / "bench" / "data" / "landscape_preempt.jsonl"),  # 1,024 bf16 tokens
 }
 GRID = {
     "max-num-seqs": [8, 16, 32, 64],
@@ -65,8 +78,43 @@ BASE_CONFIG = {
 }
 
 
+SMALL_POOL = 0.95 * 2**30  # requested bytes for the small-pool points: ~0.8 GiB of non-KV memory, ~0.15 GiB of KV
+
+
+def _small_pool_fraction() -> float:
+    """The memory fraction that leaves a KV pool of ~0.15 GiB on this node today (its size moves)."""
+    from optimizer.engine.device import read_node_memory
+
+    return math.ceil(SMALL_POOL / read_node_memory().total * 100) / 100
+
+
+def quickstart_points() -> list[dict]:
+    memories = ({"gpu-memory-utilization": 0.5, "max-model-len": 8192, "kv-cache-dtype": "auto"},
+                {"gpu-memory-utilization": 0.5, "max-model-len": 8192, "kv-cache-dtype": "fp8"},
+                {"gpu-memory-utilization": "small", "max-model-len": 2560, "kv-cache-dtype": "auto"})
+    return [{"max-num-seqs": n, **m} for m in memories for n in (8, 16, 32, 64)]
+
+
+
+PREEMPT_POINTS = [{"max-num-seqs": n, "kv-cache-dtype": d} for d in ("auto", "fp8") for n in (2, 4, 8, 16)]
+PREEMPT_FIXED = {"max-model-len": 512, "max-num-batched-tokens": 512, "enable-prefix-caching": False,
+                 "enable-chunked-prefill": True, "gpu-memory-utilization": 0.3}
+CHAT = {"scenario": "chat", "seed": 3, "warmup_requests": 2, "long_share": 0.0}
+
+
 def config(name: str) -> dict:
     """The study config that measures landscape `name`: the base, with its KV cache's size."""
+    if name == "quickstart":
+        import yaml
+
+        cfg = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+        return {**cfg, "study_name": "bench-landscape-quickstart", "artifacts_dir": str(ROOT / "artifacts"),
+                "storage": "sqlite:///" + str(ROOT / "artifacts" / "bench-landscape.db")}
+    if name == "preempt":
+        workload = {**CHAT, "requests": 32, "short_input": [100, 200], "output": [200, 300],
+                    "arrival": {"process": "closed", "concurrency": 16}}
+        return {**BASE_CONFIG, "study_name": "bench-landscape-preempt", "workload": workload,
+                "engine": {"extra_args": ["--kv-cache-memory-bytes", str(LANDSCAPES[name][0])]}}
     kv_bytes, rate, _ = LANDSCAPES[name]
     study = "bench-landscape" if name == "rag" else f"bench-landscape-{name}"
     workload = {**BASE_CONFIG["workload"], "arrival": {"process": "poisson", "rate": rate}}
@@ -74,20 +122,30 @@ def config(name: str) -> dict:
             "engine": {"extra_args": ["--kv-cache-memory-bytes", str(kv_bytes)]}}
 
 
-def key(params: dict) -> str:
-    return json.dumps(params, sort_keys=True)
+def key(params: dict, repeat: int = 0) -> str:
+    return json.dumps(params, sort_keys=True) + (f" #{repeat}" if repeat else "")
 
 
 def load(name: str = "rag") -> dict[str, dict]:
+    """Every stored run of landscape `name` by key (a repeat's key ends in its number)."""
     data = LANDSCAPES[name][2]
     if not data.exists():
         return {}
     rows = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
-    return {key(r["params"]): r for r in rows}
+    return {key(r["params"], r.get("repeat", 0)): r for r in rows}
 
 
-def points() -> list[dict]:
+def points(name: str = "rag") -> list[dict]:
+    if name == "quickstart":
+        return quickstart_points()
+    if name == "preempt":
+        return [dict(p) for p in PREEMPT_POINTS]
     return [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
+
+
+def fixed(name: str) -> dict:
+    """Flags every point of landscape `name` runs with besides its own."""
+    return {"quickstart": {}, "preempt": PREEMPT_FIXED}.get(name, FIXED)
 
 
 def _requests(records) -> list[list]:
@@ -100,6 +158,8 @@ def measure(args) -> None:
     from optimizer.config.schema import build_config
     from optimizer.driver.launch import make_spec
     from optimizer.driver.plan import prepare
+    from optimizer.config.kv_fit import parse_kv_cache_tokens
+    from optimizer.engine.device import read_node_memory
     from optimizer.trial.task import execute_trial
 
     cfg, data = config(args.landscape), LANDSCAPES[args.landscape][2]
@@ -107,14 +167,22 @@ def measure(args) -> None:
     plan = prepare(build_config(cfg))
     done = load(args.landscape)
     data.parent.mkdir(parents=True, exist_ok=True)
-    todo = [p for p in points() if key(p) not in done][: args.limit or None]
-    for i, point in enumerate(todo):
-        spec = make_spec(len(done) + i, plan, {**point, **FIXED}, f"point-{len(done) + i}", early_stop=False)
+    grid = points(args.landscape)
+    if args.only:
+        grid = [grid[int(i)] for i in args.only.split(",")]
+    todo = [(p, k) for k in range(args.repeats) for p in grid if key(p, k) not in done][: args.limit or None]
+    for i, (point, repeat) in enumerate(todo):
+        flags = {**point, **fixed(args.landscape)}
+        if flags.get("gpu-memory-utilization") == "small":
+            flags["gpu-memory-utilization"] = _small_pool_fraction()
+        spec = make_spec(len(done) + i, plan, flags, f"point-{len(done) + i}", early_stop=False)
         t = time.monotonic()
         result = execute_trial(spec)
         wall = time.monotonic() - t
         m = result.metrics
-        row = {"params": point, "ok": result.ok, "wall_s": round(wall, 1),
+        row = {"params": point, **({"repeat": repeat} if repeat else {}), "ok": result.ok, "flags": flags,
+               "kv_cache_tokens": parse_kv_cache_tokens(result.log_text or ""),
+               "node_memory_bytes": read_node_memory().total, "wall_s": round(wall, 1),
                "phases": {k: round(v, 1) for k, v in result.phases.items()}, "startup": result.startup,
                "failure": result.failure.kind if result.failure else None,
                "evidence": result.failure.evidence[:300] if result.failure else "",
@@ -123,7 +191,7 @@ def measure(args) -> None:
                "requests": _requests(result.records), "measured_at": time.strftime("%Y-%m-%d %H:%M")}
         with data.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(f"[{len(done) + i + 1}/{len(points())}] {point}: {m.get('output_throughput', 0):.0f} tok/s, "
+        print(f"[{i + 1}/{len(todo)}] {point} #{repeat}: {m.get('output_throughput', 0):.0f} tok/s, "
               f"p95 TTFT {m.get('ttft_ms_p95', 0):.0f} ms, p95 TPOT {m.get('tpot_ms_p95', 0):.1f} ms, "
               f"boot {result.phases.get('startup_s', 0):.0f} s ({result.startup.get('compile_cache')}), "
               f"replay {result.phases.get('replay_s', 0):.0f} s, {row['failure'] or 'ok'}", flush=True)
@@ -131,7 +199,7 @@ def measure(args) -> None:
 
 def show(args) -> None:
     rows = load(args.landscape)
-    print(f"{len(rows)} of {len(points())} points measured in {LANDSCAPES[args.landscape][2].relative_to(ROOT)}")
+    print(f"{len(rows)} runs of {len(points(args.landscape))} points measured in {LANDSCAPES[args.landscape][2].relative_to(ROOT)}")
     for r in rows.values():
         m, ph = r["metrics"], r["phases"]
         print(f"  {r['params']}: {m.get('output_throughput', 0):6.0f} tok/s  p95 TTFT {m.get('ttft_ms_p95', 0):6.0f} ms"
@@ -144,6 +212,8 @@ def main() -> None:
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--limit", type=int, default=0, help="measure at most N more points")
+    m.add_argument("--repeats", type=int, default=1, help="runs of every point (repeats keep their own rows)")
+    m.add_argument("--only", default="", help="comma-separated indices into the grid: measure only these")
     shown = sub.add_parser("show")
     for command in (m, shown):
         command.add_argument("--landscape", choices=sorted(LANDSCAPES), default="rag")

@@ -24,13 +24,14 @@ from optimizer.cli import (
     run,
     scale,
     sensitivity,
+    simulate,
     tiny_model,
     workload,
 )
 from optimizer.engine.vllm_version import check_vllm_version
 from optimizer.errors import OptimizerError
 
-COMMANDS = {m.NAME: m for m in (run, daemon, report, plan, scale, regress, sensitivity, workload, tiny_model)}
+COMMANDS = {m.NAME: m for m in (run, daemon, report, plan, simulate, scale, regress, sensitivity, workload, tiny_model)}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -44,11 +44,11 @@ def from_cli_args(args: list[str]) -> dict:
         if knob is not None and knob.kind == "bool" and raw is True:
             params[name] = flag == name
         elif knob is not None and flag == name and isinstance(raw, str):
-            params[name] = _parse(knob, raw)
+            params[name] = parse_value(knob, raw)
     return params
 
 
-def _parse(knob: Knob, raw: str):
+def parse_value(knob: Knob, raw: str):
     if knob.kind == "int" or (knob.kind == "categorical" and raw.isdigit()):  # block-size, tensor-parallel-size
         return int(raw)
     return float(raw) if knob.kind == "float" else raw

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import optuna
 
-from optimizer.config import flags, topology
+from optimizer.config import topology
 from optimizer.config import space as space_mod
 from optimizer.driver import kv_precheck as precheck
 from optimizer.driver import tell as outcome
@@ -125,7 +125,7 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     With early stop on, the trial judges its stages itself against `best` (the best feasible value
     when it starts) as well as hearing the driver's verdicts. With `outputs`, it also answers the
     output-regression prompts when the config asks (outputs/gate.py)."""
-    args = flags.to_cli_args(params) + flags.engine_args_for(params, plan.device.kind) + plan.fixed_args()
+    args = plan.server_args(params)
     # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
     env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}
     if plan.cfg.engine.compile_cache:

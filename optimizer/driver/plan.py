@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 
 from objectives import get_objective
+from optimizer.config import flags
 from optimizer.config import space as space_mod
 from optimizer.config import topology
 from optimizer.config.model_info import ModelInfo, load_model_info
@@ -57,6 +58,10 @@ class Plan:
         if self.cfg.model.dtype != "auto":
             args += ["--dtype", self.cfg.model.dtype]
         return args + list(self.cfg.engine.extra_args)
+
+    def server_args(self, params: dict) -> list[str]:
+        """Every vLLM flag a trial of `params` starts with: its knobs, what they need, the fixed ones."""
+        return flags.to_cli_args(params) + flags.engine_args_for(params, self.device.kind) + self.fixed_args()
 
     @property
     def compile_cache(self) -> Path:

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from optimizer.twin.step_cost import TERMS, LinearStepCost
+from optimizer.twin.step_cost import FP8_FALLBACK, TERMS, LinearStepCost
 
-ITERATIONS = 10
-START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-3, 1e-4, 1e-4, 1e-5, 1e-4), 0.005)
+ITERATIONS = 16
+DAMPING = 0.5  # each step moves half way from the best costs so far to the new solution: no oscillation
+START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-4, 1e-3, 1e-4, 1e-4, 1e-5, 1e-4), 0.005)
 
 
 @dataclass
@@ -60,9 +61,15 @@ def fit(runs: list[MeasuredRun], iterations: int = ITERATIONS, start: LinearStep
         history.append(error)
         if best is None or error < best.error:
             best = FitResult(cost, error)
-        cost = _solve(np.array(rows), np.array(targets), [r.label for r in runs])
+        solved = _solve(np.array(rows), np.array(targets), [r.label for r in runs])
+        cost = _blend(best.cost, solved, DAMPING)
     best.history = history
     return best
+
+
+def _blend(old: LinearStepCost, new: LinearStepCost, w: float) -> LinearStepCost:
+    coef = tuple((1 - w) * a + w * b for a, b in zip(old.coefficients, new.coefficients))
+    return LinearStepCost(coef, (1 - w) * old.intake_s + w * new.intake_s, calibrated_on=new.calibrated_on)
 
 
 def _rows(run: MeasuredRun, sim) -> tuple[list, list, list]:
@@ -106,7 +113,7 @@ def _solve(rows: np.ndarray, targets: np.ndarray, labels: list[str]) -> LinearSt
         residual = np.abs(a @ x - targets) * weight  # relative
         weight = weight / np.maximum(1.0, residual / 0.2)
     coef = x / scale
-    for fp8, base in ((5, 1), (6, 2), (7, 4)):  # no fp8 run to fit on: fp8 costs what bf16 costs
+    for fp8, base in FP8_FALLBACK.items():  # no fp8 run to fit on: fp8 costs what bf16 costs
         if not used[fp8]:
             coef[fp8] = coef[base]
     return LinearStepCost(tuple(float(c) for c in coef[:-1]), float(coef[-1]), calibrated_on=tuple(labels))

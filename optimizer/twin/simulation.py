@@ -131,7 +131,7 @@ def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, se
 
 def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepShape, dict]:
     """The step's counts, and which scheduled requests sample a token (their prompt is complete)."""
-    pt = dc = ds = 0
+    pt = dc = ds = ps = 0
     pa = 0.0
     sampled = {}
     for rid, k in out.num_scheduled_tokens.items():
@@ -146,9 +146,10 @@ def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepS
             dc += before
         else:
             pt += k
+            ps += 1
             pa += k * (before + k / 2)
         sampled[rid] = after >= r.num_tokens
-    return StepShape(pt, pa / 1000, ds, dc / 1000, scheduler.cache_config.cache_dtype.startswith("fp8")), sampled
+    return StepShape(pt, pa / 1000, ps, ds, dc / 1000, scheduler.cache_config.cache_dtype.startswith("fp8")), sampled
 
 
 def _runner_output(out, sampled: dict):

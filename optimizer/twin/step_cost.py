@@ -29,12 +29,15 @@ from typing import Protocol
 
 import numpy as np
 
-BASE_TERMS = ("step_s", "prefill_token_s", "prefill_attention_s", "decode_seq_s", "decode_context_s")
+BASE_TERMS = ("step_s", "prefill_token_s", "prefill_attention_s", "prefill_seq_s", "decode_seq_s",
+              "decode_context_s")
 FP8_TERMS = ("fp8_prefill_token_s", "fp8_prefill_attention_s", "fp8_decode_context_s")
 TERMS = BASE_TERMS + FP8_TERMS
-_FP8_OF = {"prefill_token_s": "fp8_prefill_token_s", "prefill_attention_s": "fp8_prefill_attention_s",
-           "decode_context_s": "fp8_decode_context_s"}
 COLUMN = {name: i for i, name in enumerate(TERMS)}
+# Where each of a step's counts goes (BASE_TERMS' order), without and with an fp8 KV cache.
+_LAYOUT = tuple(COLUMN[n] for n in BASE_TERMS)
+_LAYOUT_FP8 = tuple(COLUMN.get("fp8_" + n, COLUMN[n]) for n in BASE_TERMS)
+FP8_FALLBACK = {COLUMN["fp8_" + n]: COLUMN[n] for n in BASE_TERMS if "fp8_" + n in COLUMN}
 
 
 def is_fp8(kv_cache_dtype: str) -> bool:
@@ -47,18 +50,22 @@ class StepShape:
 
     prefill_tokens: int = 0
     prefill_attention: float = 0.0  # sum over prefill chunks of tokens x (context before + tokens / 2) / 1,000
+    prefill_seqs: int = 0  # sequences with a prompt chunk in the step
     decode_seqs: int = 0
     decode_context: float = 0.0  # sum over decoding sequences of their context / 1,000
     fp8: bool = False
 
+    def counts(self) -> tuple:
+        return (1.0, self.prefill_tokens, self.prefill_attention, self.prefill_seqs, self.decode_seqs,
+                self.decode_context)
+
+    def columns(self) -> tuple:
+        return _LAYOUT_FP8 if self.fp8 else _LAYOUT
+
     def features(self) -> np.ndarray:
         """The step's counts laid out in TERMS' order (the fp8 columns used instead when fp8)."""
         row = np.zeros(len(TERMS))
-        row[COLUMN["step_s"]] = 1.0
-        row[COLUMN["decode_seq_s"]] = self.decode_seqs
-        pt, pa, dc = ((COLUMN[_FP8_OF[n]] if self.fp8 else COLUMN[n])
-                      for n in ("prefill_token_s", "prefill_attention_s", "decode_context_s"))
-        row[pt], row[pa], row[dc] = self.prefill_tokens, self.prefill_attention, self.decode_context
+        row[list(self.columns())] = self.counts()
         return row
 
 
@@ -86,11 +93,7 @@ class LinearStepCost:
 
     def seconds(self, shape: StepShape) -> float:
         c = self.coefficients  # plain arithmetic: the twin asks once per step, tens of thousands of times
-        if shape.fp8:
-            return (c[0] + c[5] * shape.prefill_tokens + c[6] * shape.prefill_attention + c[3] * shape.decode_seqs
-                    + c[7] * shape.decode_context)
-        return (c[0] + c[1] * shape.prefill_tokens + c[2] * shape.prefill_attention + c[3] * shape.decode_seqs
-                + c[4] * shape.decode_context)
+        return sum(c[j] * v for j, v in zip(shape.columns(), shape.counts()))
 
     def as_dict(self) -> dict:
         return {**dict(zip(TERMS, self.coefficients)), "intake_s": self.intake_s,

@@ -93,7 +93,8 @@ def _validation_text(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         try:
-            return "; ".join(e.get("msg", "") for e in errors()) or first_line(exc)
+            return "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg', '')}".lstrip(": ")
+                             for e in errors()) or first_line(exc)
         except Exception:  # noqa: BLE001 - any shape: fall back to the message
             pass
     return first_line(exc, 400)

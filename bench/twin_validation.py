@@ -1,0 +1,320 @@
+"""How far to trust the twin: calibrate it on 2-3 stored real runs of a set, predict every other run
+of the set, and compare with what the real server measured. Side by side in the same run: the
+analytic estimate of `plan --what-if` (the roofline, its efficiencies fitted on the same runs) and
+the naive predictor (the first calibration run's figures, assumed for every configuration).
+
+The sets are the stored landscapes (bench/landscape.py; each run keeps every request's send,
+first-token and end times, and the server's view):
+    rag           48 runs, 1 GiB of KV, open loop 3 req/s of ~1,600-token RAG prompts (a CPU ~2.7x slower)
+    rag-tight-kv  the same grid and workload in 128 MiB of KV at 4.5 req/s (vLLM preempts in bf16)
+    quickstart    the quickstart's four knobs on its own chat workload, 32 in flight (12 runs)
+    preempt       a 16 MiB KV pool under 16 chat requests in flight: preemption everywhere (8 runs)
+
+Calibration: the set's middle configuration, the same with an fp8 KV cache, and (rag sets and
+quickstart) one more 16-bit run that differs in what matters most there (prefix caching off; a
+small KV pool): at most 3 runs, one per KV dtype plus one. `--choices N` also fits N random valid
+calibration choices (the same shape: 2 runs of one dtype and 1 of the other, or 1 and 1) and prints
+the median of their errors, so the figure does not rest on a lucky pick.
+
+Per metric: median and 90th-percentile |error| over the predicted runs; the Spearman rank
+correlation of the configurations by the set's objective; whether the measured best is in the
+twin's top 3; prefix-cache hit rate and preemption count differences. Where a set has repeated
+runs (`landscape.py measure --repeats 3 --only ...`), the run-to-run spread of the same
+configuration is printed beside: the measurement's own noise floor.
+
+    .venv/bin/python bench/twin_validation.py [--sets rag,rag-tight-kv,quickstart,preempt] [--choices 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import landscape  # noqa: E402
+
+METRICS = ("request_throughput", "ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50", "tpot_ms_p95", "e2el_ms_p95", "goodput")
+# The objective each set's study would rank by, and the SLOs goodput counts (about half the
+# requests of a middle configuration meet them, so goodput moves across the set).
+SETS = {
+    "rag": {"objective": ("output_throughput", "max"), "slos": "ttft:3000 tpot:100",
+            "calibrate": ({"max-num-seqs": 16, "max-num-batched-tokens": 1024, "kv-cache-dtype": "auto",
+                           "enable-prefix-caching": True},
+                          {"max-num-seqs": 16, "max-num-batched-tokens": 1024, "kv-cache-dtype": "fp8",
+                           "enable-prefix-caching": True},
+                          {"max-num-seqs": 16, "max-num-batched-tokens": 1024, "kv-cache-dtype": "auto",
+                           "enable-prefix-caching": False})},
+    "rag-tight-kv": {"objective": ("output_throughput", "max"), "slos": "ttft:500 tpot:20", "calibrate": None},
+    "quickstart": {"objective": ("ttft_ms_p95", "min"), "slos": "tpot:50 ttft:1000",
+                   "calibrate": ({"max-num-seqs": 16, "gpu-memory-utilization": 0.5, "max-model-len": 8192,
+                                  "kv-cache-dtype": "auto"},
+                                 {"max-num-seqs": 16, "gpu-memory-utilization": 0.5, "max-model-len": 8192,
+                                  "kv-cache-dtype": "fp8"},
+                                 {"max-num-seqs": 16, "gpu-memory-utilization": "small", "max-model-len": 2560,
+                                  "kv-cache-dtype": "auto"})},
+    "preempt": {"objective": ("output_throughput", "max"), "slos": "ttft:4000 tpot:10",
+                "calibrate": ({"max-num-seqs": 4, "kv-cache-dtype": "auto"}, {"max-num-seqs": 4, "kv-cache-dtype": "fp8"})},
+}
+SETS["rag-tight-kv"]["calibrate"] = SETS["rag"]["calibrate"]
+
+
+@dataclass
+class Context:
+    name: str
+    plan: object
+    slos: tuple
+    rows: list  # repeat-0 runs
+    repeats: dict  # key -> [rows] for configurations measured more than once
+
+
+def context(name: str) -> Context:
+    from optimizer.config.schema import build_config
+    from optimizer.driver.plan import prepare
+    from optimizer.measure.slo import parse_slos
+
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    plan = prepare(build_config(landscape.config(name)))
+    runs = list(landscape.load(name).values())
+    rows = [r for r in runs if not r.get("repeat") and r["ok"]]
+    repeats: dict = {}
+    for r in runs:
+        if r["ok"]:
+            repeats.setdefault(landscape.key(r["params"]), []).append(r)
+    return Context(name, plan, parse_slos(SETS[name]["slos"]), rows, {k: v for k, v in repeats.items() if len(v) > 1})
+
+
+def flags_of(ctx: Context, row: dict) -> dict:
+    return dict(row.get("flags") or {**row["params"], **landscape.fixed(ctx.name)})
+
+
+def records_of(row: dict):
+    from optimizer.measure.replay import RequestRecord
+
+    out = []
+    for i, (sent, first, end, prompt, output, ok) in enumerate(row["requests"]):
+        out.append(RequestRecord(f"req-{i}", sent, sent, first, end, (), prompt, output, output, bool(ok), 200))
+    return out
+
+
+def measured(ctx: Context, row: dict) -> dict:
+    from optimizer.measure.slo import good_requests
+
+    m = dict(row["metrics"])
+    m["goodput"] = good_requests(ctx.slos, records_of(row)) / m["duration_s"]
+    return m
+
+
+def _device(row: dict):
+    from optimizer.engine.device import Device, NodeMemory, read_node_memory
+
+    total = row.get("node_memory_bytes") or read_node_memory().total
+    return Device("cpu", 0, NodeMemory(total, total))
+
+
+def twin_server(ctx: Context, row: dict, kv_cal=None, exact: bool = False):
+    """The twin of `row`'s server: its pool from its own log when `exact` (a calibration run), else
+    from --kv-cache-memory-bytes or the memory fraction with the calibration runs' KV calibration."""
+    from optimizer.twin.server import TwinServer
+
+    log = f"CPU KV cache size: {row['kv_cache_tokens']:,} tokens" if exact and row.get("kv_cache_tokens") else ""
+    return TwinServer.from_flags(ctx.plan.model, ctx.plan.server_args(flags_of(ctx, row)), _device(row), log, kv_cal)
+
+
+def calibrate(ctx: Context, chosen: list[dict]):
+    from optimizer.config import kv_fit
+    from optimizer.twin.fit import MeasuredRun, fit
+
+    runs, kv_cal = [], None
+    for row in chosen:
+        server = twin_server(ctx, row, exact=True)
+        times = [(q[0], q[1], q[2], q[4], q[5]) for q in row["requests"]]
+        runs.append(MeasuredRun(landscape.key(row["params"]), server, ctx.plan.workload.requests, times))
+        if row.get("kv_cache_tokens"):
+            c = kv_fit.Calibration.from_log(ctx.plan.model, _device(row), flags_of(ctx, row),
+                                            f"CPU KV cache size: {row['kv_cache_tokens']:,} tokens")
+            kv_cal = c if kv_cal is None else kv_cal.merge(c)
+    return fit(runs), kv_cal
+
+
+def predict_twin(ctx: Context, row: dict, cost, kv_cal) -> tuple[dict, dict]:
+    from optimizer.twin.prediction import predict
+
+    server = twin_server(ctx, row, kv_cal)
+    sim = server.run(ctx.plan.workload.requests, ctx.plan.workload.concurrency, cost)
+    p = predict(sim, ctx.slos)
+    return {**p.metrics, "goodput": p.goodput}, p.server
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    den = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return cov / den if den else math.nan
+
+
+def objective_value(ctx: Context, m: dict) -> float:
+    """Larger is better: the set's objective, with a broken SLO constraint (quickstart's TPOT) ranked last."""
+    metric, direction = SETS[ctx.name]["objective"]
+    value = m[metric] if direction == "max" else -m[metric]
+    if ctx.name == "quickstart" and m.get("tpot_ms_p95", 0) > 50:
+        value -= 1e9
+    return value
+
+
+def errors(pred: list[dict], meas: list[dict]) -> dict:
+    out = {}
+    for k in METRICS:
+        e = sorted(abs(p[k] / m[k] - 1) for p, m in zip(pred, meas) if m.get(k) and p.get(k) is not None
+                   and math.isfinite(p[k]))
+        out[k] = (statistics.median(e), e[min(len(e) - 1, math.ceil(0.9 * len(e)) - 1)]) if e else (math.nan, math.nan)
+    return out
+
+
+@dataclass
+class Outcome:
+    twin: dict
+    naive: dict
+    analytic: dict
+    rho: dict
+    top3: dict
+    prefix: float
+    preempt: float
+    fit_s: float
+    predict_s: float
+    n: int
+
+
+def validate(ctx: Context, chosen: list[dict], analytic: bool = True) -> Outcome:
+    from bench_analytic import AnalyticFit  # noqa: PLC0415
+
+    t = time.monotonic()
+    fitted, kv_cal = calibrate(ctx, chosen)
+    fit_s = time.monotonic() - t
+    keys = {landscape.key(r["params"]) for r in chosen}
+    targets = [r for r in ctx.rows if landscape.key(r["params"]) not in keys]
+    t = time.monotonic()
+    preds, servers = zip(*(predict_twin(ctx, r, fitted.cost, kv_cal) for r in targets))
+    predict_s = time.monotonic() - t
+    meas = [measured(ctx, r) for r in targets]
+    base = measured(ctx, chosen[0])
+    naive = [base] * len(targets)
+    ana = AnalyticFit(ctx, chosen).predict_all(targets) if analytic else naive
+    out = {}
+    for label, p in (("twin", preds), ("naive", naive), ("analytic", ana)):
+        vals_p = [objective_value(ctx, x) for x in p]
+        vals_m = [objective_value(ctx, x) for x in meas]
+        best = max(range(len(meas)), key=lambda i: vals_m[i])
+        top = sorted(range(len(p)), key=lambda i: -vals_p[i])[:3]
+        out[label] = (errors(p, meas), spearman(vals_p, vals_m), best in top)
+    prefix = max(abs(s["prefix_cache_hit_rate"] - r["server"]["prefix_cache_hit_rate"]) for s, r in zip(servers, targets))
+    preempt = max(abs(s["preemptions"] - r["server"]["preemptions"]) for s, r in zip(servers, targets))
+    return Outcome(out["twin"][0], out["naive"][0], out["analytic"][0], {k: v[1] for k, v in out.items()},
+                   {k: v[2] for k, v in out.items()}, prefix, preempt, fit_s, predict_s, len(targets))
+
+
+def chosen_rows(ctx: Context, specs) -> list[dict]:
+    rows = []
+    for spec in specs:
+        match = [r for r in ctx.rows if all(r["params"].get(k) == v for k, v in spec.items())]
+        if not match:
+            raise SystemExit(f"{ctx.name}: no stored run matches the calibration point {spec}")
+        rows.append(match[0])
+    return rows
+
+
+def random_choice(ctx: Context, rng: random.Random, like: list[dict]) -> list[dict]:
+    """A calibration of the same shape as `like`: as many runs of each KV dtype, picked at random."""
+    out = []
+    for row in like:
+        dtype = row["params"]["kv-cache-dtype"]
+        pool = [r for r in ctx.rows if r["params"]["kv-cache-dtype"] == dtype and r not in out]
+        out.append(rng.choice(pool))
+    return out
+
+
+def noise_floor(ctx: Context) -> dict | None:
+    """Per metric, the median |log ratio| of a repeated configuration's runs to their geometric mean,
+    as a relative spread (exp - 1), over every configuration measured more than once."""
+    if not ctx.repeats:
+        return None
+    spread = {k: [] for k in METRICS}
+    for runs in ctx.repeats.values():
+        ms = [measured(ctx, r) for r in runs]
+        for k in METRICS:
+            vals = [m[k] for m in ms if m.get(k)]
+            if len(vals) > 1:
+                mean = statistics.fmean(math.log(v) for v in vals)
+                spread[k] += [abs(math.log(v) - mean) for v in vals]
+    return {k: (math.expm1(statistics.median(v)) if v else math.nan) for k, v in spread.items()} | {
+        "configurations": len(ctx.repeats), "runs": sum(len(v) for v in ctx.repeats.values())}
+
+
+def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> None:
+    print(f"\n== {ctx.name}: calibrated on {len(chosen)} run(s), {o.n} predicted; fit {o.fit_s:.1f} s, "
+          f"{o.n} predictions {o.predict_s:.1f} s")
+    for r in chosen:
+        print(f"   calibration: {r['params']}")
+    head = f"   {'metric':<20}{'twin med':>9}{'p90':>7}{'analytic':>10}{'p90':>7}{'naive':>8}{'p90':>7}"
+    print(head + ("  run-to-run" if spread else ""))
+    for k in METRICS:
+        line = f"   {k:<20}" + "".join(f"{a:>9.1%}{b:>7.1%}" for a, b in (o.twin[k], o.analytic[k], o.naive[k]))
+        if spread:
+            line += f"  {spread[k]:>9.1%}"
+        print(line)
+    print(f"   Spearman by {SETS[ctx.name]['objective'][0]}: twin {o.rho['twin']:.2f}, analytic "
+          f"{o.rho['analytic']:.2f}, naive {o.rho['naive']:.2f}; measured best in top 3: twin {o.top3['twin']}, "
+          f"analytic {o.top3['analytic']}")
+    print(f"   prefix-cache hit rate: max |difference| {o.prefix:.3f}; preemptions: max |difference| {o.preempt:.0f}")
+    if spread:
+        print(f"   run-to-run: {spread['configurations']} configurations, {spread['runs']} runs")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sets", default=",".join(SETS))
+    p.add_argument("--choices", type=int, default=0, help="also fit N random calibration choices of the same shape")
+    p.add_argument("--no-analytic", action="store_true")
+    ns = p.parse_args()
+    for name in ns.sets.split(","):
+        ctx = context(name)
+        if not ctx.rows:
+            print(f"\n== {name}: no stored runs (bench/landscape.py measure --landscape {name})")
+            continue
+        chosen = chosen_rows(ctx, SETS[name]["calibrate"])
+        show(ctx, validate(ctx, chosen, not ns.no_analytic), chosen, noise_floor(ctx))
+        if ns.choices:
+            rng = random.Random(0)
+            outs = [validate(ctx, random_choice(ctx, rng, chosen), analytic=False) for _ in range(ns.choices)]
+            print(f"   over {ns.choices} random calibration choices, the median of each figure:")
+            for k in METRICS:
+                print(f"   {k:<20}{statistics.median(o.twin[k][0] for o in outs):>9.1%}"
+                      f"{statistics.median(o.twin[k][1] for o in outs):>7.1%}")
+            print(f"   Spearman median {statistics.median(o.rho['twin'] for o in outs):.2f}; measured best in top 3 "
+                  f"in {sum(o.top3['twin'] for o in outs)} of {ns.choices}")
+
+
+if __name__ == "__main__":
+    main()

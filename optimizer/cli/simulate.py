@@ -1,0 +1,149 @@
+"""`simulate`: what a configuration would do on the study's own workload, predicted by the twin of
+the server (optimizer/twin/) in seconds, with nothing booted.
+
+The twin is calibrated on the study's stored runs (the baseline alone is enough); the
+configuration is the baseline, a trial's (`--trial N`), or the baseline with knobs changed
+(`--set max-num-seqs=64`); `--rate R` replays the study's open-loop schedule at R requests/s.
+When the configuration is one a trial measured, its measured figures are printed beside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+from optimizer.cli.common import STUDY_FLAGS, add_flags, load
+from optimizer.errors import ConfigError
+
+NAME = "simulate"
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("simulate", help="predict a configuration on the study's workload with the twin "
+                              "(vLLM's own scheduler, step costs fitted on the study's runs); nothing booted")
+    p.add_argument("--trial", type=int, help="simulate this trial's configuration (default: the baseline's)")
+    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                   help="change a knob from the baseline's (or --trial's) value; repeat for several")
+    p.add_argument("--rate", type=float, help="requests/s to replay the study's open-loop schedule at")
+    p.add_argument("--json", action="store_true", help="print the prediction as one JSON object")
+    add_flags(p, *STUDY_FLAGS)
+    return p
+
+
+def parse_sets(items: list[str]) -> dict:
+    """['max-num-seqs=64'] -> {'max-num-seqs': 64}: knobs by their exact names, values by their kind."""
+    from optimizer.config import flags
+    from optimizer.config.space import KNOBS
+
+    out = {}
+    for item in items:
+        name, eq, raw = item.partition("=")
+        if not eq or not raw:
+            raise ConfigError(f"--set {item}: write KNOB=VALUE, e.g. --set max-num-seqs=64")
+        knob = KNOBS.named(name.strip(), "--set")
+        if knob.kind == "bool":
+            if raw.lower() not in ("true", "false"):
+                raise ConfigError(f"--set {item}: {name} takes true or false")
+            out[knob.name] = raw.lower() == "true"
+            continue
+        try:
+            out[knob.name] = flags.parse_value(knob, raw.strip())
+        except ValueError as exc:
+            raise ConfigError(f"--set {item}: {name} takes a {knob.kind}, not {raw!r}") from exc
+    return out
+
+
+def main(ns: argparse.Namespace, console) -> int:
+    from optimizer.driver.plan import baseline_params, prepare
+    from optimizer.trial.rate_search import at_rate, nominal_rate
+    from optimizer.twin import envelope
+    from optimizer.twin.from_study import calibrate, stored_runs
+    from optimizer.twin.prediction import NOT_MODELLED, predict
+    from optimizer.twin.server import TwinServer
+
+    if ns.rate is not None and not (ns.rate > 0 and math.isfinite(ns.rate)):
+        raise ConfigError(f"--rate {ns.rate:g}: give a positive number of requests per second")
+    changes = parse_sets(ns.set)  # refused before the study is read
+    plan = prepare(load(ns))
+    requests, concurrency = plan.workload.requests, plan.workload.concurrency
+    calibrated_rate = nominal_rate(requests)
+    if ns.rate is not None:
+        if calibrated_rate is None:
+            raise ConfigError(f"--rate: the workload '{plan.workload.name}' is a closed loop "
+                              f"({concurrency} in flight), with no schedule to replay at a rate; drop --rate")
+        requests = at_rate(requests, ns.rate)
+    runs = {r.number: r for r in stored_runs(plan.artifacts)}
+    if ns.trial is not None and ns.trial not in runs:
+        raise ConfigError(f"--trial {ns.trial}: no complete, fully replayed trial {ns.trial} under {plan.artifacts} "
+                          f"(complete ones: {', '.join(map(str, sorted(runs))) or 'none'})")
+    cal = calibrate(plan)
+    base = dict(runs[ns.trial].params) if ns.trial is not None else {**cal.runs[0].params, **baseline_params(plan)}
+    params = {**base, **changes}
+    same = next((r for r in runs.values() if r.params == params), None)
+    t = time.monotonic()
+    server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device,
+                                   same.log_text if same else "", cal.kv_calibration)
+    sim = server.run(requests, concurrency, cal.cost)
+    pred = predict(sim, plan.objective.slos, time.monotonic() - t)
+    pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params, ns.rate, calibrated_rate)
+    measured = _measured(plan, same) if same is not None and ns.rate is None else None
+    if ns.json:
+        console.print(json.dumps({"params": params, "server": server.describe(), **pred.as_dict(),
+                                  "calibrated_on": [r.number for r in cal.runs], "measured": measured},
+                                 default=str), markup=False)
+        return 0
+    lines = _describe(plan, params, server, pred, cal, measured, ns.rate)
+    lines.append("Not modelled: " + "; ".join(NOT_MODELLED) + ".")
+    for line in lines:
+        console.print(line, markup=False)
+    return 0
+
+
+def _measured(plan, run) -> dict:
+    from optimizer.measure.metrics import summarize
+    from optimizer.measure.replay import ReplayResult, RequestRecord
+    from optimizer.measure.slo import good_requests
+
+    recs = tuple(RequestRecord(**{**r, "chunk_s": tuple(r.get("chunk_s") or ())}) for r in run.records)
+    first = min(r.sent_s for r in recs)
+    last = max((r.end_s or r.sent_s) for r in recs)
+    result = ReplayResult(recs, max(last - first, 1e-9))
+    metrics = summarize(result)
+    if plan.objective.slos:
+        metrics["goodput"] = good_requests(plan.objective.slos, recs) / result.window_s
+    return metrics
+
+
+ROWS = (("request_throughput", "requests/s", 1), ("output_throughput", "output tok/s", 0),
+        ("ttft_ms_p50", "TTFT p50 (ms)", 0), ("ttft_ms_p95", "TTFT p95 (ms)", 0), ("tpot_ms_p50", "TPOT p50 (ms)", 1),
+        ("tpot_ms_p95", "TPOT p95 (ms)", 1), ("itl_ms_p95", "ITL p95 (ms)", 1), ("e2el_ms_p95", "E2E p95 (ms)", 0))
+
+
+def _describe(plan, params, server, pred, cal, measured, rate) -> list[str]:
+    knobs = " ".join(f"{k}={v}" for k, v in params.items())
+    load_text = f"{rate:g} req/s" if rate else plan.workload.description
+    lines = [f"Twin of {knobs} on {load_text}: nothing booted, {pred.seconds:.2f} s, {pred.steps:,} engine steps",
+             f"  scheduler: vLLM's own ({server.describe()})",
+             f"  step costs: fitted on trial(s) {', '.join(str(r.number) for r in cal.runs)} of this study "
+             f"(median error on them {math.expm1(cal.error):.1%}): {cal.cost.describe()}"]
+    if pred.outside:
+        lines.append("  OUTSIDE the validated envelope (the band is doubled): " + "; ".join(pred.outside))
+    head = f"  {'':<16}{'predicted':>12}  {'band':>21}"
+    lines.append(head + (f"  {'measured':>10}" if measured else ""))
+    rows = list(ROWS) + ([("goodput", "goodput (req/s)", 2)] if pred.goodput is not None else [])
+    for key, label, digits in rows:
+        value = pred.goodput if key == "goodput" else pred.metrics.get(key)
+        lo, hi = pred.band(key)
+        line = f"  {label:<16}{value:>12,.{digits}f}  {lo:>9,.{digits}f} - {hi:<9,.{digits}f}"
+        if measured and key in measured:
+            line += f"  {measured[key]:>10,.{digits}f}"
+        lines.append(line)
+    s = pred.server
+    lines.append(f"  server: running peak {s['running_peak']}, waiting peak {s['waiting_peak']}, KV usage peak "
+                 f"{s['kv_cache_usage_peak']:.0%}, preemptions {s['preemptions']:.0f}, prefix-cache hits "
+                 f"{s['prefix_cache_hit_rate']:.1%}, mean queue {s['queue_time_mean_ms']:.0f} ms")
+    if measured:
+        lines.append("  measured: the stored run of the trial with these flags (its own replay, not re-run)")
+    return lines

@@ -1,0 +1,42 @@
+"""Whether a configuration lies where the twin was checked: near what it was calibrated on.
+
+The validation (bench/twin_validation.py) predicts configurations from runs of the same workload
+whose scheduler limits were within a factor of 8 of theirs, on the KV dtypes the calibration
+measured. Outside that, the twin's errors were never measured, and it says so (the band doubles):
+
+- a KV dtype family (16-bit or fp8) no calibration run used: its step costs are assumed to be the
+  other family's;
+- max-num-seqs or the token budget more than 8x above or below every calibration run's;
+- an offered rate more than 2x the calibration runs' highest (a regime never seen: a deeper queue);
+- parallel ranks (tensor, pipeline or data parallel), speculative decoding, LoRA: not modelled.
+"""
+
+from __future__ import annotations
+
+from optimizer.twin.step_cost import is_fp8
+
+FACTOR = 8.0
+RATE_FACTOR = 2.0
+
+
+def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
+            calibrated_rate: float | None = None) -> list[str]:
+    """Why `shape` (a SchedulerShape) lies outside the envelope of `calibrated_shapes`; empty when inside."""
+    out = []
+    families = {is_fp8(s.kv_cache_dtype) for s in calibrated_shapes}
+    if is_fp8(shape.kv_cache_dtype) not in families:
+        out.append(f"KV dtype {shape.kv_cache_dtype} never calibrated (its costs assumed equal to "
+                   f"{'fp8' if not is_fp8(shape.kv_cache_dtype) else '16-bit'}'s)")
+    for name, label in (("max_num_seqs", "max-num-seqs"), ("max_num_batched_tokens", "max-num-batched-tokens")):
+        seen = [getattr(s, name) for s in calibrated_shapes]
+        value = getattr(shape, name)
+        if seen and not (min(seen) / FACTOR <= value <= max(seen) * FACTOR):
+            out.append(f"{label} {value} is more than {FACTOR:g}x from the calibrated {min(seen)}-{max(seen)}")
+    if rate is not None and calibrated_rate and rate > calibrated_rate * RATE_FACTOR:
+        out.append(f"rate {rate:g} req/s is more than {RATE_FACTOR:g}x the calibrated {calibrated_rate:g} req/s")
+    for knob in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"):
+        if int(params.get(knob) or 1) > 1:
+            out.append(f"{knob} {params[knob]}: parallel ranks are not modelled")
+    if params.get("speculative-config") not in (None, "", "off"):
+        out.append("speculative decoding is not modelled")
+    return out

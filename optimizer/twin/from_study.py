@@ -1,0 +1,137 @@
+"""A twin calibrated on a study's own runs: the trials' stored request records, nothing booted.
+
+A study keeps, per trial, `artifacts/<study>/trial-<n>/requests.jsonl` (every measured request's
+send, first-chunk and end times), `result.json` (its parameters) and `server.log` (whose "KV cache
+size: N tokens" line sizes the twin's pool exactly). The calibration takes the baseline (trial 0)
+and, where the study measured another KV dtype, the first complete trial of each: one run per
+dtype, at most 3, as the validation does. A trial measured by a rate search (goodput) replayed
+several schedules and is not used; nor is a failed or early-stopped one.
+
+The fitted step cost is kept beside the trials (`twin.json`) with the trial numbers and the
+workload's hash it rests on, and fitted again when they change.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from optimizer.config import kv_fit
+from optimizer.errors import ConfigError
+from optimizer.twin import step_cost
+from optimizer.twin.fit import MeasuredRun, fit
+from optimizer.twin.server import TwinServer
+from optimizer.twin.step_cost import LinearStepCost, is_fp8
+
+MAX_RUNS = 3
+CACHE = "twin.json"
+FIT_VERSION = 1  # bumped when the fit or the step-cost terms change: a stored fit is then redone
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    number: int
+    params: dict
+    records: list[dict]
+    log_text: str
+
+    @property
+    def kv_dtype(self) -> str:
+        return str(self.params.get("kv-cache-dtype") or "auto")
+
+
+@dataclass
+class Calibrated:
+    cost: LinearStepCost
+    runs: list[StoredRun]
+    servers: list[TwinServer]
+    error: float  # median |log(simulated / measured)| of the calibration runs' TTFTs and spans
+    seconds: float
+    kv_calibration: kv_fit.Calibration | None
+
+
+def stored_runs(artifacts: Path) -> list[StoredRun]:
+    """The study's complete, fully replayed trials, by number."""
+    runs = []
+    for result in sorted(Path(artifacts).glob("trial-*/result.json"), key=lambda p: _number(p.parent.name)):
+        try:
+            body = json.loads(result.read_text())
+            lines = (result.parent / "requests.jsonl").read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        if body.get("failure") or body.get("rate_search") or body.get("early_stop"):
+            continue
+        log = result.parent / "server.log"
+        runs.append(StoredRun(int(body["trial"]), dict(body["params"]), [json.loads(x) for x in lines if x.strip()],
+                              log.read_text(errors="replace") if log.exists() else ""))
+    return runs
+
+
+def _number(name: str) -> int:
+    try:
+        return int(name.removeprefix("trial-"))
+    except ValueError:
+        return 1 << 30
+
+
+def choose(runs: list[StoredRun]) -> list[StoredRun]:
+    """The baseline (the lowest number), then the first run of each KV dtype it did not have."""
+    chosen, dtypes = [], set()
+    for r in runs:
+        family = "fp8" if is_fp8(r.kv_dtype) else "16-bit"
+        if family not in dtypes and len(chosen) < MAX_RUNS:
+            chosen.append(r)
+            dtypes.add(family)
+    return chosen
+
+
+def measured_run(plan, run: StoredRun) -> tuple[MeasuredRun, TwinServer]:
+    server = TwinServer.from_flags(plan.model, plan.server_args(run.params), plan.device, run.log_text)
+    by_id = {r.id: r for r in plan.workload.requests}
+    recs = [r for r in run.records if r.get("id") in by_id]
+    times = [(r["sent_s"], r.get("first_chunk_s"), r.get("end_s"), int(r.get("output_tokens", 0)), bool(r.get("ok")))
+             for r in recs]
+    return MeasuredRun(f"trial {run.number}", server, tuple(by_id[r["id"]] for r in recs), times), server
+
+
+def calibrate(plan) -> Calibrated:
+    """The study's twin: a step cost fitted on its stored runs (or read back from `twin.json`)."""
+    runs = choose(stored_runs(plan.artifacts))
+    if not runs:
+        raise ConfigError(f"simulate: no complete trial with request records under {plan.artifacts}; run the "
+                          "study first (its baseline alone calibrates the twin)")
+    t = time.monotonic()
+    measured = [measured_run(plan, r) for r in runs]
+    key = {"version": FIT_VERSION, "terms": list(step_cost.TERMS), "trials": [r.number for r in runs],
+           "workload": plan.workload.content_hash()}
+    cost, error = _cached(plan.artifacts / CACHE, key)
+    if cost is None:
+        result = fit([m for m, _ in measured])
+        cost, error = result.cost, result.error
+        _store(plan.artifacts / CACHE, key, cost, error)
+    kv_cal = None
+    for r in runs:
+        c = kv_fit.Calibration.from_log(plan.model, plan.device, r.params, r.log_text) if r.log_text else None
+        kv_cal = c if kv_cal is None else kv_cal.merge(c)
+    return Calibrated(cost, runs, [s for _, s in measured], error, time.monotonic() - t, kv_cal)
+
+
+def _cached(path: Path, key: dict) -> tuple[LinearStepCost | None, float]:
+    try:
+        body = json.loads(path.read_text())
+        if body.get("key") == key:
+            return LinearStepCost.from_dict(body["cost"]), float(body["error"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None, 0.0
+
+
+def _store(path: Path, key: dict, cost: LinearStepCost, error: float) -> None:
+    try:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "cost": cost.as_dict(), "error": error}, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only or full disk: the fit is redone next time, nothing else is lost

@@ -1,0 +1,65 @@
+"""What the twin predicts for one configuration, in the replayer's own names, with its band.
+
+The metrics are `measure/metrics.summarize` of the simulated records (TTFT, TPOT, ITL and E2E
+percentiles, throughputs), goodput is the simulated requests that met every SLO per second of the
+window (vLLM's per-request definition, `measure/slo.good_requests`), and the server's view holds
+what `/metrics` shows (running and waiting peaks, KV usage peak, preemptions, prefix-cache hits).
+
+The band of a metric is a factor: the twin's 90th-percentile |error| on that metric, measured
+against real runs the twin was not calibrated on (bench/twin_validation.py; docs/twin.md has the
+table and its date). An interval is the prediction divided and multiplied by 1 + that error, so
+it never leaves the metric's possible range (a latency or a rate stays above 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from optimizer.measure.metrics import summarize
+from optimizer.measure.slo import good_requests
+
+# 90th-percentile |error| of a calibrated twin on runs it was not calibrated on, per metric, pooled
+# over the validation sets (bench/twin_validation.py, 2026-12-05; docs/twin.md "How far to trust it").
+# A metric not listed gets the widest band here.
+BAND = {"request_throughput": 0.10, "output_throughput": 0.10, "total_token_throughput": 0.10,
+        "ttft_ms_p50": 0.40, "ttft_ms_p95": 0.35, "ttft_ms_p99": 0.40, "tpot_ms_p50": 0.25,
+        "tpot_ms_p95": 0.25, "itl_ms_p95": 0.35, "e2el_ms_p95": 0.30, "goodput": 0.35}
+WIDEST = max(BAND.values())
+
+# Said with every prediction: what the twin does not model.
+NOT_MODELLED = ("speculative decoding without a measured acceptance rate", "LoRA adapters",
+                "multimodal encoders", "host-side stalls (the real server pauses 1-3 s at random on a busy CPU)")
+
+HEADLINE = ("request_throughput", "output_throughput", "ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50",
+            "tpot_ms_p95", "itl_ms_p95", "e2el_ms_p95")
+
+
+@dataclass
+class Prediction:
+    metrics: dict
+    server: dict
+    goodput: float | None  # requests/s that met every SLO; None without SLOs
+    steps: int
+    seconds: float  # wall time the simulation took
+    outside: list[str] = field(default_factory=list)  # why the configuration is outside the validated envelope
+
+    def band(self, metric: str) -> tuple[float, float]:
+        value = self.goodput if metric == "goodput" else self.metrics.get(metric, math.nan)
+        e = BAND.get(metric, WIDEST) * (2 if self.outside else 1)
+        if value is None or not math.isfinite(value):
+            return math.nan, math.nan
+        return value / (1 + e), value * (1 + e)
+
+    def as_dict(self) -> dict:
+        return {"metrics": self.metrics, "server": self.server, "goodput": self.goodput, "steps": self.steps,
+                "seconds": self.seconds, "outside_envelope": self.outside,
+                "bands": {m: self.band(m) for m in HEADLINE + (("goodput",) if self.goodput is not None else ())}}
+
+
+def predict(simulated, slos: tuple = (), seconds: float = 0.0) -> Prediction:
+    metrics = summarize(simulated.result)
+    goodput = None
+    if any(s.metric in ("ttft", "tpot", "e2el") for s in slos):
+        goodput = good_requests(slos, simulated.result.records) / simulated.result.window_s
+    return Prediction(metrics, simulated.server, goodput, simulated.steps, seconds)
