@@ -25,8 +25,8 @@ import numpy as np
 from optimizer.twin.step_cost import FP8_FALLBACK, TERMS, LinearStepCost
 
 ITERATIONS = 16
-DAMPING = 0.5  # each step moves half way from the best costs so far to the new solution: no oscillation
-START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-4, 1e-3, 1e-4, 1e-4, 1e-5, 1e-4), 0.005)
+DAMPING = 0.5  # each step moves half way from the current costs to the new solution: no oscillation
+START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-3, 1e-4, 1e-4, 1e-5, 1e-4), 0.005)
 
 
 @dataclass
@@ -62,7 +62,7 @@ def fit(runs: list[MeasuredRun], iterations: int = ITERATIONS, start: LinearStep
         if best is None or error < best.error:
             best = FitResult(cost, error)
         solved = _solve(np.array(rows), np.array(targets), [r.label for r in runs])
-        cost = _blend(best.cost, solved, DAMPING)
+        cost = _blend(cost, solved, DAMPING)
     best.history = history
     return best
 

@@ -29,8 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
-BASE_TERMS = ("step_s", "prefill_token_s", "prefill_attention_s", "prefill_seq_s", "decode_seq_s",
-              "decode_context_s")
+BASE_TERMS = ("step_s", "prefill_token_s", "prefill_attention_s", "decode_seq_s", "decode_context_s")
 FP8_TERMS = ("fp8_prefill_token_s", "fp8_prefill_attention_s", "fp8_decode_context_s")
 TERMS = BASE_TERMS + FP8_TERMS
 COLUMN = {name: i for i, name in enumerate(TERMS)}
@@ -50,14 +49,13 @@ class StepShape:
 
     prefill_tokens: int = 0
     prefill_attention: float = 0.0  # sum over prefill chunks of tokens x (context before + tokens / 2) / 1,000
-    prefill_seqs: int = 0  # sequences with a prompt chunk in the step
+    prefill_seqs: int = 0  # sequences with a prompt chunk in the step (not a cost term: kept for the record)
     decode_seqs: int = 0
     decode_context: float = 0.0  # sum over decoding sequences of their context / 1,000
     fp8: bool = False
 
     def counts(self) -> tuple:
-        return (1.0, self.prefill_tokens, self.prefill_attention, self.prefill_seqs, self.decode_seqs,
-                self.decode_context)
+        return (1.0, self.prefill_tokens, self.prefill_attention, self.decode_seqs, self.decode_context)
 
     def columns(self) -> tuple:
         return _LAYOUT_FP8 if self.fp8 else _LAYOUT
