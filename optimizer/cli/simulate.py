@@ -58,7 +58,7 @@ def parse_sets(items: list[str]) -> dict:
 def main(ns: argparse.Namespace, console) -> int:
     from optimizer.driver.plan import baseline_params, prepare
     from optimizer.trial.rate_search import at_rate, nominal_rate
-    from optimizer.twin import envelope
+    from optimizer.twin import envelope, vllm_scheduler
     from optimizer.twin.from_study import calibrate, stored_runs
     from optimizer.twin.prediction import NOT_MODELLED, predict
     from optimizer.twin.server import TwinServer
@@ -78,8 +78,11 @@ def main(ns: argparse.Namespace, console) -> int:
     if ns.trial is not None and ns.trial not in runs:
         raise ConfigError(f"--trial {ns.trial}: no complete, fully replayed trial {ns.trial} under {plan.artifacts} "
                           f"(complete ones: {', '.join(map(str, sorted(runs))) or 'none'})")
+    base = dict(runs[ns.trial].params) if ns.trial is not None else baseline_params(plan)
+    vllm_scheduler.engine_config(plan.model.source, plan.server_args({**base, **changes}))  # vLLM's refusal first
     cal = calibrate(plan)
-    base = dict(runs[ns.trial].params) if ns.trial is not None else {**cal.runs[0].params, **baseline_params(plan)}
+    if ns.trial is None:
+        base = {**cal.runs[0].params, **base}
     params = {**base, **changes}
     same = next((r for r in runs.values() if r.params == params), None)
     t = time.monotonic()

@@ -1,0 +1,85 @@
+"""`simulate` on a stored study, nothing booted: the study's trial files are written here the way the
+driver writes them, from runs of the twin itself with known step costs (a stand-in for real runs; the
+real ones are in tests/integration/test_parallel_cpu_trials.py and bench/twin_validation.py)."""
+
+import json
+from dataclasses import asdict
+
+import pytest
+import yaml
+
+from optimizer.cli import main
+from optimizer.config.schema import load_config
+from optimizer.driver.plan import prepare
+from optimizer.twin.server import TwinServer
+from optimizer.twin.step_cost import LinearStepCost
+
+TRUTH = LinearStepCost((0.006, 0.00003, 0.00002, 0.0011, 0.0002, 0.00003, 0.00002, 0.0002), 0.004)
+LOG = "INFO [kv_cache_utils.py:1] CPU KV cache size: 261,888 tokens\n"
+
+
+@pytest.fixture
+def study(tmp_path, tiny_model, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = {"study_name": "twin", "storage": f"sqlite:///{tmp_path / 'trials.db'}", "artifacts_dir": "artifacts",
+           "model": {"path": str(tiny_model), "load_format": "dummy", "dtype": "bfloat16"},
+           "baseline": {"max-num-seqs": 8, "gpu-memory-utilization": 0.3, "max-model-len": 2048,
+                        "kv-cache-dtype": "auto"},
+           "space": {"max-num-seqs": {"low": 2, "high": 32}},
+           "workload": {"requests": 32, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 256],
+                        "output": [16, 64], "arrival": {"process": "poisson", "rate": 8}},
+           "objective": {"name": "latency", "metric": "ttft_p95", "slos": "tpot:50"}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(cfg))
+    plan = prepare(load_config("study.yaml"))
+    for n, seqs in ((0, 8), (1, 4)):
+        params = {**cfg["baseline"], "max-num-seqs": seqs}
+        server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device, LOG)
+        sim = server.run(plan.workload.requests, None, TRUTH)
+        d = tmp_path / "artifacts" / "twin" / f"trial-{n}"
+        d.mkdir(parents=True)
+        (d / "requests.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in sim.result.records))
+        (d / "server.log").write_text(LOG)
+        (d / "result.json").write_text(json.dumps({"trial": n, "params": params, "failure": None, "early_stop": {},
+                                                   "rate_search": []}))
+    return tmp_path
+
+
+def test_simulate_predicts_a_trial_it_was_not_calibrated_on_beside_its_measured_run(study, capsys):
+    assert main(["simulate", "--config", "study.yaml", "--trial", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing booted" in out and "fitted on trial(s) 0 of this study" in out
+    assert "vLLM's own (max-num-seqs 4, token budget 2048" in out and "Not modelled:" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("TPOT p50"))
+    predicted, measured = float(row.split()[3]), float(row.split()[-1])
+    assert predicted == pytest.approx(measured, rel=0.05)
+    assert (study / "artifacts" / "twin" / "twin.json").exists()  # the fit is kept for the next question
+
+
+def test_simulate_answers_in_json_with_bands_inside_the_metrics_range(study, capsys):
+    assert main(["simulate", "--config", "study.yaml", "--set", "max-num-seqs=16", "--rate", "12", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["params"]["max-num-seqs"] == 16 and body["measured"] is None
+    for metric, (lo, hi) in body["bands"].items():
+        value = body["goodput"] if metric == "goodput" else body["metrics"][metric]
+        assert 0 < lo < value < hi, metric
+    assert body["outside_envelope"] == []  # 16 is within 8x of the calibrated 8; 12 req/s within 2x of 8
+
+
+def test_a_configuration_far_from_the_calibration_is_marked_outside(study, capsys):
+    assert main(["simulate", "--config", "study.yaml", "--set", "max-num-seqs=256", "--set", "kv-cache-dtype=fp8"]) == 0
+    out = capsys.readouterr().out
+    assert "OUTSIDE the validated envelope" in out
+    assert "KV dtype fp8 never calibrated" in out and "max-num-seqs 256 is more than 8x" in out
+
+
+def test_bad_input_is_one_line_and_writes_nothing(study, capsys):
+    before = sorted(p.name for p in (study / "artifacts" / "twin").iterdir())
+    for argv, words in ((["--set", "max-num-seqs=0"], "max_num_seqs: Input should be greater than or equal to 1"),
+                        (["--set", "max-num-seq=8"], "--set: unknown parameter 'max-num-seq'"),
+                        (["--set", "max-num-seqs=many"], "--set max-num-seqs=many: max-num-seqs takes a int"),
+                        (["--trial", "7"], "--trial 7: no complete, fully replayed trial 7"),
+                        (["--rate", "-1"], "--rate -1: give a positive number")):
+        assert main(["simulate", "--config", "study.yaml", *argv]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and words in err[0], err
+    assert sorted(p.name for p in (study / "artifacts" / "twin").iterdir()) == before
