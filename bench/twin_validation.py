@@ -184,12 +184,22 @@ def objective_value(ctx: Context, m: dict) -> float:
     return value
 
 
-def errors(pred: list[dict], meas: list[dict]) -> dict:
+POOLED: dict = {k: [] for k in METRICS}  # every twin |error| of the prescribed calibrations, for the bands
+
+
+def _p90(e: list[float]) -> float:
+    e = sorted(e)
+    return e[min(len(e) - 1, math.ceil(0.9 * len(e)) - 1)]
+
+
+def errors(pred: list[dict], meas: list[dict], pool: dict | None = None) -> dict:
     out = {}
     for k in METRICS:
         e = sorted(abs(p[k] / m[k] - 1) for p, m in zip(pred, meas) if m.get(k) and p.get(k) is not None
                    and math.isfinite(p[k]))
-        out[k] = (statistics.median(e), e[min(len(e) - 1, math.ceil(0.9 * len(e)) - 1)]) if e else (math.nan, math.nan)
+        if pool is not None:
+            pool[k] += e
+        out[k] = (statistics.median(e), _p90(e)) if e else (math.nan, math.nan)
     return out
 
 
@@ -200,6 +210,7 @@ class Outcome:
     analytic: dict
     rho: dict
     top3: dict
+    pick: dict  # the measured objective of each predictor's top pick, as a ratio to the measured best
     prefix: float
     preempt: float
     fit_s: float
@@ -207,7 +218,7 @@ class Outcome:
     n: int
 
 
-def validate(ctx: Context, chosen: list[dict], analytic: bool = True) -> Outcome:
+def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict | None = None) -> Outcome:
     from bench_analytic import AnalyticFit  # noqa: PLC0415
 
     t = time.monotonic()
@@ -228,11 +239,13 @@ def validate(ctx: Context, chosen: list[dict], analytic: bool = True) -> Outcome
         vals_m = [objective_value(ctx, x) for x in meas]
         best = max(range(len(meas)), key=lambda i: vals_m[i])
         top = sorted(range(len(p)), key=lambda i: -vals_p[i])[:3]
-        out[label] = (errors(p, meas), spearman(vals_p, vals_m), best in top)
+        metric = SETS[ctx.name]["objective"][0]
+        ratio = meas[top[0]][metric] / meas[best][metric]
+        out[label] = (errors(p, meas, pool if label == "twin" else None), spearman(vals_p, vals_m), best in top, ratio)
     prefix = max(abs(s["prefix_cache_hit_rate"] - r["server"]["prefix_cache_hit_rate"]) for s, r in zip(servers, targets))
     preempt = max(abs(s["preemptions"] - r["server"]["preemptions"]) for s, r in zip(servers, targets))
     return Outcome(out["twin"][0], out["naive"][0], out["analytic"][0], {k: v[1] for k, v in out.items()},
-                   {k: v[2] for k, v in out.items()}, prefix, preempt, fit_s, predict_s, len(targets))
+                   {k: v[2] for k, v in out.items()}, {k: v[3] for k, v in out.items()}, prefix, preempt, fit_s, predict_s, len(targets))
 
 
 def chosen_rows(ctx: Context, specs) -> list[dict]:
@@ -286,7 +299,8 @@ def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> N
         print(line)
     print(f"   Spearman by {SETS[ctx.name]['objective'][0]}: twin {o.rho['twin']:.2f}, analytic "
           f"{o.rho['analytic']:.2f}, naive {o.rho['naive']:.2f}; measured best in top 3: twin {o.top3['twin']}, "
-          f"analytic {o.top3['analytic']}")
+          f"analytic {o.top3['analytic']}; each one's top pick measured {o.pick['twin']:.2f}x / "
+          f"{o.pick['analytic']:.2f}x the measured best's {SETS[ctx.name]['objective'][0]}")
     print(f"   prefix-cache hit rate: max |difference| {o.prefix:.3f}; preemptions: max |difference| {o.preempt:.0f}")
     if spread:
         print(f"   run-to-run: {spread['configurations']} configurations, {spread['runs']} runs")
@@ -304,7 +318,7 @@ def main() -> None:
             print(f"\n== {name}: no stored runs (bench/landscape.py measure --landscape {name})")
             continue
         chosen = chosen_rows(ctx, SETS[name]["calibrate"])
-        show(ctx, validate(ctx, chosen, not ns.no_analytic), chosen, noise_floor(ctx))
+        show(ctx, validate(ctx, chosen, not ns.no_analytic, POOLED), chosen, noise_floor(ctx))
         if ns.choices:
             rng = random.Random(0)
             outs = [validate(ctx, random_choice(ctx, rng, chosen), analytic=False) for _ in range(ns.choices)]
@@ -314,6 +328,11 @@ def main() -> None:
                       f"{statistics.median(o.twin[k][1] for o in outs):>7.1%}")
             print(f"   Spearman median {statistics.median(o.rho['twin'] for o in outs):.2f}; measured best in top 3 "
                   f"in {sum(o.top3['twin'] for o in outs)} of {ns.choices}")
+    print(f"\n== pooled over the sets ({len(POOLED['request_throughput'])} predictions): the twin's median and "
+          "90th-percentile |error|, the band simulate prints (twin/prediction.py BAND)")
+    for k, e in POOLED.items():
+        if e:
+            print(f"   {k:<20}{statistics.median(e):>9.1%}{_p90(e):>7.1%}")
 
 
 if __name__ == "__main__":

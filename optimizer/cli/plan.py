@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.cli.whatif_args import WhatIfArgs, parse_whatif
-from optimizer.errors import ConfigError
+from optimizer.errors import ConfigError, OptimizerError
 from optimizer.fleet.scaling import for_trial
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import parse_slos
@@ -102,10 +103,39 @@ def _whatif_lines(w: WhatIfArgs, ns, study, measured, slos) -> list[str]:
     serving = w.serving(study, measured)
     rows = fleet_rows.rows(w.source, w.arch, w.devices, w.tps, serving, isl, osl, cal, slos, ns.peak_qps,
                            ns.headroom, w.prices)
+    rows, twin_note = _through_twin(ns, w, rows, serving, slos)
     header = (f"What-if: {w.arch.name}, {isl:,} prompt + {osl:,} output tokens a request, max-num-seqs "
               f"{serving.max_num_seqs}, gpu-memory-utilization {serving.utilization:g}, kv-cache-dtype "
               f"{serving.kv_dtype}; peak {ns.peak_qps:g} req/s, headroom {ns.headroom:.0%}")
-    return describe_whatif(rows, cal, header, describe_slos(slos) if slos else "")
+    lines = describe_whatif(rows, cal, header, describe_slos(slos) if slos else "")
+    lines[-1:-1] = [twin_note]  # before the closing "every row above is predicted"
+    return lines
+
+
+def _through_twin(ns, w: WhatIfArgs, rows, serving, slos):
+    """Each row the twin can answer on the study's own workload, and a line saying what answered.
+    The mean estimate's row stays where the twin cannot (its note says why)."""
+    from optimizer.driver.plan import load_workload  # noqa: PLC0415
+    from optimizer.twin.whatif_rows import twin_row  # noqa: PLC0415
+
+    try:
+        model, workload = load_workload(load(ns))
+    except OptimizerError as exc:
+        return rows, f"  the twin did not answer ({exc}); every row is the mean estimate"
+    params = {"max-num-seqs": serving.max_num_seqs, "gpu-memory-utilization": serving.utilization,
+              "kv-cache-dtype": serving.kv_dtype}
+    try:
+        answers = [twin_row(model, w.arch, r, params, workload.requests, workload.concurrency, slos, ns.peak_qps,
+                            ns.headroom, w.prices.get(r.device.name), workload.longest_request()) for r in rows]
+    except OptimizerError as exc:  # vLLM's config classes cannot read the model here (a Hub id offline, say)
+        return rows, f"  the twin did not answer ({exc}); every row is the mean estimate"
+    out = [row for row, _ in answers]
+    why = sorted({reason for _, reason in answers if reason})
+    out.sort(key=lambda r: (not r.usable, r.cost_per_h if r.cost_per_h is not None else math.inf, r.devices, r.ttft_s))
+    reqs = len(workload.requests)
+    return out, (f"  rows by the twin: the study's {workload.name} workload ({reqs} requests) through vLLM's "
+                 "scheduler at rising rates, its TTFT and TPOT p95s; other rows: the mean estimate"
+                 + (f" (the twin did not answer: {'; '.join(why)})" if why else ""))
 
 
 def _topologies(ns, console, study, slos, study_slos) -> None:

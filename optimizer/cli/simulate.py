@@ -4,7 +4,9 @@ the server (optimizer/twin/) in seconds, with nothing booted.
 The twin is calibrated on the study's stored runs (the baseline alone is enough); the
 configuration is the baseline, a trial's (`--trial N`), or the baseline with knobs changed
 (`--set max-num-seqs=64`); `--rate R` replays the study's open-loop schedule at R requests/s.
-When the configuration is one a trial measured, its measured figures are printed beside.
+When the configuration is one a trial measured, its measured figures are printed beside. With
+`--what-if DEVICE` the twin runs vLLM's scheduler with that GPU's defaults and the roofline's step
+costs (optimizer/twin/gpu.py) instead, and needs no run of the study.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                    help="change a knob from the baseline's (or --trial's) value; repeat for several")
     p.add_argument("--rate", type=float, help="requests/s to replay the study's open-loop schedule at")
+    p.add_argument("--what-if", help="predict on this GPU instead (a device of plan --what-if's table, or the config's "
+                   "whatif.devices): vLLM's GPU defaults, the roofline's step costs; no study run needed")
     p.add_argument("--json", action="store_true", help="print the prediction as one JSON object")
     add_flags(p, *STUDY_FLAGS)
     return p
@@ -56,24 +60,61 @@ def parse_sets(items: list[str]) -> dict:
 
 
 def main(ns: argparse.Namespace, console) -> int:
-    from optimizer.driver.plan import baseline_params, prepare
-    from optimizer.trial.rate_search import at_rate, nominal_rate
-    from optimizer.twin import envelope, vllm_scheduler
-    from optimizer.twin.from_study import calibrate, stored_runs
-    from optimizer.twin.prediction import NOT_MODELLED, predict
-    from optimizer.twin.server import TwinServer
+    from optimizer.driver.plan import prepare
 
     if ns.rate is not None and not (ns.rate > 0 and math.isfinite(ns.rate)):
         raise ConfigError(f"--rate {ns.rate:g}: give a positive number of requests per second")
     changes = parse_sets(ns.set)  # refused before the study is read
-    plan = prepare(load(ns))
-    requests, concurrency = plan.workload.requests, plan.workload.concurrency
-    calibrated_rate = nominal_rate(requests)
-    if ns.rate is not None:
-        if calibrated_rate is None:
-            raise ConfigError(f"--rate: the workload '{plan.workload.name}' is a closed loop "
-                              f"({concurrency} in flight), with no schedule to replay at a rate; drop --rate")
-        requests = at_rate(requests, ns.rate)
+    cfg = load(ns)
+    device = _device(ns.what_if, cfg) if ns.what_if else None
+    plan = prepare(cfg)
+    requests = _requests(plan, ns.rate)
+    if device is not None:
+        params, pred, server, note = _on_gpu(plan, ns, changes, device, requests)
+        cal, measured = None, None
+    else:
+        params, pred, server, cal, measured = _calibrated(plan, ns, changes, requests)
+        note = ""
+    if ns.json:
+        console.print(json.dumps({"params": params, "scheduler": server.describe(), **pred.as_dict(),
+                                  "calibrated_on": [r.number for r in cal.runs] if cal else [],
+                                  "what_if": device.name if device else None, "measured": measured},
+                                 default=str), markup=False)
+        return 0
+    for line in _describe(plan, params, server, pred, cal, measured, ns.rate, note):
+        console.print(line, markup=False)
+    return 0
+
+
+def _device(name: str, cfg):
+    from optimizer.whatif import devices
+
+    custom = {k.lower(): v for k, v in cfg.whatif.devices.items()}
+    key = name.strip().lower()
+    return devices.custom(key, custom[key]) if key in custom else devices.known(name)
+
+
+def _requests(plan, rate: float | None):
+    from optimizer.trial.rate_search import at_rate, nominal_rate
+
+    requests = plan.workload.requests
+    if rate is None:
+        return requests
+    if nominal_rate(requests) is None:
+        raise ConfigError(f"--rate: the workload '{plan.workload.name}' is a closed loop "
+                          f"({plan.workload.concurrency} in flight), with no schedule to replay at a rate; drop --rate")
+    return at_rate(requests, rate)
+
+
+def _calibrated(plan, ns, changes: dict, requests):
+    """The twin calibrated on the study's runs, for the baseline or --trial with --set's changes."""
+    from optimizer.driver.plan import baseline_params
+    from optimizer.trial.rate_search import nominal_rate
+    from optimizer.twin import envelope, vllm_scheduler
+    from optimizer.twin.from_study import calibrate, stored_runs
+    from optimizer.twin.prediction import predict
+    from optimizer.twin.server import TwinServer
+
     runs = {r.number: r for r in stored_runs(plan.artifacts)}
     if ns.trial is not None and ns.trial not in runs:
         raise ConfigError(f"--trial {ns.trial}: no complete, fully replayed trial {ns.trial} under {plan.artifacts} "
@@ -81,27 +122,39 @@ def main(ns: argparse.Namespace, console) -> int:
     base = dict(runs[ns.trial].params) if ns.trial is not None else baseline_params(plan)
     vllm_scheduler.engine_config(plan.model.source, plan.server_args({**base, **changes}))  # vLLM's refusal first
     cal = calibrate(plan)
-    if ns.trial is None:
-        base = {**cal.runs[0].params, **base}
-    params = {**base, **changes}
+    params = {**(base if ns.trial is not None else {**cal.runs[0].params, **base}), **changes}
     same = next((r for r in runs.values() if r.params == params), None)
     t = time.monotonic()
     server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device,
                                    same.log_text if same else "", cal.kv_calibration)
-    sim = server.run(requests, concurrency, cal.cost)
-    pred = predict(sim, plan.objective.slos, time.monotonic() - t)
-    pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params, ns.rate, calibrated_rate)
+    pred = predict(server.run(requests, plan.workload.concurrency, cal.cost), plan.objective.slos,
+                   time.monotonic() - t)
+    pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params, ns.rate,
+                                    nominal_rate(plan.workload.requests))
     measured = _measured(plan, same) if same is not None and ns.rate is None else None
-    if ns.json:
-        console.print(json.dumps({"params": params, "server": server.describe(), **pred.as_dict(),
-                                  "calibrated_on": [r.number for r in cal.runs], "measured": measured},
-                                 default=str), markup=False)
-        return 0
-    lines = _describe(plan, params, server, pred, cal, measured, ns.rate)
-    lines.append("Not modelled: " + "; ".join(NOT_MODELLED) + ".")
-    for line in lines:
-        console.print(line, markup=False)
-    return 0
+    return params, pred, server, cal, measured
+
+
+def _on_gpu(plan, ns, changes: dict, device, requests):
+    """The twin on a GPU not owned: vLLM's GPU defaults, the roofline's pool and step cost."""
+    from optimizer.driver.plan import baseline_params
+    from optimizer.twin.gpu import gpu_twin
+    from optimizer.twin.prediction import predict, roofline_bands
+    from optimizer.whatif import architecture
+
+    if ns.trial is not None:
+        raise ConfigError("--trial goes without --what-if: a trial's CPU flags say nothing of a GPU's; give the "
+                          "knobs to predict with --set")
+    params = {**baseline_params(plan), **changes}
+    longest = plan.workload.longest_request()
+    mml = int(params.get("max-model-len") or max(longest, 1))
+    t = time.monotonic()
+    server, cost = gpu_twin(plan.model, architecture.load(plan.model.source), device, params, mml)
+    pred = predict(server.run(requests, plan.workload.concurrency, cost), plan.objective.slos, time.monotonic() - t)
+    pred.bands = roofline_bands()
+    note = (f"on {device.name} (not owned): vLLM's GPU defaults, KV pool and step costs from the roofline fitted "
+            "on published measurements; nothing here ran on this GPU, so the band is the roofline's own")
+    return params, pred, server, note
 
 
 def _measured(plan, run) -> dict:
@@ -124,13 +177,18 @@ ROWS = (("request_throughput", "requests/s", 1), ("output_throughput", "output t
         ("tpot_ms_p95", "TPOT p95 (ms)", 1), ("itl_ms_p95", "ITL p95 (ms)", 1), ("e2el_ms_p95", "E2E p95 (ms)", 0))
 
 
-def _describe(plan, params, server, pred, cal, measured, rate) -> list[str]:
+def _describe(plan, params, server, pred, cal, measured, rate, note: str = "") -> list[str]:
+    from optimizer.twin.prediction import NOT_MODELLED
+
     knobs = " ".join(f"{k}={v}" for k, v in params.items())
     load_text = f"{rate:g} req/s" if rate else plan.workload.description
     lines = [f"Twin of {knobs} on {load_text}: nothing booted, {pred.seconds:.2f} s, {pred.steps:,} engine steps",
-             f"  scheduler: vLLM's own ({server.describe()})",
-             f"  step costs: fitted on trial(s) {', '.join(str(r.number) for r in cal.runs)} of this study "
-             f"(median error on them {math.expm1(cal.error):.1%}): {cal.cost.describe()}"]
+             f"  scheduler: vLLM's own ({server.describe()})"]
+    if cal is not None:
+        lines.append(f"  step costs: fitted on trial(s) {', '.join(str(r.number) for r in cal.runs)} of this study "
+                     f"(median error on them {math.expm1(cal.error):.1%}): {cal.cost.describe()}")
+    if note:
+        lines.append(f"  {note}")
     if pred.outside:
         lines.append("  OUTSIDE the validated envelope (the band is doubled): " + "; ".join(pred.outside))
     head = f"  {'':<16}{'predicted':>12}  {'band':>21}"
@@ -149,4 +207,5 @@ def _describe(plan, params, server, pred, cal, measured, rate) -> list[str]:
                  f"{s['prefix_cache_hit_rate']:.1%}, mean queue {s['queue_time_mean_ms']:.0f} ms")
     if measured:
         lines.append("  measured: the stored run of the trial with these flags (its own replay, not re-run)")
+    lines.append("Not modelled: " + "; ".join(NOT_MODELLED) + ".")
     return lines

@@ -20,12 +20,26 @@ from optimizer.measure.metrics import summarize
 from optimizer.measure.slo import good_requests
 
 # 90th-percentile |error| of a calibrated twin on runs it was not calibrated on, per metric, pooled
-# over the validation sets (bench/twin_validation.py, 2026-12-05; docs/twin.md "How far to trust it").
-# A metric not listed gets the widest band here.
-BAND = {"request_throughput": 0.10, "output_throughput": 0.10, "total_token_throughput": 0.10,
-        "ttft_ms_p50": 0.40, "ttft_ms_p95": 0.35, "ttft_ms_p99": 0.40, "tpot_ms_p50": 0.25,
-        "tpot_ms_p95": 0.25, "itl_ms_p95": 0.35, "e2el_ms_p95": 0.30, "goodput": 0.35}
-WIDEST = max(BAND.values())
+# over the 4 validation sets, 105 predictions (bench/twin_validation.py, 2026-12-05; docs/twin.md
+# "How far to trust it"). ITL and TTFT p99 were not validated: they get the widest latency band.
+BAND = {"request_throughput": 0.104, "output_throughput": 0.104, "total_token_throughput": 0.104,
+        "ttft_ms_p50": 0.364, "ttft_ms_p90": 0.364, "ttft_ms_p95": 0.287, "ttft_ms_p99": 0.364,
+        "tpot_ms_p50": 0.229, "tpot_ms_p90": 0.229, "tpot_ms_p95": 0.200, "itl_ms_p95": 0.364,
+        "e2el_ms_p50": 0.228, "e2el_ms_p95": 0.228, "goodput": 0.898}
+
+
+def roofline_bands() -> dict:
+    """The roofline's own band on published measurements it was never fitted on (whatif/calibration.py's
+    prior), per twin metric: what a GPU twin's answer carries before any run on that GPU corrects it."""
+    from optimizer.whatif.calibration import PRIOR
+
+    e = {k: math.expm1(v) for k, v in PRIOR.items()}
+    out = {m: e["throughput"] for m in ("request_throughput", "output_throughput", "total_token_throughput",
+                                         "goodput")}
+    out.update({m: e["ttft_s"] for m in ("ttft_ms_p50", "ttft_ms_p95", "ttft_ms_p99")})
+    out.update({m: e["tpot_s"] for m in ("tpot_ms_p50", "tpot_ms_p95", "itl_ms_p95")})
+    out["e2el_ms_p95"] = max(e.values())
+    return out
 
 # Said with every prediction: what the twin does not model.
 NOT_MODELLED = ("speculative decoding without a measured acceptance rate", "LoRA adapters",
@@ -43,10 +57,12 @@ class Prediction:
     steps: int
     seconds: float  # wall time the simulation took
     outside: list[str] = field(default_factory=list)  # why the configuration is outside the validated envelope
+    bands: dict | None = None  # per metric, replacing BAND (a step cost with a band of its own: the roofline's)
 
     def band(self, metric: str) -> tuple[float, float]:
         value = self.goodput if metric == "goodput" else self.metrics.get(metric, math.nan)
-        e = BAND.get(metric, WIDEST) * (2 if self.outside else 1)
+        table = self.bands or BAND
+        e = table.get(metric, max(table.values())) * (2 if self.outside else 1)
         if value is None or not math.isfinite(value):
             return math.nan, math.nan
         return value / (1 + e), value * (1 + e)

@@ -68,7 +68,7 @@ def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, se
     sends = _Sends(reqs, index, concurrency if send_times is None else None, send_times)
     arrivals: list[tuple[float, int]] = []  # (visible at, request index)
     vreq: dict[str, object] = {}
-    clock, step, last_start = 0.0, 0, -math.inf
+    clock, step, last_start, last_end = 0.0, 0, -math.inf, -math.inf
     peaks = {"running_peak": 0, "waiting_peak": 0, "kv_cache_usage_peak": 0.0}
     queries = hits = 0
 
@@ -87,7 +87,7 @@ def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, se
             scheduler.add_request(vr)
             if log is not None:
                 log.visible[i] = visible
-                log.first_step[i] = step - 1 if last_start <= visible < clock else step
+                log.first_step[i] = step - 1 if last_start <= visible < last_end else step
         if not scheduler.has_requests():
             nxt = min(sends.next_time(), arrivals[0][0] if arrivals else math.inf)
             if nxt == math.inf:
@@ -96,6 +96,7 @@ def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, se
             continue
         out = scheduler.schedule()
         if out.total_num_scheduled_tokens == 0:  # nothing fits now: wait for the next arrival, or give up
+            scheduler.update_from_output(out, _runner_output(out, {}))
             nxt = min(sends.next_time(), arrivals[0][0] if arrivals else math.inf)
             if nxt == math.inf:
                 break
@@ -107,6 +108,7 @@ def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, se
         peaks["kv_cache_usage_peak"] = max(peaks["kv_cache_usage_peak"], scheduler.get_kv_cache_usage())
         last_start = clock
         clock += max(cost.seconds(shape), 1e-6)
+        last_end = clock
         if log is not None:
             log.starts.append(last_start)
             log.shapes.append(shape)

@@ -102,12 +102,12 @@ def kv_bytes_per_token(arch: Architecture, s: Serving) -> float:
     return arch.kv_bytes_per_token(s.kv_dtype) * max(1, arch.kv_heads // s.tp) / arch.kv_heads
 
 
-def _peak(device: DeviceSpec, arch: Architecture, eff: Efficiency) -> float:
+def peak_flops(device: DeviceSpec, arch: Architecture, eff: Efficiency) -> float:
     fp8 = arch.fp8_weights and device.fp8_tflops
     return (device.fp8_tflops if fp8 else device.bf16_tflops) * 1e12 * eff.compute
 
 
-def _allreduce(arch: Architecture, device: DeviceSpec, tokens: float, tp: int, eff: Efficiency) -> float:
+def allreduce_time(arch: Architecture, device: DeviceSpec, tokens: float, tp: int, eff: Efficiency) -> float:
     if tp <= 1:
         return 0.0
     per = 2 * (tp - 1) / tp * tokens * arch.hidden * ACTIVATION_BYTES / (device.link_gbs * 1e9 / 2)
@@ -117,9 +117,9 @@ def _allreduce(arch: Architecture, device: DeviceSpec, tokens: float, tp: int, e
 def prefill_s(arch: Architecture, device: DeviceSpec, s: Serving, tokens: int, eff: Efficiency = FITTED) -> float:
     """One prompt of `tokens` alone."""
     flops = (tokens - 1) * arch.flops_per_token(tokens / 2, logits=False) + arch.flops_per_token(tokens / 2)
-    compute = flops / s.tp / _peak(device, arch, eff)  # logits for the last token only
+    compute = flops / s.tp / peak_flops(device, arch, eff)  # logits for the last token only
     read = arch.bytes_read(tokens) / s.tp / (device.bandwidth_gbs * 1e9 * eff.bandwidth)
-    return max(compute, read) + _allreduce(arch, device, tokens, s.tp, eff) + arch.layers * eff.layer_s
+    return max(compute, read) + allreduce_time(arch, device, tokens, s.tp, eff) + arch.layers * eff.layer_s
 
 
 def decode_step_s(arch: Architecture, device: DeviceSpec, s: Serving, batch: int, context: float,
@@ -127,8 +127,8 @@ def decode_step_s(arch: Architecture, device: DeviceSpec, s: Serving, batch: int
     """One decode step of `batch` sequences at `context` tokens each."""
     read = arch.bytes_read(batch) / s.tp + batch * context * kv_bytes_per_token(arch, s)
     memory = read / (device.bandwidth_gbs * 1e9 * eff.bandwidth)
-    compute = batch * arch.flops_per_token(context) / s.tp / _peak(device, arch, eff)
-    return max(memory, compute) + arch.layers * eff.layer_s + _allreduce(arch, device, batch, s.tp, eff)
+    compute = batch * arch.flops_per_token(context) / s.tp / peak_flops(device, arch, eff)
+    return max(memory, compute) + arch.layers * eff.layer_s + allreduce_time(arch, device, batch, s.tp, eff)
 
 
 def kv_capacity_tokens(arch: Architecture, device: DeviceSpec, s: Serving) -> int:

@@ -222,8 +222,22 @@ CASES = [
      SPACE + "regression: {enabled: true, prompts_file: prompts.txt}\n", [], None,
      "regression.prompts_file prompts.txt: cannot read it (No such file or directory); give a UTF-8 text file "
      "with one prompt per line"),
+    ("simulate-no-runs", "a simulation with no stored run to calibrate on", SPACE, ["simulate"], None,
+     "simulate: no complete trial with request records under <dir>/artifacts/tune; run the study first (its "
+     "baseline alone calibrates the twin)"),
+    ("simulate-refused-flags", "a simulated configuration vLLM would refuse", SPACE,
+     ["simulate", "--set", "max-num-seqs=0"], None,
+     "vLLM refuses the flags: max_num_batched_tokens: Input should be greater than or equal to 1; max_num_seqs: "
+     "Input should be greater than or equal to 1"),
+    ("simulate-unknown-knob", "a simulated knob that is not one", SPACE, ["simulate", "--set", "max-num-seq=8"], None,
+     "--set: unknown parameter 'max-num-seq'; did you mean 'max-num-seqs'? known: max-num-seqs, "
+     "gpu-memory-utilization, max-model-len, kv-cache-dtype, enable-chunked-prefill, max-num-batched-tokens, "
+     "enable-prefix-caching, block-size, tensor-parallel-size, pipeline-parallel-size, data-parallel-size, "
+     "attention-backend, speculative-config"),
+    ("simulate-closed-rate", "a simulated rate on a closed-loop workload", SPACE, ["simulate", "--rate", "4"], None,
+     "--rate: the workload 'chat' is a closed loop (32 in flight), with no schedule to replay at a rate; drop --rate"),
 ]
-COMMANDS = ("daemon", "report", "plan", "scale", "regress")
+COMMANDS = ("daemon", "report", "plan", "scale", "regress", "simulate")
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -169,3 +169,28 @@ def test_a_short_tp_flag_is_read_and_pipeline_parallel_trials_are_left_out(tmp_p
     assert knobs_of(t)["tensor-parallel-size"] == "2" and serving_of(t, roofline.Serving()).tp == 2
     study.add_trial(t)
     assert from_study(study, model, architecture.load(model)).points["tpot_s"] == 3  # the pp 2 trial is not a point
+
+
+def test_on_an_open_loop_workload_the_twin_answers_each_row_and_says_so(tmp_path, tiny_model):
+    """The study's own workload (Poisson arrivals, its length spread) through vLLM's scheduler with the
+    device's defaults and the roofline's step cost, at rising rates: the twin's rows say so; a closed
+    loop leaves every row to the mean estimate, and says why."""
+    config = tmp_path / "study.yaml"
+    body = (f"study_name: s\nstorage: sqlite:///{tmp_path / 'none.db'}\nmodel: {{path: {tiny_model}}}\n"
+            "workload: {requests: 48, long_share: 0.1, arrival: {process: poisson, rate: 20}}\n")
+    config.write_text(body)
+    argv = ["--config", str(config), "--peak-qps", "50", "--tokens-per-request", "300", "--output-tokens", "100",
+            "--what-if", "l4,h100", "--tp", "1", "--slo", "ttft:200 tpot:20"]
+    code, lines = run_plan(argv)
+    assert code == 0
+    rows = [x for x in lines if x.startswith("  l4 ") or x.startswith("  h100 ")]
+    assert len(rows) == 2 and all("twin (vLLM's scheduler, roofline step cost), predicted" in r for r in rows)
+    assert "  rows by the twin: the study's chat workload (48 requests) through vLLM's scheduler at rising rates, " \
+           "its TTFT and TPOT p95s; other rows: the mean estimate" in lines
+    assert lines[-1] == "  every row above is predicted, not measured"
+    h100, l4 = (next(r for r in rows if r.split()[0] == d) for d in ("h100", "l4"))
+    assert float(h100.split()[4]) > float(l4.split()[4])  # more bandwidth and FLOPs: more req/s a replica
+    config.write_text(body.replace("process: poisson, rate: 20", "process: closed, concurrency: 8"))
+    code, lines = run_plan(argv)
+    assert code == 0 and not any("twin (vLLM" in x for x in lines)
+    assert any("the twin did not answer: the study's workload is a closed loop" in x for x in lines)
