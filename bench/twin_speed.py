@@ -1,12 +1,14 @@
 """The twin's speed: 12,000 chat requests (10 minutes of traffic at 20 req/s, Poisson) through
 vLLM's own scheduler on one core, against the 600 s the same traffic takes to replay for real.
 
-The step costs are fixed round numbers of a server that keeps up with the load (3 ms a step, 0.1 ms
-a decoding sequence, 10 us a prompt token; ~60 sequences running), so the run measures the twin's
-own cost per step and per request, not a queue that grows without end. Prints the wall time, the
-engine steps and requests per second of wall time, and the ratio to the traffic's own duration.
+The step costs are round numbers of a server that keeps up with the load: `--step-ms` a step (3 by
+default: a small model on a fast GPU; 12 is an 8B model's decode step on an H100-class GPU), 0.1 ms
+a decoding sequence, 10 us a prompt token. The twin's own cost is per engine step (vLLM's
+schedule() and update_from_output()), so a faster server takes more steps for the same traffic and
+longer to simulate. Prints the wall time, the engine steps and requests per second of wall time,
+and the ratio to the traffic's own duration.
 
-    .venv/bin/python bench/twin_speed.py [--requests 12000] [--rate 20] [--core 1]
+    .venv/bin/python bench/twin_speed.py [--requests 12000] [--rate 20] [--step-ms 3] [--core 1]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=12000)
     p.add_argument("--rate", type=float, default=20.0)
+    p.add_argument("--step-ms", type=float, default=3.0)
     p.add_argument("--core", type=int, default=os.cpu_count() - 1)
     ns = p.parse_args()
     os.sched_setaffinity(0, {ns.core})
@@ -44,13 +47,14 @@ def main() -> None:
     made = time.monotonic() - t
     model = load_model_info(model.source, "bfloat16")
     server = TwinServer.from_flags(model, ["--max-model-len", "8192", "--kv-cache-memory-bytes", str(4 << 30)])
-    cost = LinearStepCost((0.003, 1e-5, 1e-6, 1e-4, 1e-5, 1e-5, 1e-6, 1e-5), 0.002)
+    cost = LinearStepCost((ns.step_ms / 1000, 1e-5, 1e-6, 1e-4, 1e-5, 1e-5, 1e-6, 1e-5), 0.002)
     t = time.monotonic()
     sim = server.run(workload.requests, workload.concurrency, cost)
     wall = time.monotonic() - t
     m = summarize(sim.result)
     traffic = max(r.offset_s for r in workload.requests)
-    print(f"{ns.requests:,} requests over {traffic:.0f} s of traffic ({ns.rate:g} req/s), one core ({ns.core}):")
+    print(f"{ns.requests:,} requests over {traffic:.0f} s of traffic ({ns.rate:g} req/s), one core ({ns.core}), "
+          f"{ns.step_ms:g} ms a step:")
     print(f"  simulated in {wall:.2f} s: {sim.steps:,} engine steps ({sim.steps / wall:,.0f} a second), "
           f"{ns.requests / wall:,.0f} requests a second; {traffic / wall:.0f}x faster than replaying it for real")
     print(f"  (the workload's materialization, outside the twin: {made:.1f} s)")

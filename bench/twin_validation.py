@@ -225,7 +225,8 @@ def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict
     fitted, kv_cal = calibrate(ctx, chosen)
     fit_s = time.monotonic() - t
     keys = {landscape.key(r["params"]) for r in chosen}
-    targets = [r for r in ctx.rows if landscape.key(r["params"]) not in keys]
+    dtypes = {r["params"]["kv-cache-dtype"] for r in chosen}  # a dtype no run calibrated is outside the envelope
+    targets = [r for r in ctx.rows if landscape.key(r["params"]) not in keys and r["params"]["kv-cache-dtype"] in dtypes]
     t = time.monotonic()
     preds, servers = zip(*(predict_twin(ctx, r, fitted.cost, kv_cal) for r in targets))
     predict_s = time.monotonic() - t
@@ -311,6 +312,8 @@ def main() -> None:
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--choices", type=int, default=0, help="also fit N random calibration choices of the same shape")
     p.add_argument("--no-analytic", action="store_true")
+    p.add_argument("--one-run", action="store_true", help="calibrate on the first calibration run alone (the baseline: "
+                   "what `simulate` has after one boot); its pooled 90th percentiles are the one-run bands")
     ns = p.parse_args()
     for name in ns.sets.split(","):
         ctx = context(name)
@@ -318,6 +321,8 @@ def main() -> None:
             print(f"\n== {name}: no stored runs (bench/landscape.py measure --landscape {name})")
             continue
         chosen = chosen_rows(ctx, SETS[name]["calibrate"])
+        if ns.one_run:
+            chosen = chosen[:1]
         show(ctx, validate(ctx, chosen, not ns.no_analytic, POOLED), chosen, noise_floor(ctx))
         if ns.choices:
             rng = random.Random(0)

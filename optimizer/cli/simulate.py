@@ -112,7 +112,7 @@ def _calibrated(plan, ns, changes: dict, requests):
     from optimizer.trial.rate_search import nominal_rate
     from optimizer.twin import envelope, vllm_scheduler
     from optimizer.twin.from_study import calibrate, stored_runs
-    from optimizer.twin.prediction import predict
+    from optimizer.twin.prediction import BAND_ONE_RUN, predict
     from optimizer.twin.server import TwinServer
 
     runs = {r.number: r for r in stored_runs(plan.artifacts)}
@@ -131,6 +131,8 @@ def _calibrated(plan, ns, changes: dict, requests):
                    time.monotonic() - t)
     pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params, ns.rate,
                                     nominal_rate(plan.workload.requests))
+    if len(cal.runs) == 1:
+        pred.bands = BAND_ONE_RUN
     measured = _measured(plan, same) if same is not None and ns.rate is None else None
     return params, pred, server, cal, measured
 
@@ -187,6 +189,9 @@ def _describe(plan, params, server, pred, cal, measured, rate, note: str = "") -
     if cal is not None:
         lines.append(f"  step costs: fitted on trial(s) {', '.join(str(r.number) for r in cal.runs)} of this study "
                      f"(median error on them {math.expm1(cal.error):.1%}): {cal.cost.describe()}")
+        if len(cal.runs) == 1:
+            lines.append("  bands: a twin calibrated on one run (a run of the other KV dtype, or one more run, "
+                         "narrows them)")
     if note:
         lines.append(f"  {note}")
     if pred.outside:
