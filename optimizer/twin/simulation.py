@@ -59,76 +59,96 @@ def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, se
              keep_steps: bool = False) -> Simulated:
     """Replay `requests` (workload Requests) through `scheduler` (a fresh vLLM Scheduler) with `cost`.
     `send_times` (seconds, one per request) replaces the schedule: every request is sent then."""
-    reqs = list(requests)
-    n = len(reqs)
-    index = {r.id: i for i, r in enumerate(reqs)}
-    hasher = block_hasher(scheduler.cache_config.block_size) if scheduler.cache_config.enable_prefix_caching else None
-    st = _State(n, [math.nan] * n, [[] for _ in range(n)], [math.nan] * n)
-    log = StepLog() if keep_steps else None
-    sends = _Sends(reqs, index, concurrency if send_times is None else None, send_times)
-    arrivals: list[tuple[float, int]] = []  # (visible at, request index)
-    vreq: dict[str, object] = {}
-    clock, step, last_start, last_end = 0.0, 0, -math.inf, -math.inf
-    peaks = {"running_peak": 0, "waiting_peak": 0, "kv_cache_usage_peak": 0.0}
-    queries = hits = 0
+    run = _Replay(list(requests), concurrency, scheduler, cost, send_times, keep_steps)
+    while run.step < MAX_STEPS and run.advance():
+        pass
+    st = run.st
+    prompt_tokens = sum(len(r.prompt_token_ids) for r in run.reqs)
+    return Simulated(_result(run.reqs, st), _server(st, run.peaks, run.queries, run.hits, prompt_tokens), run.step,
+                     run.log)
 
-    def send_due(now: float) -> None:
-        for t, i in sends.due(now):
-            st.sent[i] = t
-            heapq.heappush(arrivals, (t + cost.intake_s, i))
 
-    while step < MAX_STEPS:
-        send_due(clock)
-        while arrivals and arrivals[0][0] <= clock:
-            visible, i = heapq.heappop(arrivals)
-            r = reqs[i]
-            vr = new_request(r.id, list(r.prompt_token_ids), r.max_tokens, visible, hasher)
-            vreq[r.id] = vr
-            scheduler.add_request(vr)
-            if log is not None:
-                log.visible[i] = visible
-                log.first_step[i] = step - 1 if last_start <= visible < last_end else step
-        if not scheduler.has_requests():
-            nxt = min(sends.next_time(), arrivals[0][0] if arrivals else math.inf)
-            if nxt == math.inf:
-                break
-            clock = max(clock, nxt)
-            continue
-        out = scheduler.schedule()
+class _Replay:
+    """The engine loop's state: the clock, the requests sent and visible, vLLM's scheduler, the counters."""
+
+    def __init__(self, reqs, concurrency, scheduler, cost, send_times, keep_steps: bool):
+        n = len(reqs)
+        self.reqs, self.scheduler, self.cost = reqs, scheduler, cost
+        self.index = {r.id: i for i, r in enumerate(reqs)}
+        caching = scheduler.cache_config.enable_prefix_caching
+        self.hasher = block_hasher(scheduler.cache_config.block_size) if caching else None
+        self.st = _State(n, [math.nan] * n, [[] for _ in range(n)], [math.nan] * n)
+        self.log = StepLog() if keep_steps else None
+        self.sends = _Sends(reqs, self.index, concurrency if send_times is None else None, send_times)
+        self.arrivals: list[tuple[float, int]] = []  # (visible at, request index)
+        self.vreq: dict[str, object] = {}
+        self.clock, self.step, self.last_start, self.last_end = 0.0, 0, -math.inf, -math.inf
+        self.peaks = {"running_peak": 0, "waiting_peak": 0, "kv_cache_usage_peak": 0.0}
+        self.queries = self.hits = 0
+
+    def advance(self) -> bool:
+        """Take what has arrived, then run one step (or wait for the next arrival); False when done."""
+        self._admit()
+        if not self.scheduler.has_requests():
+            return self._wait()
+        out = self.scheduler.schedule()
         if out.total_num_scheduled_tokens == 0:  # nothing fits now: wait for the next arrival, or give up
-            scheduler.update_from_output(out, _runner_output(out, {}))
-            nxt = min(sends.next_time(), arrivals[0][0] if arrivals else math.inf)
-            if nxt == math.inf:
-                break
-            clock = max(clock, nxt)
-            continue
-        shape, sampled = _shape(out, scheduler, st, index, clock)
-        peaks["running_peak"] = max(peaks["running_peak"], len(scheduler.running))
-        peaks["waiting_peak"] = max(peaks["waiting_peak"], len(scheduler.waiting))
-        peaks["kv_cache_usage_peak"] = max(peaks["kv_cache_usage_peak"], scheduler.get_kv_cache_usage())
-        last_start = clock
-        clock += max(cost.seconds(shape), 1e-6)
-        last_end = clock
-        if log is not None:
-            log.starts.append(last_start)
-            log.shapes.append(shape)
-        engine_out = scheduler.update_from_output(out, _runner_output(out, sampled))
-        for core in engine_out.values():
-            stats = core.scheduler_stats
-            if stats is not None and stats.prefix_cache_stats is not None:
-                queries += stats.prefix_cache_stats.queries
-                hits += stats.prefix_cache_stats.hits
-            for o in core.outputs:
-                i = index[o.request_id]
-                st.token_s[i].extend([clock] * len(o.new_token_ids))
-                if log is not None:
-                    log.token_steps.setdefault(i, []).extend([step] * len(o.new_token_ids))
-                if o.finish_reason is not None:
-                    st.preemptions += vreq.pop(o.request_id).num_preemptions
-                    sends.finished(i, clock)
-        step += 1
-    return Simulated(_result(reqs, st), _server(st, peaks, queries, hits, sum(len(r.prompt_token_ids) for r in reqs)),
-                     step, log)
+            self.scheduler.update_from_output(out, _runner_output(out, {}))
+            return self._wait()
+        self._run_step(out)
+        return True
+
+    def _admit(self) -> None:
+        for t, i in self.sends.due(self.clock):
+            self.st.sent[i] = t
+            heapq.heappush(self.arrivals, (t + self.cost.intake_s, i))
+        while self.arrivals and self.arrivals[0][0] <= self.clock:
+            visible, i = heapq.heappop(self.arrivals)
+            r = self.reqs[i]
+            vr = new_request(r.id, list(r.prompt_token_ids), r.max_tokens, visible, self.hasher)
+            self.vreq[r.id] = vr
+            self.scheduler.add_request(vr)
+            if self.log is not None:
+                self.log.visible[i] = visible
+                self.log.first_step[i] = self.step - 1 if self.last_start <= visible < self.last_end else self.step
+
+    def _wait(self) -> bool:
+        nxt = min(self.sends.next_time(), self.arrivals[0][0] if self.arrivals else math.inf)
+        if nxt == math.inf:
+            return False
+        self.clock = max(self.clock, nxt)
+        return True
+
+    def _run_step(self, out) -> None:
+        sched = self.scheduler
+        shape, sampled = _shape(out, sched, self.st, self.index, self.clock)
+        self.peaks["running_peak"] = max(self.peaks["running_peak"], len(sched.running))
+        self.peaks["waiting_peak"] = max(self.peaks["waiting_peak"], len(sched.waiting))
+        self.peaks["kv_cache_usage_peak"] = max(self.peaks["kv_cache_usage_peak"], sched.get_kv_cache_usage())
+        self.last_start = self.clock
+        self.clock += max(self.cost.seconds(shape), 1e-6)
+        self.last_end = self.clock
+        if self.log is not None:
+            self.log.starts.append(self.last_start)
+            self.log.shapes.append(shape)
+        for core in sched.update_from_output(out, _runner_output(out, sampled)).values():
+            self._take(core)
+        self.step += 1
+
+    def _take(self, core) -> None:
+        """One engine step's outputs: its tokens at the step's end, finished requests, prefix-cache counts."""
+        stats = core.scheduler_stats
+        if stats is not None and stats.prefix_cache_stats is not None:
+            self.queries += stats.prefix_cache_stats.queries
+            self.hits += stats.prefix_cache_stats.hits
+        for o in core.outputs:
+            i = self.index[o.request_id]
+            self.st.token_s[i].extend([self.clock] * len(o.new_token_ids))
+            if self.log is not None:
+                self.log.token_steps.setdefault(i, []).extend([self.step] * len(o.new_token_ids))
+            if o.finish_reason is not None:
+                self.st.preemptions += self.vreq.pop(o.request_id).num_preemptions
+                self.sends.finished(i, self.clock)
 
 
 def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepShape, dict]:
