@@ -16,7 +16,6 @@ measurements) are reported apart from those never fitted on.
 from __future__ import annotations
 
 import json
-import math
 import random
 import statistics
 import sys
@@ -80,7 +79,7 @@ def main() -> None:
                 continue
             try:
                 twin = twin_row(case, Path(tmp))
-                mean = predict(case.source, case.arch(), case.spec(), _serving(case), case.load).estimate
+                mean = predict(case.source, case.arch(), case.spec(), case.serving, case.load).estimate
             except Exception as exc:  # noqa: BLE001 - a row vLLM cannot read here is reported, not fatal
                 print(f"{case.label}: not run ({str(exc).splitlines()[0][:120]})")
                 continue
@@ -99,10 +98,6 @@ def main() -> None:
             if pairs:
                 print(f"  {k:<10} {statistics.median(p[0] for p in pairs):>7.1%} / "
                       f"{statistics.median(p[1] for p in pairs):>7.1%}  ({len(pairs)} rows)")
-
-
-def _serving(case):
-    return case.serving
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ and preemption, prefix-cache hits, a closed loop's concurrency), and a run is de
 import pytest
 
 from optimizer.errors import ConfigError
-from optimizer.twin.simulation import simulate
 from optimizer.twin.step_cost import LinearStepCost
 from optimizer.workload.base import Request
 
