@@ -121,7 +121,7 @@ def _calibrated(plan, ns, changes: dict, requests):
                           f"(complete ones: {', '.join(map(str, sorted(runs))) or 'none'})")
     base = dict(runs[ns.trial].params) if ns.trial is not None else baseline_params(plan)
     vllm_scheduler.engine_config(plan.model.source, plan.server_args({**base, **changes}))  # vLLM's refusal first
-    cal = calibrate(plan)
+    cal = calibrate(plan, list(runs.values()))
     params = {**(base if ns.trial is not None else {**cal.runs[0].params, **base}), **changes}
     same = next((r for r in runs.values() if r.params == params), None)
     t = time.monotonic()
@@ -160,18 +160,15 @@ def _on_gpu(plan, ns, changes: dict, device, requests):
 
 
 def _measured(plan, run) -> dict:
-    from optimizer.measure.metrics import summarize
+    """The stored run's own figures, scored as the prediction is."""
     from optimizer.measure.replay import ReplayResult, RequestRecord
-    from optimizer.measure.slo import good_requests
+    from optimizer.twin.prediction import scored
 
     recs = tuple(RequestRecord(**{**r, "chunk_s": tuple(r.get("chunk_s") or ())}) for r in run.records)
     first = min(r.sent_s for r in recs)
     last = max((r.end_s or r.sent_s) for r in recs)
-    result = ReplayResult(recs, max(last - first, 1e-9))
-    metrics = summarize(result)
-    if plan.objective.slos:
-        metrics["goodput"] = good_requests(plan.objective.slos, recs) / result.window_s
-    return metrics
+    metrics, goodput = scored(ReplayResult(recs, max(last - first, 1e-9)), plan.objective.slos)
+    return metrics if goodput is None else {**metrics, "goodput": goodput}
 
 
 ROWS = (("request_throughput", "requests/s", 1), ("output_throughput", "output tok/s", 0),

@@ -96,9 +96,10 @@ def measured_run(plan, run: StoredRun) -> tuple[MeasuredRun, TwinServer]:
     return MeasuredRun(f"trial {run.number}", server, tuple(by_id[r["id"]] for r in recs), times), server
 
 
-def calibrate(plan) -> Calibrated:
-    """The study's twin: a step cost fitted on its stored runs (or read back from `twin.json`)."""
-    runs = choose(stored_runs(plan.artifacts))
+def calibrate(plan, stored: list[StoredRun] | None = None) -> Calibrated:
+    """The study's twin: a step cost fitted on its stored runs (`stored`, when the caller has read them
+    already), or read back from `twin.json`."""
+    runs = choose(stored_runs(plan.artifacts) if stored is None else stored)
     if not runs:
         raise ConfigError(f"simulate: no complete trial with request records under {plan.artifacts}; run the "
                           "study first (its baseline alone calibrates the twin)")

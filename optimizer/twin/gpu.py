@@ -54,4 +54,4 @@ def gpu_twin(model: ModelInfo, arch: Architecture, device: DeviceSpec, params: d
     tokens = kv_capacity_tokens(arch, device, serving)
     pool = Pool(tokens // GPU_BLOCK, GPU_BLOCK,
                 f"{device.name} {device.memory_gb:g} GB x {util:g} - weights - runtime: {tokens:,} tokens (roofline)")
-    return TwinServer(model, tuple(args), vllm_scheduler.shape_of(config), pool), RooflineStepCost(arch, device, serving)
+    return TwinServer(model, config, pool), RooflineStepCost(arch, device, serving)

@@ -80,9 +80,15 @@ class Prediction:
                 "bands": {m: self.band(m) for m in HEADLINE + (("goodput",) if self.goodput is not None else ())}}
 
 
-def predict(simulated, slos: tuple = (), seconds: float = 0.0) -> Prediction:
-    metrics = summarize(simulated.result)
+def scored(result, slos: tuple = ()) -> tuple[dict, float | None]:
+    """A replay's metrics, and its goodput (requests/s meeting every latency SLO; None without one):
+    the same for a simulated replay and a stored real one."""
     goodput = None
     if any(s.metric in ("ttft", "tpot", "e2el") for s in slos):
-        goodput = good_requests(slos, simulated.result.records) / simulated.result.window_s
+        goodput = good_requests(slos, result.records) / result.window_s
+    return summarize(result), goodput
+
+
+def predict(simulated, slos: tuple = (), seconds: float = 0.0) -> Prediction:
+    metrics, goodput = scored(simulated.result, slos)
     return Prediction(metrics, simulated.server, goodput, simulated.steps, seconds)

@@ -4,6 +4,7 @@ and a fresh copy of vLLM's scheduler for every replay.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from optimizer.config.model_info import ModelInfo
@@ -17,8 +18,7 @@ from optimizer.twin.step_cost import StepCost
 @dataclass
 class TwinServer:
     model: ModelInfo
-    args: tuple[str, ...]
-    shape: vllm_scheduler.SchedulerShape
+    config: object  # vLLM's VllmConfig, the flags as `vllm serve` resolves them: read once, every replay's
     pool: Pool
 
     @classmethod
@@ -26,13 +26,16 @@ class TwinServer:
                    calibration=None) -> "TwinServer":
         """`args` as `vllm serve` takes them (after the model); ConfigError where vLLM refuses them."""
         config = vllm_scheduler.engine_config(model.source, list(args))
-        shape = vllm_scheduler.shape_of(config)
-        return cls(model, tuple(args), shape, size_pool(model, shape, device, log_text, calibration))
+        return cls(model, config, size_pool(model, vllm_scheduler.shape_of(config), device, log_text, calibration))
+
+    @functools.cached_property
+    def shape(self) -> vllm_scheduler.SchedulerShape:
+        return vllm_scheduler.shape_of(self.config)
 
     def scheduler(self):
-        config = vllm_scheduler.engine_config(self.model.source, list(self.args))
         heads = max(1, self.model.kv_heads // max(1, self.shape.tensor_parallel_size))
-        return vllm_scheduler.build_scheduler(config, self.pool.blocks, heads, self.model.head_dim, self.model.layers)
+        return vllm_scheduler.build_scheduler(self.config, self.pool.blocks, heads, self.model.head_dim,
+                                              self.model.layers)
 
     def run(self, requests, concurrency: int | None, cost: StepCost, *, send_times=None,
             keep_steps: bool = False) -> Simulated:
