@@ -102,10 +102,11 @@ def test_goodput_rate_search_on_the_burst_schedule(server):
     workload = build_workload(cfg.workload, Vocabulary(info.vocab_size, info.source, info.max_positions))
     slos = parse_slos("ttft:300 tpot:100")
     # About the search, not the client's timing (the burst replay above checks lag < 10 ms and the
-    # rate): a 13 ms median lag, and once a send rate of 94.8% of the schedule, on a busy CI machine
-    # failed a probe as replay_invalid here.
+    # rate): a 13 ms median lag, once a send rate of 94.8% of the schedule, and on a fresh clone on
+    # 2026-12-05 (the job getting 38% of two cores) a 98.5 ms median lag failed a probe as
+    # replay_invalid here.
     spec = TrialSpec(0, model, {}, (), workload, "unused", metrics_poll_s=0.5, mode="goodput", slos=slos,
-                     max_probes=4, rel_tol=0.15, max_lag_p50_ms=50, min_rate_ratio=0.9)
+                     max_probes=4, rel_tol=0.15, max_lag_p50_ms=250, min_rate_ratio=0.9)
     records, metrics, view, probes, early, failure = search_rates(srv, spec, Driver())
     assert failure is None and early == {}
     assert probes[0]["rate"] is None and 2 <= len(probes) <= 4  # inf first
