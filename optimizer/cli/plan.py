@@ -116,7 +116,7 @@ def _through_twin(ns, w: WhatIfArgs, rows, serving, slos):
     """Each row the twin can answer on the study's own workload, and a line saying what answered.
     The mean estimate's row stays where the twin cannot (its note says why)."""
     from optimizer.driver.plan import load_workload  # noqa: PLC0415
-    from optimizer.twin.whatif_rows import twin_row  # noqa: PLC0415
+    from optimizer.twin.gpu.whatif_rows import twin_row  # noqa: PLC0415
 
     try:
         model, workload = load_workload(load(ns))

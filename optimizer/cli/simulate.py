@@ -6,7 +6,7 @@ configuration is the baseline, a trial's (`--trial N`), or the baseline with kno
 (`--set max-num-seqs=64`); `--rate R` replays the study's open-loop schedule at R requests/s.
 When the configuration is one a trial measured, its measured figures are printed beside. With
 `--what-if DEVICE` the twin runs vLLM's scheduler with that GPU's defaults and the roofline's step
-costs (optimizer/twin/gpu.py) instead, and needs no run of the study.
+costs (optimizer/twin/gpu/server.py) instead, and needs no run of the study.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def main(ns: argparse.Namespace, console) -> int:
     if ns.json:
         console.print(json.dumps({"params": params, "scheduler": server.describe(), **pred.as_dict(),
                                   "calibrated_on": [r.number for r in cal.runs] if cal else [],
-                                  "what_if": device.name if device else None, "measured": measured},
+                                  "what_if": device.name if device else None, "note": note,
+                                  "measured": measured},
                                  default=str), markup=False)
         return 0
     for line in _describe(plan, params, server, pred, cal, measured, ns.rate, note):
@@ -138,10 +139,12 @@ def _calibrated(plan, ns, changes: dict, requests):
 
 
 def _on_gpu(plan, ns, changes: dict, device, requests):
-    """The twin on a GPU not owned: vLLM's GPU defaults, the roofline's pool and step cost."""
+    """The twin on a GPU: vLLM's GPU defaults, the roofline's pool, the library's or the roofline's step
+    cost, corrected by the study's own runs when it ran on that GPU."""
     from optimizer.driver.plan import baseline_params
-    from optimizer.twin.gpu import gpu_twin
-    from optimizer.twin.prediction import predict, roofline_bands
+    from optimizer.twin.gpu.server import gpu_twin
+    from optimizer.twin.gpu.correction import CorrectedStepCost
+    from optimizer.twin.prediction import gpu_bands, predict
     from optimizer.whatif import architecture
 
     if ns.trial is not None:
@@ -150,13 +153,40 @@ def _on_gpu(plan, ns, changes: dict, device, requests):
     params = {**baseline_params(plan), **changes}
     longest = plan.workload.longest_request()
     mml = int(params.get("max-model-len") or max(longest, 1))
+    arch = architecture.load(plan.model.source)
     t = time.monotonic()
-    server, cost = gpu_twin(plan.model, architecture.load(plan.model.source), device, params, mml)
+    server, cost, why_not = gpu_twin(plan.model, arch, device, params, mml)
+    correction, not_corrected = _gpu_correction(plan, device, arch)
+    source = cost.name if not why_not else f"the roofline fitted on published measurements ({why_not})"
+    if correction is not None:
+        cost = CorrectedStepCost(cost, correction)
+        source += f", corrected by the study's own runs on it ({correction.describe()})"
     pred = predict(server.run(requests, plan.workload.concurrency, cost), plan.objective.slos, time.monotonic() - t)
-    pred.bands = roofline_bands()
-    note = (f"on {device.name} (not owned): vLLM's GPU defaults, KV pool and step costs from the roofline fitted "
-            "on published measurements; nothing here ran on this GPU, so the band is the roofline's own")
+    pred.bands = gpu_bands(library=not why_not)
+    note = (f"on {device.name}: vLLM's GPU defaults, the roofline's KV pool, step costs from {source}; "
+            + ("the band is the one measured on published rows (a correction has not been validated against a "
+               "GPU's runs)" if correction is not None else
+               f"not corrected ({not_corrected}), so the band is the one measured on published rows"))
     return params, pred, server, note
+
+
+def _gpu_correction(plan, device, arch):
+    """The correction of `device`'s step cost by the study's runs, when the study ran on that device;
+    else None and why not."""
+    from optimizer.driver.store.finished_study import open_finished
+    from optimizer.twin.from_study import correct_gpu, stored_runs
+    from optimizer.whatif.study_calibration import measured_device
+
+    try:
+        ran_on = measured_device(open_finished(plan.cfg, check_objective=False).study, None)
+    except ConfigError:
+        return None, "no stored study to correct it with"
+    if isinstance(ran_on, str):
+        return None, ran_on
+    if ran_on.name != device.name:
+        return None, f"the study ran on {ran_on.name}"
+    correction, _ = correct_gpu(plan, device, arch, stored_runs(plan.artifacts))
+    return correction, ""
 
 
 def _measured(plan, run) -> dict:

@@ -13,16 +13,21 @@ damp outliers (the real server stalls for 1-3 s at random). The schedule itself 
 costs (a faster step admits the next arrival sooner), so the fit alternates: simulate each run at
 its real send times with the current costs, solve, simulate again, and keeps the coefficients
 whose simulation matched the measured times best.
+
+What is fitted is a set of terms (`Terms`): the linear step cost's own (`LINEAR`), or a correction
+of a GPU step cost by a study's runs on that GPU (twin/gpu/correction.py). Each says what a step's
+row of counts is for a run, and what cost to simulate a run with for given coefficients.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from optimizer.twin.step_cost import FP8_FALLBACK, TERMS, LinearStepCost
+from optimizer.twin.step_cost import FP8_FALLBACK, TERMS, LinearStepCost, StepShape
 
 ITERATIONS = 16
 DAMPING = 0.5  # each step moves half way from the current costs to the new solution: no oscillation
@@ -37,23 +42,63 @@ class MeasuredRun:
     server: object  # TwinServer
     requests: tuple  # workload Requests, in the order of `times`
     times: list[tuple[float, float | None, float | None, int, bool]]  # (sent, first token, end, output tokens, ok), s
+    base: object = None  # the step cost a correction corrects for this run (twin/gpu/correction.py); None otherwise
+
+
+class Terms(Protocol):
+    """What a fit solves for: the coefficients of a step's counts, plus the intake."""
+
+    size: int
+
+    def row(self, run: MeasuredRun, shape: StepShape) -> np.ndarray: ...
+    def make(self, coef: np.ndarray, intake: float, labels: tuple) -> object: ...
+    def unpack(self, fitted) -> tuple[np.ndarray, float]: ...
+    def cost_for(self, fitted, run: MeasuredRun): ...  # the StepCost the run is simulated with
+
+
+class LinearTerms:
+    """The linear step cost's terms (step_cost.TERMS); fp8 costs what 16-bit costs without an fp8 run."""
+
+    size = len(TERMS)
+
+    def row(self, run, shape):
+        return shape.features()
+
+    def make(self, coef, intake, labels):
+        return LinearStepCost(tuple(float(c) for c in coef), float(intake), calibrated_on=tuple(labels))
+
+    def unpack(self, fitted):
+        return np.array(fitted.coefficients), fitted.intake_s
+
+    def cost_for(self, fitted, run):
+        return fitted
+
+    def fill(self, coef: np.ndarray, used: np.ndarray) -> None:
+        for fp8, base in FP8_FALLBACK.items():  # no fp8 run to fit on: fp8 costs what bf16 costs
+            if not used[fp8]:
+                coef[fp8] = coef[base]
+
+
+LINEAR = LinearTerms()
 
 
 @dataclass
 class FitResult:
-    cost: LinearStepCost
+    cost: object  # what `terms.make` builds: a LinearStepCost unless told otherwise
     error: float  # median |log(simulated / measured)| over the runs' TTFTs and end-first spans
     history: list[float] = field(default_factory=list)
 
 
-def fit(runs: list[MeasuredRun], iterations: int = ITERATIONS, start: LinearStepCost = START) -> FitResult:
-    """The step cost whose simulation of `runs` at their real send times best matches them."""
+def fit(runs: list[MeasuredRun], iterations: int = ITERATIONS, start=START, terms: Terms = LINEAR) -> FitResult:
+    """The step cost (or correction: `terms`) whose simulation of `runs` at their real send times best
+    matches them."""
     cost, best, history = start, None, []
     for _ in range(iterations):
         rows, targets, errors = [], [], []
         for run in runs:
-            sim = run.server.run(run.requests, None, cost, send_times=[t[0] for t in run.times], keep_steps=True)
-            r, t, e = _rows(run, sim)
+            sim = run.server.run(run.requests, None, terms.cost_for(cost, run), send_times=[t[0] for t in run.times],
+                                 keep_steps=True)
+            r, t, e = _rows(run, sim, terms)
             rows += r
             targets += t
             errors += e
@@ -61,21 +106,18 @@ def fit(runs: list[MeasuredRun], iterations: int = ITERATIONS, start: LinearStep
         history.append(error)
         if best is None or error < best.error:
             best = FitResult(cost, error)
-        solved = _solve(np.array(rows), np.array(targets), [r.label for r in runs])
-        cost = _blend(cost, solved, DAMPING)
+        labels = tuple(r.label for r in runs)
+        coef, intake = _solve(np.array(rows), np.array(targets), terms)
+        old, old_intake = terms.unpack(cost)
+        cost = terms.make((1 - DAMPING) * old + DAMPING * coef, (1 - DAMPING) * old_intake + DAMPING * intake, labels)
     best.history = history
     return best
 
 
-def _blend(old: LinearStepCost, new: LinearStepCost, w: float) -> LinearStepCost:
-    coef = tuple((1 - w) * a + w * b for a, b in zip(old.coefficients, new.coefficients))
-    return LinearStepCost(coef, (1 - w) * old.intake_s + w * new.intake_s, calibrated_on=new.calibrated_on)
-
-
-def _rows(run: MeasuredRun, sim) -> tuple[list, list, list]:
+def _rows(run: MeasuredRun, sim, terms: Terms) -> tuple[list, list, list]:
     log = sim.log
-    feats = np.array([s.features() for s in log.shapes]) if log.shapes else np.zeros((0, len(TERMS)))
-    cum = np.vstack([np.zeros(len(TERMS)), np.cumsum(feats, axis=0)])
+    feats = np.array([terms.row(run, s) for s in log.shapes]) if log.shapes else np.zeros((0, terms.size))
+    cum = np.vstack([np.zeros(terms.size), np.cumsum(feats, axis=0)])
     rows, targets, errors = [], [], []
     for i, (sent, first, end, out, ok) in enumerate(run.times):
         steps = log.token_steps.get(i)
@@ -98,7 +140,7 @@ def _rows(run: MeasuredRun, sim) -> tuple[list, list, list]:
     return rows, targets, errors
 
 
-def _solve(rows: np.ndarray, targets: np.ndarray, labels: list[str]) -> LinearStepCost:
+def _solve(rows: np.ndarray, targets: np.ndarray, terms: Terms) -> tuple[np.ndarray, float]:
     """Non-negative weighted least squares, then once more with outliers down-weighted (Huber-like)."""
     from scipy.optimize import lsq_linear
 
@@ -113,7 +155,6 @@ def _solve(rows: np.ndarray, targets: np.ndarray, labels: list[str]) -> LinearSt
         residual = np.abs(a @ x - targets) * weight  # relative
         weight = weight / np.maximum(1.0, residual / 0.2)
     coef = x / scale
-    for fp8, base in FP8_FALLBACK.items():  # no fp8 run to fit on: fp8 costs what bf16 costs
-        if not used[fp8]:
-            coef[fp8] = coef[base]
-    return LinearStepCost(tuple(float(c) for c in coef[:-1]), float(coef[-1]), calibrated_on=tuple(labels))
+    if hasattr(terms, "fill"):
+        terms.fill(coef, used)
+    return coef[:-1], float(coef[-1])

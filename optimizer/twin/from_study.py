@@ -9,6 +9,9 @@ several schedules and is not used; nor is a failed or early-stopped one.
 
 The fitted step cost is kept beside the trials (`twin.json`) with the trial numbers and the
 workload's hash it rests on, and fitted again when they change.
+
+A study that ran on a GPU also corrects that GPU's what-if step cost (`correct_gpu`,
+twin/gpu/correction.py): the same runs, replayed through the GPU twin of each.
 """
 
 from __future__ import annotations
@@ -117,6 +120,29 @@ def calibrate(plan, stored: list[StoredRun] | None = None) -> Calibrated:
         c = kv_fit.Calibration.from_log(plan.model, plan.device, r.params, r.log_text) if r.log_text else None
         kv_cal = c if kv_cal is None else kv_cal.merge(c)
     return Calibrated(cost, runs, [s for _, s in measured], error, time.monotonic() - t, kv_cal)
+
+
+def correct_gpu(plan, device, arch, stored: list[StoredRun]):
+    """The correction of `device`'s step cost by the study's chosen runs on it (fitted each time: a
+    few seconds), as (Correction, the runs' labels)."""
+    from optimizer.twin.gpu import correction as gpu_correction  # noqa: PLC0415
+    from optimizer.twin.gpu.server import gpu_twin  # noqa: PLC0415
+
+    runs = choose(stored)
+    if not runs:
+        raise ConfigError(f"simulate: no complete trial with request records under {plan.artifacts} to correct "
+                          f"{device.name}'s step cost with; run the study first")
+    by_id = {r.id: r for r in plan.workload.requests}
+    measured = []
+    for run in runs:
+        recs = [r for r in run.records if r.get("id") in by_id]
+        mml = int(run.params.get("max-model-len") or plan.workload.longest_request())
+        server, base, _ = gpu_twin(plan.model, arch, device, run.params, mml, log_text=run.log_text)
+        times = [(r["sent_s"], r.get("first_chunk_s"), r.get("end_s"), int(r.get("output_tokens", 0)),
+                  bool(r.get("ok"))) for r in recs]
+        measured.append(MeasuredRun(f"trial {run.number}", server, tuple(by_id[r["id"]] for r in recs), times, base))
+    result = fit(measured, start=gpu_correction.START, terms=gpu_correction.TERMS)
+    return result.cost, result.error
 
 
 def _cached(path: Path, key: dict) -> tuple[LinearStepCost | None, float]:

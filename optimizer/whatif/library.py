@@ -50,19 +50,24 @@ def covered(device: DeviceSpec) -> bool:
 
 
 @lru_cache(maxsize=None)
-def _database(system: str):
+def _system_database(system: str):
     from aiconfigurator_core.sdk.perf_database import get_database  # noqa: PLC0415
 
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
     return get_database(system, "vllm", "current")
 
 
+def database(device: DeviceSpec):
+    """The library's vLLM timings for `device` (a covered one)."""
+    return _system_database(SYSTEMS[device.name])
+
+
 def data_version(device: DeviceSpec) -> str:
     """The vLLM version the library's timings for this device were measured with."""
-    return str(getattr(_database(SYSTEMS[device.name]), "version", "?"))
+    return str(getattr(database(device), "version", "?"))
 
 
-def _model_ref(source: str) -> str:
+def model_ref(source: str) -> str:
     """What aiconfigurator-core builds the model from, never a name it would look up on the Hub: a
     local directory, a model it knows by id, or a copy of the config.json (and
     hf_quant_config.json) whatif/architecture.py read."""
@@ -83,7 +88,7 @@ def _model_ref(source: str) -> str:
     return str(folder)
 
 
-def _modes(source: str, arch: Architecture, s: roofline.Serving) -> dict:
+def modes(source: str, arch: Architecture, s: roofline.Serving) -> dict:
     """What the library is told beyond TP: the KV cache's precision always (left to itself it takes
     an fp8 checkpoint's cache for fp8, where vLLM's `auto` keeps it 16-bit); fp8 weights only when
     the config does not declare them (the library reads a declared quantization itself, block-scaled
@@ -114,8 +119,8 @@ def estimate(source: str, arch: Architecture, device: DeviceSpec, s: roofline.Se
         from aiconfigurator_core.sdk.backends.factory import get_backend  # noqa: PLC0415
         from aiconfigurator_core.sdk.models import get_model  # noqa: PLC0415
 
-        db = _database(SYSTEMS[device.name])
-        model = get_model(_model_ref(source), ModelConfig(tp_size=s.tp, **_modes(source, arch, s)), "vllm")
+        db = database(device)
+        model = get_model(model_ref(source), ModelConfig(tp_size=s.tp, **modes(source, arch, s)), "vllm")
         backend = get_backend("vllm")  # a new one each time: its cache is not keyed by model
         runtime = RuntimeConfig(batch_size=base.batch, isl=load.isl, osl=load.osl)
         if load.burst:

@@ -8,15 +8,21 @@ tokens. The twin runs on this machine, whose platform would pick its own, so the
 flags; a configuration's own max-num-seqs, budget and KV dtype replace them.
 
 The pool is the roofline's KV capacity at the memory fraction (whatif/roofline.py), in 16-token
-blocks. The step cost is the roofline's (twin/roofline_cost.py), corrected by nothing measured here.
+blocks. The step cost is aiconfigurator-core's per-operation timings where the library has the
+device and can build the model (twin/gpu/library_cost.py), else the roofline's (twin/gpu/roofline_cost.py);
+`gpu_twin` says which, and why the library did not answer.
 """
 
 from __future__ import annotations
 
+import math
+
+from optimizer.config import kv_fit
 from optimizer.config.model_info import ModelInfo
 from optimizer.twin import vllm_scheduler
 from optimizer.twin.kv_pool import Pool
-from optimizer.twin.roofline_cost import RooflineStepCost
+from optimizer.twin.gpu.library_cost import library_step_cost
+from optimizer.twin.gpu.roofline_cost import RooflineStepCost
 from optimizer.twin.server import TwinServer
 from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.devices import DeviceSpec
@@ -37,8 +43,10 @@ def vllm_gpu_defaults(device: DeviceSpec) -> tuple[int, int]:
 
 
 def gpu_twin(model: ModelInfo, arch: Architecture, device: DeviceSpec, params: dict,
-             max_model_len: int) -> tuple[TwinServer, RooflineStepCost]:
-    """A twin of `params` (knob -> value) on `device`, and its step cost."""
+             max_model_len: int, use_library: bool = True, log_text: str = "") -> tuple[TwinServer, object, str]:
+    """A twin of `params` (knob -> value) on `device`, its step cost, and why the library's per-operation
+    timings do not answer ("" when they do). `log_text`, a real server's log on that device, sizes the
+    pool from its KV line instead of the roofline."""
     seqs, budget = vllm_gpu_defaults(device)
     seqs = int(params.get("max-num-seqs") or seqs)
     budget = int(params.get("max-num-batched-tokens") or budget)
@@ -52,6 +60,13 @@ def gpu_twin(model: ModelInfo, arch: Architecture, device: DeviceSpec, params: d
     config = vllm_scheduler.engine_config(model.source, args)
     serving = Serving(tp, seqs, util, kv_dtype)
     tokens = kv_capacity_tokens(arch, device, serving)
-    pool = Pool(tokens // GPU_BLOCK, GPU_BLOCK,
-                f"{device.name} {device.memory_gb:g} GB x {util:g} - weights - runtime: {tokens:,} tokens (roofline)")
-    return TwinServer(model, config, pool), RooflineStepCost(arch, device, serving)
+    found = kv_fit.parse_kv_cache_tokens(log_text) if log_text else None
+    if found:
+        pool = Pool(math.ceil(found / GPU_BLOCK), GPU_BLOCK, f"the server's log: KV cache size {found:,} tokens")
+    else:
+        pool = Pool(tokens // GPU_BLOCK, GPU_BLOCK,
+                    f"{device.name} {device.memory_gb:g} GB x {util:g} - weights - runtime: {tokens:,} tokens (roofline)")
+    cost = library_step_cost(model.source, arch, device, serving) if use_library else "the roofline was asked for"
+    if isinstance(cost, str):
+        return TwinServer(model, config, pool), RooflineStepCost(arch, device, serving), cost
+    return TwinServer(model, config, pool), cost, ""

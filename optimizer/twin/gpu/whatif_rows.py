@@ -1,7 +1,7 @@
 """`plan --what-if` rows answered by the twin: per device and TP size, the rate one replica carries
 on the study's own workload (its length distributions, prefixes and arrival process, not a mean
 request) with the SLOs holding at their percentiles, from vLLM's scheduler with the device's
-defaults and the roofline's step cost (twin/gpu.py, twin/capacity.py). Replicas, devices and cost
+defaults and the roofline's step cost (twin/gpu/server.py, twin/capacity.py). Replicas, devices and cost
 follow as for the mean estimate's rows (whatif/fleet_rows.py), whose Row they fill.
 
 Refused (the mean estimate answers that row, and says why): a closed-loop workload (no rate to
@@ -14,12 +14,12 @@ import math
 from dataclasses import replace
 
 from optimizer.twin.capacity import capacity
-from optimizer.twin.gpu import gpu_twin
+from optimizer.twin.gpu.server import gpu_twin
 from optimizer.whatif.fleet_rows import Row
 from optimizer.whatif.predict import tp_allowed
 from optimizer.whatif.roofline import Serving, kv_capacity_tokens
 
-BY = "twin (vLLM's scheduler, roofline step cost)"
+BY = "twin (vLLM's scheduler, {} step cost)"
 
 
 def twin_row(model, arch, analytic: Row, params: dict, requests, concurrency, slos, peak_qps: float,
@@ -33,14 +33,15 @@ def twin_row(model, arch, analytic: Row, params: dict, requests, concurrency, sl
     util = float(p.get("gpu-memory-utilization") or 0.9)
     if kv_capacity_tokens(arch, analytic.device, Serving(analytic.tp, 256, util)) < max_model_len:
         return analytic, f"a KV cache that holds less than one {max_model_len:,}-token request"
-    server, cost = gpu_twin(model, arch, analytic.device, p, max_model_len)
+    server, cost, why_not = gpu_twin(model, arch, analytic.device, p, max_model_len)
+    by = BY.format("roofline" if why_not else "aiconfigurator-core")
     cap = capacity(server, cost, requests, slos)
     if cap.rate <= 0:
-        return replace(analytic, by=BY, requests_per_s=0.0, why="keeps the SLOs at no rate on the study's workload"), ""
+        return replace(analytic, by=by, requests_per_s=0.0, why="keeps the SLOs at no rate on the study's workload"), ""
     replicas = max(1, math.ceil(round(peak_qps / (cap.rate * (1 - headroom)), 9)))
     m = cap.metrics
     in_flight = max(1, round(cap.rate * m["e2el_ms_mean"] / 1e3))  # Little's law at the capacity
-    return replace(analytic, by=BY, why="", kv_tokens=server.pool.usable_tokens, concurrency=in_flight,
+    return replace(analytic, by=by, why="", kv_tokens=server.pool.usable_tokens, concurrency=in_flight,
                    ttft_s=m["ttft_ms_p95"] / 1e3, tpot_s=m["tpot_ms_p95"] / 1e3, throughput=m["output_throughput"],
                    requests_per_s=cap.rate, replicas=replicas, devices=replicas * analytic.tp,
                    cost_per_h=None if price is None else replicas * analytic.tp * price, note=""), ""
