@@ -59,14 +59,18 @@ def gpu_twin(model: ModelInfo, arch: Architecture, device: DeviceSpec, params: d
             "--enable-prefix-caching" if params.get("enable-prefix-caching", True) else "--no-enable-prefix-caching"]
     config = vllm_scheduler.engine_config(model.source, args)
     serving = Serving(tp, seqs, util, kv_dtype)
-    tokens = kv_capacity_tokens(arch, device, serving)
-    found = kv_fit.parse_kv_cache_tokens(log_text) if log_text else None
-    if found:
-        pool = Pool(math.ceil(found / GPU_BLOCK), GPU_BLOCK, f"the server's log: KV cache size {found:,} tokens")
-    else:
-        pool = Pool(tokens // GPU_BLOCK, GPU_BLOCK,
-                    f"{device.name} {device.memory_gb:g} GB x {util:g} - weights - runtime: {tokens:,} tokens (roofline)")
+    pool = _pool(arch, device, serving, log_text)
     cost = library_step_cost(model.source, arch, device, serving) if use_library else "the roofline was asked for"
     if isinstance(cost, str):
         return TwinServer(model, config, pool), RooflineStepCost(arch, device, serving), cost
     return TwinServer(model, config, pool), cost, ""
+
+
+def _pool(arch: Architecture, device: DeviceSpec, serving: Serving, log_text: str) -> Pool:
+    """The server's own KV line when a log is given, else the roofline's capacity at the memory fraction."""
+    found = kv_fit.parse_kv_cache_tokens(log_text) if log_text else None
+    if found:
+        return Pool(math.ceil(found / GPU_BLOCK), GPU_BLOCK, f"the server's log: KV cache size {found:,} tokens")
+    tokens = kv_capacity_tokens(arch, device, serving)
+    return Pool(tokens // GPU_BLOCK, GPU_BLOCK, f"{device.name} {device.memory_gb:g} GB x {serving.utilization:g} "
+                                                f"- weights - runtime: {tokens:,} tokens (roofline)")
