@@ -207,6 +207,10 @@ class LiveWatch(_Strict):
                               "traffic to tune on or compare: reported and skipped (the rate of n requests "
                               "varies by about 1/sqrt(n): 300 keeps two windows' rates within 25% at 3 sigma)")
     requests: int = Field(200, ge=1, description="requests in the synthesized workload (at the observed rate)")
+    max_model_len: int | None = Field(None, ge=2, description="the longest request (prompt + output tokens) the "
+                                      "watched servers admit, their --max-model-len; left out, the study's "
+                                      "baseline max-model-len. The observed lengths are cut to it: production "
+                                      "cannot have served a longer request (it answers 400)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "LiveWatch":
@@ -250,6 +254,9 @@ class DaemonSpec(_Strict):
     threshold: float = Field(0.25, gt=0, description="relative change of a length quantile, the rate or the "
                              "concurrency that counts as new traffic (workload/drift.py for the others)")
     retune_every_h: float | None = Field(None, gt=0, description="re-tune on a schedule even without a change")
+    slo_breach_s: float = Field(300, ge=0, description="live sources: production missing one of the study's SLOs "
+                                "this long (its own latency histograms, every window) starts a generation on "
+                                "the current window, once per breach; 0: never")
     warm_start: int = Field(3, ge=0, le=20, description="best configurations of the previous study queued first")
     on_change: Literal["auto", "wait", "abort"] = Field(
         "auto", description="a traffic change seen while a generation tunes (live sources): 'wait' for the "

@@ -33,7 +33,7 @@ from optimizer.config import space as space_mod
 from optimizer.config.schema import LiveWatch, StudyConfig
 from optimizer.config.workload_spec import ChatSpec, ObservedSpec
 from optimizer.daemon.generation_watch import GenerationWatch
-from optimizer.daemon.observing import Observer
+from optimizer.daemon.observing import Observer, episode
 from optimizer.daemon.publisher import Publisher
 from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
@@ -43,6 +43,7 @@ from optimizer.driver.store.database import normalize_url, sqlite_path, study_at
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
 from optimizer.errors import ConfigError, OptimizerError
+from optimizer.measure.slo import parse_slos
 from optimizer.report.console import print_report
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.verdict.trials import finished_count
@@ -80,10 +81,13 @@ def with_source(cfg: StudyConfig, source: Path | None) -> StudyConfig:
 
 def observed_spec(cfg: StudyConfig, live: LiveWatch, source: Path) -> ObservedSpec:
     """The workload replaying a live window: `workload.requests` when the config writes it under
-    `scenario: observed`, else `daemon.watch.requests`; the workload's seed and warm-up either way."""
+    `scenario: observed`, else `daemon.watch.requests`; the workload's seed and warm-up either way.
+    Its lengths are cut to what production admits: `daemon.watch.max_model_len`, else the baseline's."""
     written = cfg.workload.scenario == "observed" and "requests" in cfg.workload.model_fields_set
+    admits = live.max_model_len or (cfg.baseline or {}).get("max-model-len")
     return ObservedSpec(path=str(source), requests=cfg.workload.requests if written else live.requests,
-                        seed=cfg.workload.seed, warmup_requests=cfg.workload.warmup_requests)
+                        seed=cfg.workload.seed, warmup_requests=cfg.workload.warmup_requests,
+                        max_model_len=int(admits) if admits else None)
 
 
 FLAGS_SEEN = {"gpu_memory_utilization": "gpu-memory-utilization", "cache_dtype": "kv-cache-dtype",
@@ -113,7 +117,8 @@ class Daemon:
         self.url = normalize_url(cfg.storage)
         self.publisher = Publisher(self.d.publish, self.state, console)
         self.observer = (Observer(self.live, self.d.poll_s, Path(cfg.artifacts_dir) / "traffic", self.state, console,
-                                  on_saturated=self._saturated) if self.live else None)
+                                  on_saturated=self._saturated, slos=parse_slos(cfg.objective.slos),
+                                  on_rejecting=self._rejecting) if self.live else None)
         self._pending: float | None = None  # when a change was seen during the last generation
         self._generation_no = 1
         self._seen: str | None = None  # the fingerprint of the last trace read
@@ -201,15 +206,7 @@ class Daemon:
                         self._report(study, plan)
                         self.publisher.publish(study, plan.cfg, plan.model.source, n)
                     self._seen = study.user_attrs.get("traffic_fingerprint")
-                    while True:  # until the next generation's plan is valid
-                        trigger, new_source = self._watch(study, plan, source)
-                        warm = warm_starts(study, self.d.warm_start)
-                        try:
-                            next_plan, dropped = self._plan(n + 1, new_source, warm)
-                            break
-                        except OptimizerError as exc:  # the new traffic's prompts exceed the model, the
-                            self.state.set(last_error=str(exc))  # database is briefly down...: not yet
-                            self.console.print(f"[red]not re-tuning[/] on {new_source}: {exc}")
+                    trigger, new_source, warm, next_plan, dropped = self._next_plan(study, plan, source, n)
                     plan, source, previous, n = next_plan, new_source, study.study_name, n + 1
                     warm = [p for p in warm if p in plan.cfg.enqueue]
                     self.console.print(f"[bold]generation {n}[/]: {trigger}; study '{plan.cfg.study_name}', "
@@ -227,6 +224,24 @@ class Daemon:
             return 0
         finally:
             self.server.stop()
+
+    def _next_plan(self, study, plan: Plan, source: Path | None, n: int):
+        """Watch until a change is seen whose plan is valid: (trigger, its source, warm starts, the plan,
+        the warm starts dropped). A plan refused (the new traffic's prompts exceed the model, the
+        database is briefly down...) is said once per reason, and kept in /status' last_error."""
+        refused = None
+        while True:
+            trigger, new_source = self._watch(study, plan, source)
+            warm = warm_starts(study, self.d.warm_start)
+            try:
+                next_plan, dropped = self._plan(n + 1, new_source, warm)
+                return trigger, new_source, warm, next_plan, dropped
+            except OptimizerError as exc:
+                self.state.set(last_error=str(exc))
+                if str(exc) != refused:
+                    self.console.print(f"[red]not re-tuning[/] on {new_source}: {exc} (said once; /status "
+                                       "last_error holds it while it lasts)")
+                refused = str(exc)
 
     def _generation(self, plan: Plan, progress, runstate, n: int, source: Path | None, on_open):
         """Run generation n, its live source watched throughout (daemon/generation_watch.py); returns
@@ -261,12 +276,13 @@ class Daemon:
 
     def _saturated(self, window) -> None:
         """A saturated episode began: the webhook hears of it (when one is configured)."""
-        self.publisher.event({"event": "saturated", "study": self.cfg.study_name, "generation": self._generation_no,
-                              "source": self.observer.source.describe() if self.observer else None,
-                              "window": {"start": window.start, "end": window.end, "arrivals": round(window.arrivals, 1),
-                                         "finished": round(window.requests, 1),
-                                         "backlog_growth": round(window.backlog_growth, 1),
-                                         "rate": round(window.rate, 4)}})
+        self.publisher.event(episode("saturated", self, window, saturation=window.saturation()))
+
+    def _rejecting(self, window) -> None:
+        """A rejecting episode began (requests answered 4xx/5xx): the webhook hears of it."""
+        self.publisher.event(episode("rejecting", self, window, rejected_4xx=round(window.rejected_4xx, 1),
+                                     rejected_5xx=round(window.rejected_5xx, 1),
+                                     rejected_share=round(window.rejected_share, 4)))
 
     def _checkable(self, newest: Path | None) -> StudyConfig:
         """The config checked at start. Watching live servers, no window exists yet: the workload is
@@ -348,6 +364,8 @@ class Daemon:
             if w is None:
                 said = False
                 continue
+            if (breach := obs.breach_due(self.d.slo_breach_s, w.end)) and (path := obs.save(w)) is not None:
+                return breach, path
             moved = drift.changes(shape, drift.shape_of_window(w), self.d.threshold)
             if moved and seen is None:  # first sight: read a whole window of the new traffic
                 seen = time.time()

@@ -95,8 +95,15 @@ class _Snapshot(Collector):
         window = (s.get("watch") or {}).get("window") if isinstance(s.get("watch"), dict) else None
         if isinstance(window, dict):
             families += [
-                _gauge("vllm_optimizer_traffic_saturated", "1 when the watched servers' backlog grew over the last "
-                       "window (they finish fewer requests than arrive).", [({}, int(bool(window.get("saturated"))))]),
+                _gauge("vllm_optimizer_traffic_saturated", "1 when the watched servers were saturated over the last "
+                       "window (the backlog grew, requests waited through most of it, or the median TTFT or "
+                       "queue time passed the TTFT SLO).", [({}, int(bool(window.get("saturated"))))]),
+                _gauge("vllm_optimizer_traffic_rejected_requests", "Inference requests the watched servers' API "
+                       "answered 4xx or 5xx in the last window, by status class.",
+                       [({"status": c}, window.get(f"rejected_{c}")) for c in ("4xx", "5xx")]),
+                _gauge("vllm_optimizer_production_slo_attainment", "Share of the watched servers' requests that met "
+                       "each of the study's SLOs over the last window (their own latency histograms).",
+                       [({"slo": k}, v.get("share")) for k, v in (window.get("slos") or {}).items()]),
                 _gauge("vllm_optimizer_traffic_arrival_rate", "Requests per second arriving at the watched servers "
                        "(finished plus the backlog's growth) over the last window.", [({}, window.get("rate"))]),
                 _gauge("vllm_optimizer_traffic_finished_requests", "Requests the watched servers finished in the "

@@ -2,28 +2,41 @@
 turned into traffic windows the `observed` workload replays.
 
 A window is complete once the reads span `window_s` (at once with Prometheus, which keeps the
-history); it is tuned on only with at least `min_requests` arrivals (finished plus the backlog's
-growth: a server falling behind finishes few) and at least one finished request (the lengths
-rest on those; the workload's notes say how many), else it is reported ("too little traffic") and skipped. A window whose backlog
-grew is `saturated` (traffic/window.py): said once per episode on the console, in `/status`
-(`watch.window.saturated`), in the status metrics, and through `on_saturated` (the webhook). A read that fails is reported in `/status` and
-tried again at the next poll; the daemon keeps running. Each window tuned on is written to
-`<artifacts_dir>/traffic/window-<end>.json`, the file the generation's workload names.
+history). It is judged against the study's TTFT SLO (`ttft_slo_s`). It is tuned on with at least
+one finished request (the lengths rest on those; the workload's notes say how many) and either
+`min_requests` arrivals (finished plus the backlog's growth: a server falling behind finishes
+few) or saturation: a saturated window is never "too little traffic". Otherwise it is reported
+and skipped. Two episodes are said once each as they begin, on the console, in `/status`
+(`watch.window`) and the status metrics, and through a callback (the webhook):
+- saturated (traffic/window.py: the backlog grew, requests waited through most of the window, or
+  the median TTFT or queue time is past the SLO), naming which held: `on_saturated`;
+- rejecting: at least REJECTING_MIN requests, and REJECTING_SHARE of those sent, answered 4xx or
+  5xx: `on_rejecting`;
+- breaching: a study SLO that production's own histograms say it misses
+  (traffic/slo_attainment.py); `breach_since` holds when the episode began, which the daemon's
+  `slo_breach_s` turns into a trigger.
+A read that fails is reported in `/status` and tried again at the next poll; the daemon keeps
+running. Each window tuned on is written to `<artifacts_dir>/traffic/window-<end>.json`, the file
+the generation's workload names.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from optimizer import shutdown
 from optimizer.config.schema import LiveWatch
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.prometheus import PrometheusSource
+from optimizer.traffic.slo_attainment import attainment
 from optimizer.traffic.scrape import MetricsSource
 from optimizer.traffic.window import Window
 
 MIN_FINISHED = 1  # the lengths rest on the finished requests (an overloaded server finishes few: the notes say how many)
+REJECTING_MIN = 5  # requests answered 4xx/5xx in a window before it is an episode (one bad client request is not)
+REJECTING_SHARE = 0.05  # of the requests sent
 
 
 def make_source(live: LiveWatch):
@@ -33,11 +46,19 @@ def make_source(live: LiveWatch):
 
 
 class Observer:
-    def __init__(self, live: LiveWatch, poll_s: float, directory: Path, state, console, on_saturated=None):
+    def __init__(self, live: LiveWatch, poll_s: float, directory: Path, state, console, on_saturated=None,
+                 slos: tuple = (), on_rejecting=None):
         self.live, self.poll_s, self.directory = live, poll_s, Path(directory)
         self.state, self.console = state, console
         self.on_saturated = on_saturated  # called with the window when a saturated episode starts
-        self.saturated = False
+        self.on_rejecting = on_rejecting  # called with the window when a rejecting episode starts
+        self.slos = tuple(slos)
+        ttft = [s.limit for s in self.slos if s.metric == "ttft"]
+        self.ttft_slo_s = min(ttft) / 1000 if ttft else None  # the tightest TTFT limit, at any percentile
+        self.saturated = self.rejecting = False
+        self.breach: str | None = None  # what production misses now, one line; None when it meets every SLO
+        self.breach_since: float | None = None
+        self.breach_tuned = False  # this breach episode already started a generation
         self.beats = True  # its reports refresh the heartbeat (False while another thread reads: generation_watch)
         self.source = make_source(live)
         self.watch: dict = {"source": self.source.describe(), "last_check": None, "last_change": None}
@@ -66,6 +87,8 @@ class Observer:
             self.console.print(f"[red]traffic source[/]: {line}")
         self._error("; ".join(errors) if errors else None)
         w = self.source.window()
+        if w is not None:
+            w = replace(w, ttft_slo_s=self.ttft_slo_s)
         if w is not None and w.end < self.not_before:
             self._note("waiting", f"reading a whole window of the new traffic: {self.not_before - w.end:.0f} s to go")
             return None
@@ -76,10 +99,16 @@ class Observer:
             self._note("collecting", f"collecting a window: {self.source.spanned():.0f} of {self.live.window_s:.0f} s read")
             return None
         self._window(w)
-        if w.arrivals < self.live.min_requests or w.requests < MIN_FINISHED:
+        if w.requests < MIN_FINISHED:
+            self._note("none finished", f"no request finished in the last {w.duration:.0f} s "
+                       f"({w.arrivals:.0f} arrived, {w.rejected:.0f} rejected"
+                       + (f"; saturated: {'; '.join(w.saturation())}" if w.saturated else "")
+                       + "): no lengths to tune on; skipped")
+            return None
+        if w.arrivals < self.live.min_requests and not w.saturated:
             self._note("too little", f"too little traffic: {w.arrivals:.0f} requests arrived ({w.requests:.0f} "
                        f"finished) in the last {w.duration:.0f} s; {self.live.min_requests} arrivals "
-                       "(daemon.watch.min_requests) and a finished request needed; skipped, not tuned on")
+                       "(daemon.watch.min_requests) needed; skipped, not tuned on")
             return None
         self._note(None, None)
         return w
@@ -88,16 +117,57 @@ class Observer:
         """The window in /status, and a saturated episode's start said once (console, callback)."""
         self.watch["window"] = {"start": w.start, "end": w.end, "requests": round(w.requests, 1),
                                 "arrivals": round(w.arrivals, 1), "rate": round(w.rate, 3),
-                                "saturated": w.saturated, "backlog_growth": round(w.backlog_growth, 1),
+                                "saturated": w.saturated, "saturation": w.saturation(),
+                                "backlog_growth": round(w.backlog_growth, 1),
+                                "waiting_share": None if w.waiting_share is None else round(w.waiting_share, 3),
+                                "rejected_4xx": round(w.rejected_4xx, 1), "rejected_5xx": round(w.rejected_5xx, 1),
+                                "rejecting": self._rejecting(w),
+                                "slos": {a.slo.key: a.as_dict() for a in attainment(w.latencies, self.slos)},
                                 "prefix_hit_rate": w.prefix_hit_rate, "burstiness": w.burstiness,
                                 "concurrency": w.concurrency, "prompt": window_mod.length_quantiles(w.prompt_lengths()[0]),
                                 "output": window_mod.length_quantiles(w.output), "production": w.production()}
         if w.saturated and not self.saturated:
             self.console.print(f"  [bold red]saturated[/]: {w.arrivals:.0f} requests arrived in {w.duration:.0f} s, "
-                               f"{w.requests:.0f} finished; the backlog grew by {w.backlog_growth:.0f}")
+                               f"{w.requests:.0f} finished; {'; '.join(w.saturation())}")
             if self.on_saturated is not None:
                 self.on_saturated(w)
         self.saturated = w.saturated
+        rejecting = self._rejecting(w)
+        if rejecting and not self.rejecting:
+            self.console.print(f"  [bold red]rejecting[/]: {w.rejected:.0f} of {w.arrivals + w.rejected:.0f} requests "
+                               f"sent in {w.duration:.0f} s were answered 4xx ({w.rejected_4xx:.0f}) or 5xx "
+                               f"({w.rejected_5xx:.0f})")
+            if self.on_rejecting is not None:
+                self.on_rejecting(w)
+        self.rejecting = rejecting
+
+        self._breaching(w)
+
+    def _breaching(self, w: Window) -> None:
+        """Production's SLO attainment: a breach episode said as it begins and ends, `breach_since` kept."""
+        missed = [a for a in attainment(w.latencies, self.slos) if not a.met]
+        if not missed:
+            if self.breach is not None:
+                self.console.print("  production meets its SLOs again")
+            self.breach = self.breach_since = None
+            self.breach_tuned = False
+            return
+        flight = f"; {w.concurrency:.0f} requests in flight on average" if w.concurrency is not None else ""
+        self.breach = "production: " + "; ".join(a.describe() for a in missed) + flight
+        if self.breach_since is None:
+            self.breach_since = w.end
+            self.console.print(f"  [bold red]SLO breach[/]: {self.breach}")
+
+    def breach_due(self, after_s: float, now: float) -> str | None:
+        """The trigger when a breach has lasted `after_s` and has not started a generation yet; else None."""
+        if not after_s or self.breach is None or self.breach_tuned or now - self.breach_since < after_s:
+            return None
+        self.breach_tuned = True
+        return f"SLO breach for {now - self.breach_since:.0f} s: {self.breach}"
+
+    @staticmethod
+    def _rejecting(w: Window) -> bool:
+        return w.rejected >= REJECTING_MIN and w.rejected_share >= REJECTING_SHARE
 
     def _note(self, kind: str | None, text: str | None) -> None:
         """`watch.note` in /status always; the console only when the kind of note changes."""
@@ -132,3 +202,12 @@ class Observer:
             self.console.print(f"[red]not tuned on yet[/]: {why}")
             self._error(why)
             return None
+
+
+def episode(name: str, daemon, window: Window, **extra) -> dict:
+    """The webhook body of a traffic episode (saturated, rejecting) as `daemon` sees it."""
+    return {"event": name, "study": daemon.cfg.study_name, "generation": daemon._generation_no,
+            "source": daemon.observer.source.describe() if daemon.observer else None,
+            "window": {"start": window.start, "end": window.end, "arrivals": round(window.arrivals, 1),
+                       "finished": round(window.requests, 1), "backlog_growth": round(window.backlog_growth, 1),
+                       "rate": round(window.rate, 4), **extra}}

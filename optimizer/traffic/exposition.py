@@ -12,9 +12,15 @@ is estimated from, summed over their label sets (engines, finish reasons).
     itl             vllm:inter_token_latency_seconds     histogram (older vLLM:
                                                          vllm:time_per_output_token_seconds)
     e2e             vllm:e2e_request_latency_seconds     histogram
+    queue           vllm:request_queue_time_seconds      histogram (waiting before the first schedule)
+    tpot            vllm:request_time_per_output_token_seconds  histogram (per request)
     running         vllm:num_requests_running            gauge
     waiting         vllm:num_requests_waiting            gauge
     cache_config    vllm:cache_config_info               the labels of the info gauge
+    rejected_4xx    http_requests_total                  counter, POSTs to the API's /v1/ routes
+    rejected_5xx                                         answered 4xx (a prompt past --max-model-len,
+                                                         a bad request, 429) or 5xx: requests the
+                                                         server never counted as its own
 
 The page is parsed with prometheus-client's parser. A page without the request counter and the
 prompt histogram is not a vLLM server's (`NotVllmMetrics`).
@@ -35,9 +41,12 @@ COUNTERS = {"requests": "vllm:request_success", "prompt_tokens": "vllm:prompt_to
 HISTOGRAMS = {"prompt": ("vllm:request_prompt_tokens",), "output": ("vllm:request_generation_tokens",),
               "ttft": ("vllm:time_to_first_token_seconds",),
               "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-              "e2e": ("vllm:e2e_request_latency_seconds",)}
+              "e2e": ("vllm:e2e_request_latency_seconds",), "queue": ("vllm:request_queue_time_seconds",),
+              "tpot": ("vllm:request_time_per_output_token_seconds",)}
 GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting"}
 CACHE_INFO = "vllm:cache_config_info"
+HTTP = "http_requests"  # the API server's own counter (prometheus-fastapi-instrumentator): handler, method, status
+REJECTED = {"rejected_4xx": "4xx", "rejected_5xx": "5xx"}
 REQUIRED = ("requests", "prompt")
 
 
@@ -69,6 +78,12 @@ def _histogram(samples) -> Histogram | None:
     return Histogram(bounds, tuple(buckets[b] for b in bounds), total)
 
 
+def rejected(labels: dict, status: str) -> bool:
+    """An inference request (a POST to a /v1/ route) answered with this status class."""
+    return (labels.get("status") == status and labels.get("method") == "POST"
+            and str(labels.get("handler", "")).startswith("/v1/"))
+
+
 def parse(text: str, at: float) -> Reading:
     """The quantities above from one /metrics page read at `at`; raises NotVllmMetrics."""
     try:
@@ -83,6 +98,10 @@ def parse(text: str, at: float) -> Reading:
         h = _histogram(found.samples) if found is not None else None
         if h is not None:
             histograms[key] = h
+    if HTTP in families:
+        for key, status in REJECTED.items():
+            counters[key] = sum(s.value for s in families[HTTP].samples if s.name.endswith("_total")
+                                and rejected(s.labels, status))
     gauges = {key: sum(s.value for s in families[name].samples) for key, name in GAUGES.items() if name in families}
     info = families.get(CACHE_INFO)
     cache_config = dict(info.samples[0].labels) if info is not None and info.samples else {}

@@ -9,6 +9,10 @@ series a label selector picks, e.g. `{job="vllm", model_name="llama"}`:
     prefix cache    sum(increase(vllm:prefix_cache_{queries,hits}_total{S}[W]))
     concurrency     avg_over_time((sum(vllm:num_requests_running{S}) + sum(vllm:num_requests_waiting{S}))[W:step]),
                     and the same sum at the window's end minus at its start (the backlog's growth)
+    waiting share   avg_over_time((sum(vllm:num_requests_waiting{S}) > bool 0)[W:step]): the share of
+                    the window's steps with requests waiting
+    rejected        sum(increase(http_requests_total{S, method="POST", handler=~"/v1/.*", status="4xx"}[W]))
+                    and the same of "5xx" (the API server's own counter)
     sub-windows     sum(increase(vllm:request_success_total{S}[step])) over [now - W, now] by step
     cache config    vllm:cache_config_info{S}
 
@@ -26,7 +30,7 @@ import time
 import urllib.parse
 
 from optimizer.errors import ConfigError
-from optimizer.traffic.exposition import COUNTERS, GAUGES, HISTOGRAMS
+from optimizer.traffic.exposition import COUNTERS, GAUGES, HISTOGRAMS, HTTP, REJECTED
 from optimizer.traffic.histogram import Histogram
 from optimizer.traffic.scrape import SourceError, http_get
 from optimizer.traffic.window import LATENCIES, Window
@@ -58,8 +62,12 @@ class PrometheusSource:
     def describe(self) -> str:
         return f"Prometheus {self.url} {self.selector or '(all series)'}"
 
-    def _m(self, name: str) -> str:
-        return f"{name}{self.selector}"
+    def _m(self, name: str, extra: str = "") -> str:
+        """The series `name` under the selector, with `extra` label matchers added inside it."""
+        if not extra:
+            return f"{name}{self.selector}"
+        inner = self.selector[1:-1].strip() if self.selector else ""
+        return f"{name}{{{inner + ', ' if inner else ''}{extra}}}"
 
     def _api(self, path: str, **params) -> list:
         query = urllib.parse.urlencode(params)
@@ -155,10 +163,26 @@ class PrometheusSource:
         rows = self._api("/api/v1/query_range", query=f"sum(increase({self._m(COUNTERS['requests'] + '_total')}[{step}]))",
                          start=f"{now - (steps - 1) * step_s:.3f}", end=f"{now:.3f}", step=step)
         counts = tuple(float(v) for _, v in rows[0]["values"]) if rows else ()
+        waiting = self._api("/api/v1/query", time=f"{now:.3f}",
+                            query=f"avg_over_time((sum({self._m(GAUGES['waiting'])}) > bool 0)[{w}:{step}])")
+        rejected = {key: self._scalar(f"sum(increase({self._m(HTTP + '_total', _rejected(status))}[{w}]))", now)
+                    for key, status in REJECTED.items()}
         info = self._api("/api/v1/query", query="vllm:cache_config_info" + self.selector, time=f"{now:.3f}")
         cache = {k: v for k, v in info[0]["metric"].items() if k != "__name__"} if info else {}
         output = hist.get("output") or Histogram.empty(hist["prompt"].bounds)
         return Window(self.source, now - self.window_s, now, counters["requests"], hist["prompt"], output,
                       counters["prefix_queries"], counters["prefix_hits"], float(step_s), counts,
                       float(concurrency[0]["value"][1]) if concurrency else None,
-                      {k: hist[k] for k in LATENCIES if k in hist}, cache, growth, counters["prompt_tokens"])
+                      {k: hist[k] for k in LATENCIES if k in hist}, cache, growth, counters["prompt_tokens"],
+                      _share(waiting), rejected["rejected_4xx"],
+                      rejected["rejected_5xx"])
+
+
+def _share(rows: list) -> float | None:
+    value = float(rows[0]["value"][1]) if rows else math.nan
+    return None if math.isnan(value) else value
+
+
+def _rejected(status: str) -> str:
+    """The label matchers of an inference request answered `status` (exposition.rejected's rule)."""
+    return f'method="POST", handler=~"/v1/.*", status="{status}"'

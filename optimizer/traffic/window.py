@@ -8,8 +8,16 @@ the mean number of requests running plus waiting, and the production latency his
     rate             arrivals / (end - start); arrivals = the requests finished plus the growth of
                      those running or waiting (vLLM counts finished requests, not arrivals: a
                      server falling behind finishes fewer than arrive)
-    saturated        the backlog (running + waiting) grew by at least SATURATED_MIN requests and
-                     SATURATED_SHARE of the arrivals: the servers are falling behind
+    saturation()     why the servers are past what they can serve, whichever holds (saturated: any):
+                     - the backlog (running + waiting) grew by at least SATURATED_MIN requests and
+                       SATURATED_SHARE of the arrivals: they are falling behind;
+                     - requests waited (vllm:num_requests_waiting > 0) in at least WAITING_MOST of
+                       the reads: a queue that stays full, as it does when clients cap how many
+                       requests they keep in flight and the backlog cannot grow;
+                     - the median TTFT or queue time is past the TTFT SLO the window is judged
+                       against (`ttft_slo_s`, set by the daemon from the study's SLOs)
+    rejected         requests the API answered 4xx or 5xx (http_requests_total): never counted by
+                     the engine, so neither finished nor in the backlog; `rejected_share` of all
     prompt_lengths() the prompt histogram of the finished requests; when the requests prefilled in
                      the window (TTFT observations, made at the first token) have a mean prompt
                      (vllm:prompt_tokens_total / their count) more than PREFILL_DIFFERS away
@@ -43,10 +51,11 @@ from optimizer.traffic.histogram import Histogram, counter_delta
 MIN_SUB_WINDOWS = 4
 SATURATED_MIN = 10  # requests: the backlog of a steady server wanders by several (5 in 20 s was seen at 2 req/s)
 SATURATED_SHARE = 0.2  # of the window's arrivals
+WAITING_MOST = 0.5  # of the window's reads with requests waiting: the queue stood, not a passing burst
 PREFILL_DIFFERS = 0.25  # the prefilled requests' mean prompt this far from the finished ones' (relative)
 BURSTINESS_RANGE = (0.05, 20.0)  # beyond these a gamma shape is "a burst" or "a metronome"
 QUANTILES = (("p50", 0.5), ("p95", 0.95))
-LATENCIES = ("ttft", "itl", "e2e")
+LATENCIES = ("ttft", "itl", "e2e", "queue", "tpot")
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,10 @@ class Window:
     cache_config: dict[str, str] = field(default_factory=dict)
     backlog_growth: float = 0.0  # requests running + waiting at the end, minus at the start
     prompt_tokens: float = 0.0  # prompt tokens prefilled in the window (counted before requests finish)
+    waiting_share: float | None = None  # of the reads, those with requests waiting (None: no waiting gauge)
+    rejected_4xx: float = 0.0
+    rejected_5xx: float = 0.0
+    ttft_slo_s: float | None = None  # the TTFT SLO saturation is judged against (None: none given)
 
     @property
     def duration(self) -> float:
@@ -83,9 +96,36 @@ class Window:
         return self.arrivals / self.duration if self.duration > 0 else 0.0
 
     @property
+    def rejected(self) -> float:
+        return self.rejected_4xx + self.rejected_5xx
+
+    @property
+    def rejected_share(self) -> float:
+        """Of the requests sent in the window (arrived or rejected), the share rejected."""
+        sent = self.arrivals + self.rejected
+        return self.rejected / sent if sent > 0 else 0.0
+
+    def saturation(self) -> list[str]:
+        """Each reason the window is saturated, as a phrase (module docstring); empty when it is not."""
+        out = []
+        if self.backlog_growth >= max(SATURATED_MIN, SATURATED_SHARE * self.arrivals):
+            out.append(f"the backlog grew by {self.backlog_growth:.0f}")
+        if self.waiting_share is not None and self.waiting_share >= WAITING_MOST:
+            out.append(f"requests waited in {self.waiting_share:.0%} of the reads")
+        if self.ttft_slo_s is not None:
+            for name, what in (("ttft", "TTFT"), ("queue", "queue time")):
+                h = self.latencies.get(name)
+                median = h.quantile(0.5) if h is not None and h.count > 0 else None
+                if median is not None and not math.isnan(median) and median > self.ttft_slo_s:
+                    out.append(f"the median {what} ({median * 1000:,.0f} ms) is past the TTFT SLO "
+                               f"({self.ttft_slo_s * 1000:,.0f} ms)")
+                    break
+        return out
+
+    @property
     def saturated(self) -> bool:
-        """The backlog grew: the servers finish fewer requests than arrive (module docstring)."""
-        return self.backlog_growth >= max(SATURATED_MIN, SATURATED_SHARE * self.arrivals)
+        """The servers are past what they can serve (module docstring)."""
+        return bool(self.saturation())
 
     @property
     def prefilled(self) -> float:
@@ -142,7 +182,8 @@ class Window:
         burst = self.burstiness
         return (f"{self.requests:.0f} requests finished in {self.duration:.0f} s ({self.rate:.2f} req/s arriving"
                 + (f", burstiness {burst:.2f}" if burst is not None else "")
-                + (f"; saturated: the backlog grew by {self.backlog_growth:.0f}" if self.saturated else "")
+                + (f"; saturated: {'; '.join(self.saturation())}" if self.saturated else "")
+                + (f"; {self.rejected:.0f} rejected ({self.rejected_share:.0%})" if self.rejected else "")
                 + "), prompt p50 " + f"{_tokens(lengths.quantile(self.prompt_lengths()[0], 0.5))}, output p50 "
                 + f"{_tokens(lengths.quantile(self.output, 0.5))}"
                 + (f", prefix-cache hit rate {hit:.0%}" if hit is not None else ""))
@@ -154,7 +195,11 @@ class Window:
                 "counts": list(self.counts), "concurrency": self.concurrency,
                 "latencies": {k: h.to_dict() for k, h in self.latencies.items()}, "cache_config": self.cache_config,
                 "backlog_growth": self.backlog_growth, "prompt_tokens": self.prompt_tokens,
-                "derived": {"rate": self.rate, "arrivals": self.arrivals, "saturated": self.saturated, "burstiness": self.burstiness,
+                "waiting_share": self.waiting_share, "rejected_4xx": self.rejected_4xx,
+                "rejected_5xx": self.rejected_5xx, "ttft_slo_s": self.ttft_slo_s,
+                "derived": {"rate": self.rate, "arrivals": self.arrivals, "saturated": self.saturated,
+                            "saturation": self.saturation(), "rejected_share": self.rejected_share,
+                            "burstiness": self.burstiness,
                             "prefix_hit_rate": self.prefix_hit_rate, "production": self.production()}}
 
     @classmethod
@@ -165,7 +210,12 @@ class Window:
                    tuple(float(c) for c in d.get("counts", ())), d.get("concurrency"),
                    {k: Histogram.from_dict(h) for k, h in (d.get("latencies") or {}).items()},
                    dict(d.get("cache_config") or {}), float(d.get("backlog_growth", 0.0)),
-                   float(d.get("prompt_tokens", 0.0)))
+                   float(d.get("prompt_tokens", 0.0)), _optional(d.get("waiting_share")),
+                   float(d.get("rejected_4xx", 0.0)), float(d.get("rejected_5xx", 0.0)), _optional(d.get("ttft_slo_s")))
+
+
+def _optional(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def _tokens(value: lengths.Length | None) -> str:
@@ -223,11 +273,14 @@ def from_polls(polls: list[Poll], source: dict) -> Window | None:
     grown: dict = {}
     counts: list[float] = []
     in_flight: dict[str, list[float]] = {}
+    waited: list[bool] = []  # per poll with any read: were requests waiting on any server
     cache: dict[str, str] = {}
     whole_before = False
     for i, (_, reads) in enumerate(polls):
         finished = 0.0
         whole = all(r is not None for r in reads.values())
+        if any(r is not None and "waiting" in r.gauges for r in reads.values()):
+            waited.append(any(r is not None and r.gauges.get("waiting", 0.0) > 0 for r in reads.values()))
         for url, r in reads.items():
             if r is None:
                 continue
@@ -257,4 +310,6 @@ def from_polls(polls: list[Poll], source: dict) -> Window | None:
                   grown.get("prefix_queries", 0.0), grown.get("prefix_hits", 0.0), sub_s, tuple(counts),
                   sum(statistics.fmean(v) for v in in_flight.values()) if in_flight else None,
                   {k: hist[k] for k in LATENCIES if k in hist}, cache,
-                  sum(v[-1] - v[0] for v in in_flight.values()), grown.get("prompt_tokens", 0.0))
+                  sum(v[-1] - v[0] for v in in_flight.values()), grown.get("prompt_tokens", 0.0),
+                  sum(waited) / len(waited) if waited else None, grown.get("rejected_4xx", 0.0),
+                  grown.get("rejected_5xx", 0.0))

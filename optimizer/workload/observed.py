@@ -3,7 +3,9 @@ traffic/window.py), replayed as a seeded synthetic workload of the same shape.
 
     lengths     prompt and output lengths drawn from the window's histograms, as fitted by
                 traffic/lengths.py (a bucket, then a tilted place inside it matching the mean).
-                A request longer than the model takes is cut to fit, and the notes say how many were.
+                A request longer than production admits (the spec's max_model_len: the servers'
+                --max-model-len, which answers a longer one 400) or than the model takes is cut
+                to fit, and the notes say how many were and to which.
     arrivals    gamma gaps at the window's rate with its burstiness (1 when unknown), vLLM's
                 benchmark schedule (workload/arrivals.py).
     prefixes    every prompt starts with the first s * length tokens of one shared block (a
@@ -73,6 +75,15 @@ def _fit(prompts: list[int], outputs: list[int], limit: int | None) -> tuple[lis
     return prompts, cut
 
 
+def _limit(spec: ObservedSpec, vocab: Vocabulary) -> tuple[int | None, str]:
+    """The longest request drawn (prompt + output), and what sets it."""
+    model = vocab.max_positions
+    if spec.max_model_len and (not model or spec.max_model_len <= model):
+        return spec.max_model_len, (f"production's max-model-len {spec.max_model_len} (the longest request the "
+                                    "watched servers admit)")
+    return model, f"the model's {model} positions"
+
+
 def _where(source: dict) -> str:
     if source.get("kind") == "prometheus":
         return f"Prometheus {source.get('url')} {source.get('selector') or ''}".strip()
@@ -91,10 +102,11 @@ def observed_workload(spec: ObservedSpec, vocab: Vocabulary) -> Workload:
     w = window_mod.read(spec.path)
     rng = random.Random(spec.seed)
     n = spec.requests
+    limit, limit_is = _limit(spec, vocab)
     outputs = draw_lengths(w.output, n + spec.warmup_requests, rng)
-    outputs = [min(o, vocab.max_positions - 1) if vocab.max_positions else o for o in outputs]
+    outputs = [min(o, limit - 1) if limit else o for o in outputs]
     prompt_hist, prompt_from = w.prompt_lengths()
-    prompts, cut = _fit(draw_lengths(prompt_hist, n + spec.warmup_requests, rng), outputs, vocab.max_positions)
+    prompts, cut = _fit(draw_lengths(prompt_hist, n + spec.warmup_requests, rng), outputs, limit)
     block = _block(w)
     share = fit_prefix_share(prompts[:n], w.prefix_hit_rate, block)
     shared = vocab.block(f"observed-{spec.seed}-prefix", max(prompts, default=1))
@@ -117,11 +129,14 @@ def observed_workload(spec: ObservedSpec, vocab: Vocabulary) -> Workload:
         q = window_mod.length_quantiles(h)
         notes.append(f"{name} lengths p10/p50/p90 {q['p10']}/{q['p50']}/{q['p90']} tokens, fitted to {source}")
     if w.saturated:
-        notes.append(f"saturated: {w.arrivals:.0f} requests arrived, {w.requests:.0f} finished, the backlog grew by "
-                     f"{w.backlog_growth:.0f}; the rate counts the backlog, the output lengths rest on the requests "
-                     "that did finish")
+        notes.append(f"saturated: {w.arrivals:.0f} requests arrived, {w.requests:.0f} finished; "
+                     f"{'; '.join(w.saturation())}; the rate counts the backlog, the output lengths rest on the "
+                     "requests that did finish")
+    if w.rejected:
+        notes.append(f"{w.rejected:.0f} requests were rejected by the servers (4xx {w.rejected_4xx:.0f}, 5xx "
+                     f"{w.rejected_5xx:.0f}): not replayed, their lengths unknown")
     if cut:
-        notes.append(f"{cut} drawn prompts cut to fit the model's {vocab.max_positions} positions")
+        notes.append(f"{cut} drawn prompts cut to fit {limit_is}")
     burst = w.burstiness
     return Workload(name="observed", requests=reqs, warmup=warm, concurrency=None,
                     description=f"observed traffic ({_where(w.source)}): {n} requests at {w.rate:.2f} req/s"

@@ -52,10 +52,10 @@ class Scripted:
         return self.current
 
 
-def daemon(tmp_path, script, min_requests=25):
+def daemon(tmp_path, script, min_requests=25, slos=None, breach_s=300):
     cfg = build_config({"model": {"path": "/m"}, "artifacts_dir": str(tmp_path), "daemon": {
         "watch": {"prometheus": "http://p", "window_s": 10, "min_requests": min_requests}, "poll_s": 0.01,
-        "threshold": 0.25}})
+        "threshold": 0.25, "slo_breach_s": breach_s}, **({"objective": {"slos": slos}} if slos else {})})
     out = io.StringIO()
     d = Daemon(cfg, Console(file=out, width=300), "127.0.0.1", 0, None)
     d.observer.source = Scripted(script)
@@ -92,7 +92,7 @@ def test_too_little_traffic_is_reported_and_never_compared(tmp_path):
     assert trigger.startswith("scheduled re-tune")  # the thin, different window started nothing
     text = out.getvalue()
     assert text.count("too little traffic: 10 requests arrived (10 finished) in the last 1 s; 25 arrivals "
-                      "(daemon.watch.min_requests) and a finished request needed; skipped, not tuned on") == 1
+                      "(daemon.watch.min_requests) needed; skipped, not tuned on") == 1
     assert d.state.snapshot()["watch"]["window"]["requests"] == 40.0
 
 
@@ -172,3 +172,113 @@ def test_the_whole_live_configs_in_the_daemon_docs_are_valid_configs():
     swapped = yaml.safe_load(whole)
     swapped["daemon"]["watch"] = yaml.safe_load("daemon:\n" + prometheus)["daemon"]["watch"]
     assert build_config(swapped).daemon.watch.prometheus == "http://prometheus:9090"
+
+
+def test_a_full_queue_with_few_arrivals_is_tuned_on_as_saturated_not_skipped_as_too_little(tmp_path):
+    """13 requests arrived and 14 finished in the window (min_requests 25) while requests waited at every
+    read: a queue that stays full. The window is tuned on, and said saturated once, naming why."""
+    from dataclasses import replace
+    said = []
+    d, out = daemon(tmp_path, lambda n: replace(window(4, requests=14), backlog_growth=-1.0, waiting_share=1.0))
+    d.observer.on_saturated = said.append
+    d.d = d.d.model_copy(update={"retune_every_h": 1.5 / 3600})
+    trigger, path = d._watch_live(drift.shape_of_window(window(1)), time.time(), None)
+    assert trigger.startswith("traffic changed") and window_mod.read(path).saturated
+    text = out.getvalue()
+    assert "too little traffic" not in text
+    assert text.count("saturated: 13 requests arrived in 1 s, 14 finished; requests waited in 100% of the reads") == 1
+    assert len(said) == 1
+    shown = d.state.snapshot()["watch"]["window"]
+    assert shown["saturated"] is True and shown["saturation"] == ["requests waited in 100% of the reads"]
+
+
+def test_rejected_requests_are_traffic_said_once_as_an_episode_and_never_too_little(tmp_path):
+    """Every prompt past --max-model-len answered 400: nothing finished, 40 rejected. The daemon says so
+    (not "too little traffic"), once, with the callback, and /status counts them."""
+    from dataclasses import replace
+    rejecting = []
+
+    def script(n):
+        w = window(4, requests=30)
+        return replace(w, requests=0.0, prompt=Histogram(BOUNDS, (0.0,) * len(BOUNDS), 0.0), rejected_4xx=40.0) \
+            if n < 3 else replace(w, rejected_4xx=2.0)
+
+    d, out = daemon(tmp_path, script)
+    d.observer.on_rejecting = rejecting.append
+    for _ in range(5):
+        d.observer.current()
+    text = out.getvalue()
+    assert text.count("rejecting: 40 of 40 requests sent in 1 s were answered 4xx (40) or 5xx (0)") == 1
+    assert text.count("no request finished in the last 1 s (0 arrived, 40 rejected): no lengths to tune on") == 1
+    assert "too little traffic" not in text and len(rejecting) == 1
+    shown = d.state.snapshot()["watch"]["window"]
+    assert shown["rejected_4xx"] == 2.0 and shown["rejecting"] is False  # 2 of 32: not an episode
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from optimizer.daemon.metrics_page import prometheus_text
+    page = text_string_to_metric_families(prometheus_text(d.state.snapshot()))
+    samples = {(s.name, s.labels.get("status")): s.value for f in page for s in f.samples}
+    assert samples[("vllm_optimizer_traffic_rejected_requests", "4xx")] == 2.0
+    sent = []
+    d.publisher.event = sent.append  # the webhook hears of an episode as of a saturation
+    d._rejecting(script(0))
+    assert sent[0]["event"] == "rejecting" and sent[0]["window"]["rejected_4xx"] == 40.0
+
+
+def test_a_plan_refused_on_new_traffic_is_said_once_per_reason_and_the_watch_goes_on(tmp_path, monkeypatch):
+    """Every window of the new traffic fails the plan the same way (for 3 windows), then another way, then
+    a plan is made: the console says each reason once; /status' last_error holds the latest."""
+    from optimizer.errors import ConfigError
+
+    d, out = daemon(tmp_path, lambda n: window(1))
+    reasons = iter(["baseline.max-model-len: 8192 must lie between the workload's longest request (9973) and ..."] * 3
+                   + ["the database is briefly down"])
+    sources = iter(tmp_path / f"window-{i}.json" for i in range(10))
+    d._watch = lambda study, plan, source: ("traffic changed", next(sources))
+
+    def plan(n, source, warm):
+        reason = next(reasons, None)
+        if reason:
+            raise ConfigError(reason)
+        return "the plan", []
+
+    d._plan = plan
+    monkeypatch.setattr("optimizer.daemon.loop.warm_starts", lambda study, how: [])  # no study here to start from
+    trigger, source, _, made, _ = d._next_plan(None, None, None, 1)
+    assert made == "the plan" and source == tmp_path / "window-4.json"
+    text = out.getvalue()
+    assert text.count("not re-tuning") == 2 and text.count("must lie between the workload's longest") == 1
+    assert d.state.snapshot()["last_error"] == "the database is briefly down"
+
+
+def test_a_lasting_slo_breach_starts_a_generation_once_and_is_said_as_it_begins_and_ends(tmp_path):
+    """The same traffic throughout, but production's TPOT: 40% of requests within 50 ms at first
+    (p95 needs 95%), then all of them. The breach is said, shown in /status and the metrics, and
+    once it has lasted slo_breach_s it starts a generation; once only, however long it lasts."""
+    from dataclasses import replace
+
+    slow = Histogram((0.025, 0.05, 0.1, math.inf), (10.0, 16.0, 40.0, 40.0), 3.0)
+    fast = Histogram((0.025, 0.05, 0.1, math.inf), (40.0, 40.0, 40.0, 40.0), 0.5)
+
+    def script(n):
+        return replace(window(1), latencies={"tpot": slow if n < 40 else fast}, concurrency=63.0)
+
+    d, out = daemon(tmp_path, script, slos="tpot:50", breach_s=0.05)
+    trigger, path = d._watch_live(drift.shape_of_window(window(1)), time.time(), None)
+    assert trigger.startswith("SLO breach for ") and trigger.endswith(
+        "production: 40% of requests meet TPOT <= 50 ms (p95 needs 95%); 63 requests in flight on average")
+    assert window_mod.read(path).requests == 40.0
+    shown = d.state.snapshot()["watch"]["window"]["slos"]["tpot_p95"]
+    assert shown == {"limit_ms": 50.0, "percentile": 95, "share": 0.4, "met": False, "observations": 40.0}
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from optimizer.daemon.metrics_page import prometheus_text
+    page = text_string_to_metric_families(prometheus_text(d.state.snapshot()))
+    assert {s.labels.get("slo"): s.value for f in page for s in f.samples
+            if s.name == "vllm_optimizer_production_slo_attainment"} == {"tpot_p95": 0.4}
+    for _ in range(50):  # the breach goes on, then ends: no second trigger
+        d.observer.current()
+        assert d.observer.breach_due(d.d.slo_breach_s, time.time() + 60) is None
+    text = out.getvalue()
+    assert text.count("SLO breach: production: 40% of requests meet TPOT") == 1
+    assert text.count("production meets its SLOs again") == 1

