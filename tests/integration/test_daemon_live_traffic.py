@@ -20,6 +20,10 @@ at a rate production cannot finish, sized to the capacity measured: see `_shape_
 generation 2 runs, finds the traffic saturated, ends generation 2 (daemon.on_change auto) and
 starts generation 3 on the overloaded window, its arrival rate counting the backlog.
 
+Last, with the second daemon stopped, a third watches production's /metrics (min_requests 300,
+SLO ttft:500) while prompts past --max-model-len are rejected, then while clients that keep at
+most 24 requests in flight overload it: a queue that stays full, a backlog that cannot grow.
+
 The figures (observed vs sent vs synthesized, time to detection, the daemon's CPU and memory
 while watching) are printed with -s.
 """
@@ -53,6 +57,7 @@ from optimizer.errors import ConfigError
 from optimizer.testing.memory import memory_fraction
 from optimizer.testing.one_process import ONE_PROCESS_ENV
 from optimizer.testing.production import Prometheus, Traffic, TrafficShape
+from optimizer.traffic import scrape
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.traffic.scrape import MetricsSource
@@ -220,6 +225,62 @@ def _study_cfg(root: Path, name: str, model: str, watch: dict, **daemon) -> dict
                        "poll_s": 2, "threshold": 0.5, **daemon}}
 
 
+CAP = 24  # the clients' connection pool: at most this many requests in flight (production runs 16 at once)
+
+
+def _idle(base_url: str, timeout: float = 300.0) -> None:
+    """Until production has nothing running or waiting (the overload before has drained)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        g = scrape.read(f"{base_url}/metrics").gauges
+        if g.get("running", 0) + g.get("waiting", 0) == 0:
+            return
+        time.sleep(2)
+    raise AssertionError("production did not drain its queue within 300 s")
+
+
+def _rejected_then_capped(out: dict, root: Path, model: str, vocab: Vocabulary, prod, daemons: list) -> None:
+    """A third daemon watches production's /metrics (min_requests 300, SLO ttft:500) through two phases:
+    prompts past --max-model-len 4096, which production answers 400 (30 s at 2 req/s); then clients
+    that keep at most CAP requests in flight, of shape C's prompts: the backlog cannot grow, and 8
+    requests wait at every read. It must name the rejections, then the saturation, and start a
+    generation on that window (stopped there, inside its Ray start)."""
+    _idle(prod.base_url)
+    cfg = _study_cfg(root, "capped", model, {"vllm_metrics": [f"{prod.base_url}/metrics"], "min_requests": 300})
+    cfg["objective"]["slos"] = "ttft:500"
+    r = Daemon(root, "capped", cfg)
+    daemons.append(r)
+    r.until("observing", lambda s: s.get("state") == "observing", 120)
+    rng = random.Random(5)
+    too_long = tuple(Request(f"too-long-{i}", tuple(vocab.random_ids(rng, 4200)), 4, i * 0.5) for i in range(60))
+    sent = threading.Thread(target=run_replay, args=(prod.base_url, model, too_long, None),
+                            kwargs={"request_timeout": 30.0}, daemon=True)
+    t = time.monotonic()
+    sent.start()
+    out["rejecting"] = r.until("the rejections named", lambda s: ((s.get("watch") or {}).get("window") or {})
+                               .get("rejecting"), 120)
+    out["figures"]["seconds_from_rejections_to_named"] = round(time.monotonic() - t, 1)
+    sent.join(timeout=60)
+    stop = threading.Event()
+    capped = tuple(Request(f"capped-{i}", tuple(vocab.random_ids(rng, rng.randint(*C_PROMPT))), rng.randint(4, 8), 0.0)
+                   for i in range(2000))
+    clients = threading.Thread(target=run_replay, args=(prod.base_url, model, capped, CAP), daemon=True,
+                               kwargs={"request_timeout": 300.0, "stop_when": lambda f: "stopped" if stop.is_set() else ""})
+    t = time.monotonic()
+    clients.start()
+    try:
+        out["capped"] = r.until("the full queue named saturated", lambda s: any(
+            x.startswith("requests waited") for x in ((s.get("watch") or {}).get("window") or {}).get("saturation") or []),
+            180)
+        out["figures"]["seconds_from_capped_overload_to_saturated"] = round(time.monotonic() - t, 1)
+        out["capped_tuning"] = r.until("a generation on the saturated window", lambda s: s.get("state") == "tuning", 180)
+        out["figures"]["seconds_from_capped_overload_to_generation"] = round(time.monotonic() - t, 1)
+        out["capped_rc"] = r.stop()
+    finally:
+        stop.set()
+        clients.join(timeout=120)
+
+
 def _sent_in(traffic: Traffic, start: float, end: float):
     return [r for t, _, r in traffic.sent if start <= t <= end]
 
@@ -315,6 +376,7 @@ def live(tmp_path_factory):
             deadline = time.monotonic() + 15
             while sum(b.get("event") == "published" for b in Receiver.got) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)
+            _rejected_then_capped(out, root, model, vocab, prod, daemons)
         finally:
             traffic.stop()
             prom.stop()
@@ -452,3 +514,26 @@ def test_an_overload_during_a_generation_is_seen_at_once_and_tuned_on_saturated(
     assert any(note.startswith("saturated: ") for note in wl.notes)
     print(f"\noverload window: {w.describe()}; sent C prompts {C_PROMPT[0]}-{C_PROMPT[1]} at {live['c'].rate} req/s; "
           f"shape input p10/p50/p90 {shape['input_p10']:.0f}/{shape['input_p50']:.0f}/{shape['input_p90']:.0f}")
+
+
+def test_rejected_requests_are_named_and_a_full_queue_from_capped_clients_is_saturated_and_tuned_on(live):
+    """Prompts past --max-model-len: production answers 400 and counts nothing of its own; the
+    daemon counts them from http_requests_total and names the episode, never "too little traffic".
+    Then clients that cap what they keep in flight: the backlog holds still while requests wait at
+    every read; the daemon calls the window saturated for that, tunes on it though fewer than
+    min_requests (300) arrived, and says production breaches its TTFT SLO."""
+    rejecting = live["rejecting"]["watch"]["window"]
+    assert rejecting["rejected_4xx"] >= 5 and rejecting["rejected_5xx"] == 0
+    console = (live["root"] / "capped.out").read_text()
+    assert "rejecting: " in console and "were answered 4xx (" in console
+    assert "too little traffic: 0 requests arrived" not in console
+    capped = live["capped"]["watch"]["window"]
+    assert capped["saturated"] and abs(capped["backlog_growth"]) < 10 and capped["waiting_share"] >= 0.5
+    assert "saturated: " in console and "requests waited in " in console
+    assert "SLO breach: production: " in console and "of requests meet TTFT <= 500 ms" in console
+    assert live["capped_tuning"]["state"] == "tuning" and live["capped_rc"] == 0
+    study = optuna.load_study(study_name="capped", storage=f"sqlite:///{live['root'] / 'capped.db'}")
+    w = window_mod.read(study.user_attrs["traffic_source"])
+    assert w.saturated and w.arrivals < 300 and any(x.startswith("requests waited") for x in w.saturation())
+    shown = {k: capped[k] for k in ("requests", "arrivals", "backlog_growth", "waiting_share", "saturation", "slos")}
+    print(f"\ncapped window: {w.describe()}; status: {json.dumps(shown)}")
