@@ -31,9 +31,9 @@ from rich.console import Console
 from optimizer import shutdown
 from optimizer.config import space as space_mod
 from optimizer.config.schema import LiveWatch, StudyConfig
-from optimizer.config.workload_spec import ChatSpec, ObservedSpec
+from optimizer.config.workload_spec import ChatSpec
 from optimizer.daemon.generation_watch import GenerationWatch
-from optimizer.daemon.observing import Observer, episode
+from optimizer.daemon.observing import Observer, admitted, episode, observed_spec
 from optimizer.daemon.publisher import Publisher
 from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
@@ -79,17 +79,6 @@ def with_source(cfg: StudyConfig, source: Path | None) -> StudyConfig:
     return cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"path": str(source)})})
 
 
-def observed_spec(cfg: StudyConfig, live: LiveWatch, source: Path) -> ObservedSpec:
-    """The workload replaying a live window: `workload.requests` when the config writes it under
-    `scenario: observed`, else `daemon.watch.requests`; the workload's seed and warm-up either way.
-    Its lengths are cut to what production admits: `daemon.watch.max_model_len`, else the baseline's."""
-    written = cfg.workload.scenario == "observed" and "requests" in cfg.workload.model_fields_set
-    admits = live.max_model_len or (cfg.baseline or {}).get("max-model-len")
-    return ObservedSpec(path=str(source), requests=cfg.workload.requests if written else live.requests,
-                        seed=cfg.workload.seed, warmup_requests=cfg.workload.warmup_requests,
-                        max_model_len=int(admits) if admits else None)
-
-
 FLAGS_SEEN = {"gpu_memory_utilization": "gpu-memory-utilization", "cache_dtype": "kv-cache-dtype",
               "block_size": "block-size", "enable_prefix_caching": "enable-prefix-caching"}
 
@@ -118,7 +107,8 @@ class Daemon:
         self.publisher = Publisher(self.d.publish, self.state, console)
         self.observer = (Observer(self.live, self.d.poll_s, Path(cfg.artifacts_dir) / "traffic", self.state, console,
                                   on_saturated=self._saturated, slos=parse_slos(cfg.objective.slos),
-                                  on_rejecting=self._rejecting) if self.live else None)
+                                  on_rejecting=self._rejecting, admits=admitted(cfg, self.live))
+                         if self.live else None)
         self._pending: float | None = None  # when a change was seen during the last generation
         self._generation_no = 1
         self._seen: str | None = None  # the fingerprint of the last trace read

@@ -11,7 +11,9 @@ and skipped. Two episodes are said once each as they begin, on the console, in `
 - saturated (traffic/window.py: the backlog grew, requests waited through most of the window, or
   the median TTFT or queue time is past the SLO), naming which held: `on_saturated`;
 - rejecting: at least REJECTING_MIN requests, and REJECTING_SHARE of those sent, answered 4xx or
-  5xx: `on_rejecting`;
+  5xx: `on_rejecting`. When the served requests press against what production admits (their
+  prompt p90 plus output p50 at PRESSING of its max-model-len, `admits`), the rejections are
+  likely prompts past it, and the line says so;
 - breaching: a study SLO that production's own histograms say it misses
   (traffic/slo_attainment.py); `breach_since` holds when the episode began, which the daemon's
   `slo_breach_s` turns into a trigger.
@@ -27,7 +29,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from optimizer import shutdown
-from optimizer.config.schema import LiveWatch
+from optimizer.config.schema import LiveWatch, StudyConfig
+from optimizer.config.workload_spec import ObservedSpec
+from optimizer.traffic import lengths
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.traffic.slo_attainment import attainment
@@ -37,6 +41,7 @@ from optimizer.traffic.window import Window
 MIN_FINISHED = 1  # the lengths rest on the finished requests (an overloaded server finishes few: the notes say how many)
 REJECTING_MIN = 5  # requests answered 4xx/5xx in a window before it is an episode (one bad client request is not)
 REJECTING_SHARE = 0.05  # of the requests sent
+PRESSING = 0.8  # of max-model-len: served requests this long suggest the rejected ones were longer
 
 
 def make_source(live: LiveWatch):
@@ -47,12 +52,13 @@ def make_source(live: LiveWatch):
 
 class Observer:
     def __init__(self, live: LiveWatch, poll_s: float, directory: Path, state, console, on_saturated=None,
-                 slos: tuple = (), on_rejecting=None):
+                 slos: tuple = (), on_rejecting=None, admits: int | None = None):
         self.live, self.poll_s, self.directory = live, poll_s, Path(directory)
         self.state, self.console = state, console
         self.on_saturated = on_saturated  # called with the window when a saturated episode starts
         self.on_rejecting = on_rejecting  # called with the window when a rejecting episode starts
         self.slos = tuple(slos)
+        self.admits = admits  # the longest request production admits (its max-model-len), when known
         ttft = [s.limit for s in self.slos if s.metric == "ttft"]
         self.ttft_slo_s = min(ttft) / 1000 if ttft else None  # the tightest TTFT limit, at any percentile
         self.saturated = self.rejecting = False
@@ -121,7 +127,7 @@ class Observer:
                                 "backlog_growth": round(w.backlog_growth, 1),
                                 "waiting_share": None if w.waiting_share is None else round(w.waiting_share, 3),
                                 "rejected_4xx": round(w.rejected_4xx, 1), "rejected_5xx": round(w.rejected_5xx, 1),
-                                "rejecting": self._rejecting(w),
+                                "rejecting": self._rejecting(w), "rejected_past_max_model_len": self._past(w),
                                 "slos": {a.slo.key: a.as_dict() for a in attainment(w.latencies, self.slos)},
                                 "prefix_hit_rate": w.prefix_hit_rate, "burstiness": w.burstiness,
                                 "concurrency": w.concurrency, "prompt": window_mod.length_quantiles(w.prompt_lengths()[0]),
@@ -134,9 +140,11 @@ class Observer:
         self.saturated = w.saturated
         rejecting = self._rejecting(w)
         if rejecting and not self.rejecting:
+            past = (f"; the served requests reach {self._served(w):,.0f} of the {self.admits:,} tokens production "
+                    "admits: likely prompts past its --max-model-len" if self._past(w) else "")
             self.console.print(f"  [bold red]rejecting[/]: {w.rejected:.0f} of {w.arrivals + w.rejected:.0f} requests "
                                f"sent in {w.duration:.0f} s were answered 4xx ({w.rejected_4xx:.0f}) or 5xx "
-                               f"({w.rejected_5xx:.0f})")
+                               f"({w.rejected_5xx:.0f}){past}")
             if self.on_rejecting is not None:
                 self.on_rejecting(w)
         self.rejecting = rejecting
@@ -164,6 +172,16 @@ class Observer:
             return None
         self.breach_tuned = True
         return f"SLO breach for {now - self.breach_since:.0f} s: {self.breach}"
+
+    @staticmethod
+    def _served(w: Window) -> float:
+        """The served requests' prompt p90 plus output p50, in tokens (0 without any)."""
+        prompt, output = lengths.quantile(w.prompt_lengths()[0], 0.9), lengths.quantile(w.output, 0.5)
+        return (prompt.value if prompt else 0.0) + (output.value if output else 0.0)
+
+    def _past(self, w: Window) -> bool:
+        """Rejections while the served requests press against what production admits."""
+        return bool(self.admits) and w.rejected_4xx > 0 and self._served(w) >= PRESSING * self.admits
 
     @staticmethod
     def _rejecting(w: Window) -> bool:
@@ -211,3 +229,19 @@ def episode(name: str, daemon, window: Window, **extra) -> dict:
             "window": {"start": window.start, "end": window.end, "arrivals": round(window.arrivals, 1),
                        "finished": round(window.requests, 1), "backlog_growth": round(window.backlog_growth, 1),
                        "rate": round(window.rate, 4), **extra}}
+
+
+def observed_spec(cfg: StudyConfig, live: LiveWatch, source: Path) -> ObservedSpec:
+    """The workload replaying a live window: `workload.requests` when the config writes it under
+    `scenario: observed`, else `daemon.watch.requests`; the workload's seed and warm-up either way.
+    Its lengths are cut to what production admits: `daemon.watch.max_model_len`, else the baseline's."""
+    written = cfg.workload.scenario == "observed" and "requests" in cfg.workload.model_fields_set
+    return ObservedSpec(path=str(source), requests=cfg.workload.requests if written else live.requests,
+                        seed=cfg.workload.seed, warmup_requests=cfg.workload.warmup_requests,
+                        max_model_len=admitted(cfg, live))
+
+
+def admitted(cfg: StudyConfig, live: LiveWatch) -> int | None:
+    """The longest request production admits: `daemon.watch.max_model_len`, else the baseline's."""
+    admits = live.max_model_len or (cfg.baseline or {}).get("max-model-len")
+    return int(admits) if admits else None

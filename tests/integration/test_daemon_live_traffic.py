@@ -239,7 +239,7 @@ def _idle(base_url: str, timeout: float = 300.0) -> None:
     raise AssertionError("production did not drain its queue within 300 s")
 
 
-def _rejected_then_capped(out: dict, root: Path, model: str, vocab: Vocabulary, prod, daemons: list) -> None:
+def _rejected_then_capped(out: dict, root: Path, model: str, vocab: Vocabulary, prod, daemons: list, prom) -> None:
     """A third daemon watches production's /metrics (min_requests 300, SLO ttft:500) through two phases:
     prompts past --max-model-len 4096, which production answers 400 (30 s at 2 req/s); then clients
     that keep at most CAP requests in flight, of shape C's prompts: the backlog cannot grow, and 8
@@ -261,6 +261,7 @@ def _rejected_then_capped(out: dict, root: Path, model: str, vocab: Vocabulary, 
     out["rejecting"] = r.until("the rejections named", lambda s: ((s.get("watch") or {}).get("window") or {})
                                .get("rejecting"), 120)
     out["figures"]["seconds_from_rejections_to_named"] = round(time.monotonic() - t, 1)
+    out["prom_rejecting"] = _through_prometheus(prom)
     sent.join(timeout=60)
     stop = threading.Event()
     capped = tuple(Request(f"capped-{i}", tuple(vocab.random_ids(rng, rng.randint(*C_PROMPT))), rng.randint(4, 8), 0.0)
@@ -276,10 +277,19 @@ def _rejected_then_capped(out: dict, root: Path, model: str, vocab: Vocabulary, 
         out["capped"] = r.until("the steady full queue named saturated", lambda s: _steady_full_queue(
             (s.get("watch") or {}).get("window") or {}), 180)
         out["figures"]["seconds_from_capped_overload_to_steady_saturated_window"] = round(time.monotonic() - t, 1)
+        out["prom_capped"] = _through_prometheus(prom)
         out["capped_rc"] = r.stop()
     finally:
         stop.set()
         clients.join(timeout=120)
+
+
+def _through_prometheus(prom) -> window_mod.Window:
+    """The last window as Prometheus has it (its PromQL for the waiting share and the rejections)."""
+    time.sleep(1.5)  # its last scrape
+    via = PrometheusSource(prom.url, '{job="vllm"}', WINDOW_S, 2)
+    assert via.poll() == []
+    return via.window()
 
 
 def _steady_full_queue(window: dict) -> bool:
@@ -383,7 +393,7 @@ def live(tmp_path_factory):
             deadline = time.monotonic() + 15
             while sum(b.get("event") == "published" for b in Receiver.got) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)
-            _rejected_then_capped(out, root, model, vocab, prod, daemons)
+            _rejected_then_capped(out, root, model, vocab, prod, daemons, prom)
         finally:
             traffic.stop()
             prom.stop()
@@ -544,5 +554,8 @@ def test_rejected_requests_are_named_and_a_full_queue_from_capped_clients_is_sat
     study = optuna.load_study(study_name="capped", storage=f"sqlite:///{live['root'] / 'capped.db'}")
     w = window_mod.read(study.user_attrs["traffic_source"])
     assert w.saturated and w.arrivals < 300  # tuned on though fewer than min_requests arrived
+    # Prometheus' PromQL reads the same: the rejections (increase() extrapolates), the waiting queue
+    assert live["prom_rejecting"].rejected_4xx >= 5 and live["prom_rejecting"].rejected_5xx == 0
+    assert live["prom_capped"].waiting_share >= 0.5 and live["prom_capped"].saturated
     shown = {k: capped[k] for k in ("requests", "arrivals", "backlog_growth", "waiting_share", "saturation", "slos")}
     print(f"\ncapped window: {w.describe()}; status: {json.dumps(shown)}")

@@ -282,3 +282,26 @@ def test_a_lasting_slo_breach_starts_a_generation_once_and_is_said_as_it_begins_
     text = out.getvalue()
     assert text.count("SLO breach: production: 40% of requests meet TPOT") == 1
     assert text.count("production meets its SLOs again") == 1
+
+
+def test_rejections_while_the_served_requests_press_against_max_model_len_are_named_as_such(tmp_path):
+    """Production admits 8,192 tokens; the requests it served reach about 7,000 of them, and 40 were
+    answered 4xx: likely prompts past --max-model-len, and the line says so. Short served requests
+    with the same rejections say nothing of the kind."""
+    from dataclasses import replace
+
+    bounds = (1000.0, 2000.0, 5000.0, 10000.0, math.inf)
+
+    def long_prompts(n):
+        h = Histogram(bounds, (0.0, 0.0, 2.0, 40.0, 40.0), 40 * 6800.0)
+        return replace(window(1), prompt=h, rejected_4xx=40.0)
+
+    d, out = daemon(tmp_path, long_prompts)
+    d.observer.admits = 8192
+    d.observer.current()
+    assert "likely prompts past its --max-model-len" in out.getvalue()
+    assert d.state.snapshot()["watch"]["window"]["rejected_past_max_model_len"] is True
+    d, out = daemon(tmp_path, lambda n: replace(window(1), rejected_4xx=40.0))
+    d.observer.admits = 8192
+    d.observer.current()
+    assert "rejecting: " in out.getvalue() and "max-model-len" not in out.getvalue()

@@ -124,7 +124,7 @@ def test_lengths_are_bounded_by_what_production_admits_not_by_the_fitted_tail(tm
 
 def test_the_daemon_bounds_the_observed_lengths_by_the_watch_or_the_baseline(tmp_path):
     from optimizer.config.schema import build_config
-    from optimizer.daemon.loop import observed_spec
+    from optimizer.daemon.observing import observed_spec
 
     watch = {"vllm_metrics": ["http://prod:8000/metrics"]}
     cfg = build_config({"model": {"path": "/m"}, "baseline": {"max-model-len": 8192}, "daemon": {"watch": watch}})
