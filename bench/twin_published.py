@@ -124,7 +124,7 @@ def main() -> None:
 
 
 def _table(title: str, found: list[dict]) -> None:
-    print(f"\n{title} ({len(found)}): median |error|, 90th percentile |error| (rows)")
+    print(f"\n{title} ({len(found)}): median |error|, 90th percentile of |log(predicted / measured)| as a factor - 1 (rows)")
     print(f"  {'':<10}" + "".join(f"{a:>26}" for a in ANSWERS))
     for k in METRICS:
         cells = []

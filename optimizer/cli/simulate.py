@@ -185,7 +185,10 @@ def _gpu_correction(plan, device, arch):
         return None, ran_on
     if ran_on.name != device.name:
         return None, f"the study ran on {ran_on.name}"
-    correction, _ = correct_gpu(plan, device, arch, stored_runs(plan.artifacts))
+    try:
+        correction, _ = correct_gpu(plan, device, arch, stored_runs(plan.artifacts))
+    except ConfigError as exc:  # it ran there, but no trial with request records yet: answered uncorrected
+        return None, str(exc).removeprefix("simulate: ")
     return correction, ""
 
 

@@ -190,6 +190,8 @@ class Daemon:
                 progress = StatusProgress(self.console, self.state, n)
                 progress.recovery(runstate.acquire())
                 while True:
+                    if self.observer is not None:
+                        self.observer.tuning()
                     study, plan, handed = self._generation(plan, progress, runstate, n, source,
                                                            self._stamp(n, trigger, source, previous, warm, plan))
                     if not handed:

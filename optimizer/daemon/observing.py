@@ -153,7 +153,10 @@ class Observer:
 
     def _breaching(self, w: Window) -> None:
         """Production's SLO attainment: a breach episode said as it begins and ends, `breach_since` kept."""
-        missed = [a for a in attainment(w.latencies, self.slos) if not a.met]
+        found = attainment(w.latencies, self.slos)
+        if not found:  # no latency observed in the window (idle, a scrape gap): the episode neither ends nor grows
+            return
+        missed = [a for a in found if not a.met]
         if not missed:
             if self.breach is not None:
                 self.console.print("  production meets its SLOs again")
@@ -167,11 +170,14 @@ class Observer:
             self.console.print(f"  [bold red]SLO breach[/]: {self.breach}")
 
     def breach_due(self, after_s: float, now: float) -> str | None:
-        """The trigger when a breach has lasted `after_s` and has not started a generation yet; else None."""
+        """The trigger when a breach has lasted `after_s` and no generation started since it began; else None."""
         if not after_s or self.breach is None or self.breach_tuned or now - self.breach_since < after_s:
             return None
-        self.breach_tuned = True
         return f"SLO breach for {now - self.breach_since:.0f} s: {self.breach}"
+
+    def tuning(self) -> None:
+        """A generation starts (on whatever trigger): a breach open now has been tuned on."""
+        self.breach_tuned = self.breach is not None
 
     @staticmethod
     def _served(w: Window) -> float:

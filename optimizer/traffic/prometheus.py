@@ -12,7 +12,8 @@ series a label selector picks, e.g. `{job="vllm", model_name="llama"}`:
     waiting share   avg_over_time((sum(vllm:num_requests_waiting{S}) > bool 0)[W:step]): the share of
                     the window's steps with requests waiting
     rejected        sum(increase(http_requests_total{S, method="POST", handler=~"/v1/.*", status="4xx"}[W]))
-                    and the same of "5xx" (the API server's own counter)
+                    and the same of "5xx" (the API server's own counter, which has no model_name
+                    label: a model_name matcher in S is left out of this one query)
     sub-windows     sum(increase(vllm:request_success_total{S}[step])) over [now - W, now] by step
     cache config    vllm:cache_config_info{S}
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import urllib.parse
 
@@ -62,12 +64,15 @@ class PrometheusSource:
     def describe(self) -> str:
         return f"Prometheus {self.url} {self.selector or '(all series)'}"
 
-    def _m(self, name: str, extra: str = "") -> str:
-        """The series `name` under the selector, with `extra` label matchers added inside it."""
-        if not extra:
-            return f"{name}{self.selector}"
-        inner = self.selector[1:-1].strip() if self.selector else ""
-        return f"{name}{{{inner + ', ' if inner else ''}{extra}}}"
+    def _m(self, name: str) -> str:
+        return f"{name}{self.selector}"
+
+    def _http(self, status: str) -> str:
+        """The API server's counter of inference requests answered `status`, under the selector's target
+        labels: it carries no model_name (vLLM's engine series do), so a model_name matcher is left out."""
+        kept = re.sub(r',?\s*model_name\s*(=~|!~|!=|=)\s*"[^"]*"', "", self.selector[1:-1] if self.selector else "")
+        inner = kept.strip().strip(",").strip()
+        return f"{HTTP}_total{{{inner + ', ' if inner else ''}{_rejected(status)}}}"
 
     def _api(self, path: str, **params) -> list:
         query = urllib.parse.urlencode(params)
@@ -165,7 +170,7 @@ class PrometheusSource:
         counts = tuple(float(v) for _, v in rows[0]["values"]) if rows else ()
         waiting = self._api("/api/v1/query", time=f"{now:.3f}",
                             query=f"avg_over_time((sum({self._m(GAUGES['waiting'])}) > bool 0)[{w}:{step}])")
-        rejected = {key: self._scalar(f"sum(increase({self._m(HTTP + '_total', _rejected(status))}[{w}]))", now)
+        rejected = {key: self._scalar(f"sum(increase({self._http(status)}[{w}]))", now)
                     for key, status in REJECTED.items()}
         info = self._api("/api/v1/query", query="vllm:cache_config_info" + self.selector, time=f"{now:.3f}")
         cache = {k: v for k, v in info[0]["metric"].items() if k != "__name__"} if info else {}

@@ -155,7 +155,7 @@ def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepS
     """The step's counts, and which scheduled requests sample a token (their prompt is complete)."""
     pt = dc = ds = ps = 0
     pa = 0.0
-    sampled = {}
+    sampled, chunks = {}, []
     for rid, k in out.num_scheduled_tokens.items():
         r = scheduler.requests[rid]
         after = r.num_computed_tokens  # schedule() has already advanced it
@@ -170,8 +170,10 @@ def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepS
             pt += k
             ps += 1
             pa += k * (before + k / 2)
+            chunks.append((k, before))
         sampled[rid] = after >= r.num_tokens
-    return StepShape(pt, pa / 1000, ps, ds, dc / 1000, scheduler.cache_config.cache_dtype.startswith("fp8")), sampled
+    return StepShape(pt, pa / 1000, ps, ds, dc / 1000, scheduler.cache_config.cache_dtype.startswith("fp8"),
+                     tuple(chunks)), sampled
 
 
 def _runner_output(out, sampled: dict):

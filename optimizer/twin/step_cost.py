@@ -53,6 +53,7 @@ class StepShape:
     decode_seqs: int = 0
     decode_context: float = 0.0  # sum over decoding sequences of their context / 1,000
     fp8: bool = False
+    chunks: tuple = ()  # (tokens, context before) of each prompt chunk: what a per-operation GPU cost prices
 
     def counts(self) -> tuple:
         return (1.0, self.prefill_tokens, self.prefill_attention, self.decode_seqs, self.decode_context)

@@ -7,10 +7,10 @@ compiled step engine (`EngineHandle`, 3-6 us a call):
 
     shared     every operation but attention (embedding, norms, the QKV, projection and FFN GEMMs,
                logits, and the all-reduces at the TP size) over p + d tokens
-    prefill    context attention of the p tokens at their mean context: a chunk of k tokens after
-               c computed ones attends to c + k / 2 tokens a token, which is what the library
-               charges a chunk of a 2c + k-token prompt (its attention over the whole prompt,
-               divided by its number of chunks)
+    prefill    context attention, chunk by chunk: a chunk of k tokens after c computed ones
+               attends to c + k / 2 tokens a token, which is what the library charges a chunk of
+               a 2c + k-token prompt (its attention over the whole prompt, divided by its number
+               of chunks)
     decode     generation attention of the d sequences at their mean context
 
 A decode-only step is the library's decode step at the mean context. `intake_s` is the library's
@@ -51,8 +51,10 @@ class LibraryStepCost:
         dctx = max(1, round(shape.decode_context * 1000 / d)) if d else 1
         if p == 0:
             return self._decode_step(d, dctx) / 1000
-        span = max(1, round(2 * shape.prefill_attention * 1000 / p))  # 2 x the mean context a prompt token attends to
-        return (self._mixed(p, d, span) + (self._decode_attention(d, dctx) if d else 0.0)) / 1000
+        # each chunk of k tokens after c computed ones: the attention of a chunk of a 2c + k-token prompt
+        chunks = shape.chunks or ((p, shape.prefill_attention * 1000 / p - p / 2),)  # one chunk at the mean context
+        attention = sum(self._context(k, max(1, round(2 * before + k))) for k, before in chunks)
+        return (self._shared(p, d) + attention + (self._decode_attention(d, dctx) if d else 0.0)) / 1000
 
     def _decode_step(self, d: int, context: int) -> float:
         key = ("decode", d, context)
@@ -60,12 +62,20 @@ class LibraryStepCost:
             self._cache[key] = float(self.handle.decode_step_latency(d, context, _OSL))
         return self._cache[key]
 
-    def _mixed(self, p: int, d: int, span: int) -> float:
-        """Shared operations over p + d tokens and the prefill's attention, in ms."""
-        key = ("mixed", p, d, span)
+    def _shared(self, p: int, d: int) -> float:
+        """Every operation but attention over p + d tokens, in ms."""
+        key = ("shared", p, d)
         if key not in self._cache:
-            shared, context, _ = self.handle._mixed_step_breakdown_per_op_with_metadata(p, d, span, _OSL, 0)
-            self._cache[key] = sum(op[1] for op in shared) + sum(op[1] for op in context)
+            shared, _, _ = self.handle._mixed_step_breakdown_per_op_with_metadata(p, d, p, _OSL, 0)
+            self._cache[key] = sum(op[1] for op in shared)
+        return self._cache[key]
+
+    def _context(self, k: int, span: int) -> float:
+        """The context attention of a chunk of k tokens of a `span`-token prompt, in ms."""
+        key = ("context", k, span)
+        if key not in self._cache:
+            _, context, _ = self.handle._mixed_step_breakdown_per_op_with_metadata(k, 0, span, _OSL, 0)
+            self._cache[key] = sum(op[1] for op in context)
         return self._cache[key]
 
     def _decode_attention(self, d: int, context: int) -> float:

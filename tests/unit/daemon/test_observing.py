@@ -276,9 +276,14 @@ def test_a_lasting_slo_breach_starts_a_generation_once_and_is_said_as_it_begins_
     page = text_string_to_metric_families(prometheus_text(d.state.snapshot()))
     assert {s.labels.get("slo"): s.value for f in page for s in f.samples
             if s.name == "vllm_optimizer_production_slo_attainment"} == {"tpot_p95": 0.4}
-    for _ in range(50):  # the breach goes on, then ends: no second trigger
+    assert d.observer.breach_due(d.d.slo_breach_s, time.time() + 60) is not None  # until a generation starts
+    d.observer.tuning()  # the daemon's loop, as any generation starts: a breach open now is tuned on
+    for n in range(50):  # the breach goes on (windows with no latency observed change nothing), then ends
+        d.observer.source.script = (lambda k: replace(window(1), latencies={})) if 3 <= n < 6 else script
         d.observer.current()
         assert d.observer.breach_due(d.d.slo_breach_s, time.time() + 60) is None
+        if n == 5:
+            assert d.observer.breach is not None and "meets its SLOs again" not in out.getvalue()
     text = out.getvalue()
     assert text.count("SLO breach: production: 40% of requests meet TPOT") == 1
     assert text.count("production meets its SLOs again") == 1

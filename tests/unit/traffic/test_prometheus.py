@@ -32,3 +32,18 @@ def test_an_answer_of_another_shape_is_a_reported_failure_not_a_crash():
         errors = src.poll()
         assert len(errors) == 1 and "answered a query with rows of another shape (KeyError" in errors[0]
         assert src.window() is None
+
+
+def test_the_rejections_query_keeps_the_selectors_targets_and_drops_its_model_name():
+    """http_requests_total is the API server's, with no model_name label: a model_name matcher would
+    match nothing and read every window as 0 rejections. A trailing comma is valid PromQL too."""
+    from optimizer.traffic.prometheus import PrometheusSource
+
+    def query(selector):
+        return PrometheusSource("http://p:9090", selector, 60, 5)._http("4xx")
+
+    tail = 'method="POST", handler=~"/v1/.*", status="4xx"}'
+    assert query("") == "http_requests_total{" + tail
+    assert query('{job="vllm", model_name="llama"}') == 'http_requests_total{job="vllm", ' + tail
+    assert query('{job="vllm",}') == 'http_requests_total{job="vllm", ' + tail
+    assert query('{model_name=~"l.*", instance="a:8000"}') == 'http_requests_total{instance="a:8000", ' + tail

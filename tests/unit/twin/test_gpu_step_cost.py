@@ -119,3 +119,22 @@ def test_simulate_on_the_gpu_the_study_ran_on_says_it_is_corrected_and_on_anothe
     assert body["metrics"]["ttft_ms_p50"] == pytest.approx(ttfts[len(ttfts) // 2], rel=0.1)  # trial 1, not fitted on
     assert main(["simulate", "--config", "study.yaml", "--what-if", "a100", "--json"]) == 0
     assert "not corrected (the study ran on h100)" in json.loads(capsys.readouterr().out)["note"]
+
+
+def test_a_study_on_that_gpu_without_request_records_answers_uncorrected_and_says_why(h100_study, capsys):
+    import shutil
+
+    shutil.rmtree("artifacts/gpu")
+    assert main(["simulate", "--config", "study.yaml", "--what-if", "h100", "--json"]) == 0
+    note = json.loads(capsys.readouterr().out)["note"]
+    assert "not corrected (no complete trial with request records under " in note
+
+
+def test_each_prompt_chunk_of_a_step_is_priced_at_its_own_context(h100_cost):
+    """Two fresh prompts of 1,000 and 100 tokens in one step: their attention is each one's own, not
+    twice that of a prompt at their mean context (attention grows with the square of a prompt)."""
+    chunks = ((1000, 0), (100, 0))
+    shape = StepShape(1100, (1000 * 500 + 100 * 50) / 1000, 2, chunks=chunks)
+    parts = h100_cost._shared(1100, 0) + h100_cost._context(1000, 1000) + h100_cost._context(100, 100)
+    assert h100_cost.seconds(shape) == pytest.approx(parts / 1000)
+    assert h100_cost._context(1000, 1000) > h100_cost._context(100, 100) > 0
