@@ -278,7 +278,9 @@ def _rejected_then_capped(out: dict, root: Path, model: str, vocab: Vocabulary, 
             (s.get("watch") or {}).get("window") or {}), 180)
         out["figures"]["seconds_from_capped_overload_to_steady_saturated_window"] = round(time.monotonic() - t, 1)
         out["prom_capped"] = _through_prometheus(prom)
+        t = time.monotonic()
         out["capped_rc"] = r.stop()
+        out["figures"]["seconds_from_sigterm_to_exit_while_tuning_the_capped_window"] = round(time.monotonic() - t, 1)
     finally:
         stop.set()
         clients.join(timeout=120)
