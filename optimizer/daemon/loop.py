@@ -268,13 +268,18 @@ class Daemon:
 
     def _saturated(self, window) -> None:
         """A saturated episode began: the webhook hears of it (when one is configured)."""
-        self.publisher.event(episode("saturated", self, window, saturation=window.saturation()))
+        self.publisher.event(episode("saturated", *self._episode_of(), window, saturation=window.saturation()))
 
     def _rejecting(self, window) -> None:
         """A rejecting episode began (requests answered 4xx/5xx): the webhook hears of it."""
-        self.publisher.event(episode("rejecting", self, window, rejected_4xx=round(window.rejected_4xx, 1),
+        self.publisher.event(episode("rejecting", *self._episode_of(), window,
+                                     rejected_4xx=round(window.rejected_4xx, 1),
                                      rejected_5xx=round(window.rejected_5xx, 1),
                                      rejected_share=round(window.rejected_share, 4)))
+
+    def _episode_of(self) -> tuple:
+        """(study, generation, source) an episode's webhook body names."""
+        return self.cfg.study_name, self._generation_no, self.observer.source.describe() if self.observer else None
 
     def _checkable(self, newest: Path | None) -> StudyConfig:
         """The config checked at start. Watching live servers, no window exists yet: the workload is

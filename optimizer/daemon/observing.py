@@ -121,6 +121,7 @@ class Observer:
 
     def _window(self, w: Window) -> None:
         """The window in /status, and a saturated episode's start said once (console, callback)."""
+        attained = attainment(w.latencies, self.slos)
         self.watch["window"] = {"start": w.start, "end": w.end, "requests": round(w.requests, 1),
                                 "arrivals": round(w.arrivals, 1), "rate": round(w.rate, 3),
                                 "saturated": w.saturated, "saturation": w.saturation(),
@@ -128,7 +129,7 @@ class Observer:
                                 "waiting_share": None if w.waiting_share is None else round(w.waiting_share, 3),
                                 "rejected_4xx": round(w.rejected_4xx, 1), "rejected_5xx": round(w.rejected_5xx, 1),
                                 "rejecting": self._rejecting(w), "rejected_past_max_model_len": self._past(w),
-                                "slos": {a.slo.key: a.as_dict() for a in attainment(w.latencies, self.slos)},
+                                "slos": {a.slo.key: a.as_dict() for a in attained},
                                 "prefix_hit_rate": w.prefix_hit_rate, "burstiness": w.burstiness,
                                 "concurrency": w.concurrency, "prompt": window_mod.length_quantiles(w.prompt_lengths()[0]),
                                 "output": window_mod.length_quantiles(w.output), "production": w.production()}
@@ -149,11 +150,10 @@ class Observer:
                 self.on_rejecting(w)
         self.rejecting = rejecting
 
-        self._breaching(w)
+        self._breaching(w, attained)
 
-    def _breaching(self, w: Window) -> None:
-        """Production's SLO attainment: a breach episode said as it begins and ends, `breach_since` kept."""
-        found = attainment(w.latencies, self.slos)
+    def _breaching(self, w: Window, found: list) -> None:
+        """Production's SLO attainment (`found`): a breach episode said as it begins and ends, `breach_since` kept."""
         if not found:  # no latency observed in the window (idle, a scrape gap): the episode neither ends nor grows
             return
         missed = [a for a in found if not a.met]
@@ -228,10 +228,9 @@ class Observer:
             return None
 
 
-def episode(name: str, daemon, window: Window, **extra) -> dict:
-    """The webhook body of a traffic episode (saturated, rejecting) as `daemon` sees it."""
-    return {"event": name, "study": daemon.cfg.study_name, "generation": daemon._generation_no,
-            "source": daemon.observer.source.describe() if daemon.observer else None,
+def episode(name: str, study: str, generation: int, source: str | None, window: Window, **extra) -> dict:
+    """The webhook body of a traffic episode (saturated, rejecting) of `study`'s generation, on `source`."""
+    return {"event": name, "study": study, "generation": generation, "source": source,
             "window": {"start": window.start, "end": window.end, "arrivals": round(window.arrivals, 1),
                        "finished": round(window.requests, 1), "backlog_growth": round(window.backlog_growth, 1),
                        "rate": round(window.rate, 4), **extra}}

@@ -54,6 +54,7 @@ class Terms(Protocol):
     def make(self, coef: np.ndarray, intake: float, labels: tuple) -> object: ...
     def unpack(self, fitted) -> tuple[np.ndarray, float]: ...
     def cost_for(self, fitted, run: MeasuredRun): ...  # the StepCost the run is simulated with
+    def fill(self, coef: np.ndarray, used: np.ndarray) -> None: ...  # coefficients no row informed
 
 
 class LinearTerms:
@@ -155,6 +156,5 @@ def _solve(rows: np.ndarray, targets: np.ndarray, terms: Terms) -> tuple[np.ndar
         residual = np.abs(a @ x - targets) * weight  # relative
         weight = weight / np.maximum(1.0, residual / 0.2)
     coef = x / scale
-    if hasattr(terms, "fill"):
-        terms.fill(coef, used)
+    terms.fill(coef, used)
     return coef[:-1], float(coef[-1])

@@ -92,11 +92,16 @@ def choose(runs: list[StoredRun]) -> list[StoredRun]:
 
 def measured_run(plan, run: StoredRun) -> tuple[MeasuredRun, TwinServer]:
     server = TwinServer.from_flags(plan.model, plan.server_args(run.params), plan.device, run.log_text)
+    return MeasuredRun(f"trial {run.number}", server, *_sent(plan, run)), server
+
+
+def _sent(plan, run: StoredRun) -> tuple[tuple, list]:
+    """The run's requests (the workload's, in its records' order) and what each took."""
     by_id = {r.id: r for r in plan.workload.requests}
     recs = [r for r in run.records if r.get("id") in by_id]
     times = [(r["sent_s"], r.get("first_chunk_s"), r.get("end_s"), int(r.get("output_tokens", 0)), bool(r.get("ok")))
              for r in recs]
-    return MeasuredRun(f"trial {run.number}", server, tuple(by_id[r["id"]] for r in recs), times), server
+    return tuple(by_id[r["id"]] for r in recs), times
 
 
 def calibrate(plan, stored: list[StoredRun] | None = None) -> Calibrated:
@@ -132,15 +137,11 @@ def correct_gpu(plan, device, arch, stored: list[StoredRun]):
     if not runs:
         raise ConfigError(f"simulate: no complete trial with request records under {plan.artifacts} to correct "
                           f"{device.name}'s step cost with; run the study first")
-    by_id = {r.id: r for r in plan.workload.requests}
     measured = []
     for run in runs:
-        recs = [r for r in run.records if r.get("id") in by_id]
         mml = int(run.params.get("max-model-len") or plan.workload.longest_request())
         server, base, _ = gpu_twin(plan.model, arch, device, run.params, mml, log_text=run.log_text)
-        times = [(r["sent_s"], r.get("first_chunk_s"), r.get("end_s"), int(r.get("output_tokens", 0)),
-                  bool(r.get("ok"))) for r in recs]
-        measured.append(MeasuredRun(f"trial {run.number}", server, tuple(by_id[r["id"]] for r in recs), times, base))
+        measured.append(MeasuredRun(f"trial {run.number}", server, *_sent(plan, run), base))
     result = fit(measured, start=gpu_correction.START, terms=gpu_correction.TERMS)
     return result.cost, result.error
 

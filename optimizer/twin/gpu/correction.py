@@ -72,6 +72,9 @@ class CorrectionTerms:
     def cost_for(self, fitted: Correction, run) -> CorrectedStepCost:
         return CorrectedStepCost(run.base, fitted)
 
+    def fill(self, coef, used) -> None:
+        """Nothing to fill: a coefficient no row informed stays 0."""
+
 
 TERMS = CorrectionTerms()
 START = Correction(1.0, 0.0, 0.01)
