@@ -208,8 +208,8 @@ class LiveWatch(_Strict):
                               "varies by about 1/sqrt(n): 300 keeps two windows' rates within 25% at 3 sigma)")
     requests: int = Field(200, ge=1, description="requests in the synthesized workload (at the observed rate)")
     max_model_len: int | None = Field(None, ge=2, description="the longest request (prompt + output tokens) the "
-                                      "watched servers admit, their --max-model-len; left out, the study's "
-                                      "baseline max-model-len. The observed lengths are cut to it: production "
+                                      "watched servers admit, their --max-model-len; left out, what their "
+                                      "/v1/models lists (vllm_metrics), else the study's baseline max-model-len. The observed lengths are cut to it: production "
                                       "cannot have served a longer request (it answers 400)")
 
     @model_validator(mode="after")

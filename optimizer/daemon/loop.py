@@ -20,7 +20,6 @@ as FAIL (`interrupted`, queued again) and exits 0.
 
 from __future__ import annotations
 
-import re
 import time
 from contextlib import nullcontext
 from dataclasses import replace
@@ -33,7 +32,9 @@ from optimizer.config import space as space_mod
 from optimizer.config.schema import LiveWatch, StudyConfig
 from optimizer.config.workload_spec import ChatSpec
 from optimizer.daemon.generation_watch import GenerationWatch
-from optimizer.daemon.observing import Observer, admitted, episode, observed_spec
+from optimizer.daemon import admission
+from optimizer.daemon.generations import generation_name, latest_generation, production_of, with_source
+from optimizer.daemon.observing import Observer, admitted, episode, rejected_past
 from optimizer.daemon.publisher import Publisher
 from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
@@ -50,46 +51,6 @@ from optimizer.verdict.trials import finished_count
 from optimizer.traffic import window as window_mod
 from optimizer.workload import drift
 from optimizer.workload.materialize import read_workload
-
-_GENERATION = re.compile(r"^(?P<base>.+)-g(?P<n>\d+)$")
-
-
-def generation_name(base: str, n: int) -> str:
-    return base if n == 1 else f"{base}-g{n}"
-
-
-def latest_generation(storage_url: str, base: str) -> tuple[int, dict]:
-    """The highest generation of `base` in the storage and its study's user attributes ((1, {}) if none)."""
-    best, attrs = 0, {}
-    for name, study_attrs_ in study_attrs(storage_url):
-        m = _GENERATION.match(name)
-        n = 1 if name == base else int(m["n"]) if m and m["base"] == base else 0
-        if n > best:
-            best, attrs = n, study_attrs_
-    return max(best, 1), attrs
-
-
-def with_source(cfg: StudyConfig, source: Path | None) -> StudyConfig:
-    """The config replaying `source`: a trace file, or (live servers) a traffic window file."""
-    if source is None:
-        return cfg
-    live = cfg.daemon.watch
-    if isinstance(live, LiveWatch):
-        return cfg.model_copy(update={"workload": observed_spec(cfg, live, source)})
-    return cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"path": str(source)})})
-
-
-FLAGS_SEEN = {"gpu_memory_utilization": "gpu-memory-utilization", "cache_dtype": "kv-cache-dtype",
-              "block_size": "block-size", "enable_prefix_caching": "enable-prefix-caching"}
-
-
-def production_of(window) -> dict:
-    """What the watched servers showed in the window: their latencies and the flags their
-    `vllm:cache_config_info` exposes (vLLM's names)."""
-    flags = {flag: window.cache_config[key] for key, flag in FLAGS_SEEN.items() if key in window.cache_config}
-    return {"latencies": window.production(), "flags": flags, "requests": round(window.requests, 1),
-            "rate": round(window.rate, 4), "start": window.start, "end": window.end, "source": window.source}
-
 
 class Daemon:
     def __init__(self, cfg: StudyConfig, console: Console, host: str, port: int, token: str | None):
@@ -112,6 +73,7 @@ class Daemon:
         self._pending: float | None = None  # when a change was seen during the last generation
         self._generation_no = 1
         self._seen: str | None = None  # the fingerprint of the last trace read
+        self._admission: list[str] = []  # what the last plan changed to admit production's lengths
 
     # --- one generation ------------------------------------------------------------------------
     def _source(self) -> Path | None:
@@ -124,13 +86,31 @@ class Daemon:
         return src
 
     def _plan(self, n: int, source: Path | None, warm: list[dict]) -> tuple[Plan, list[str]]:
-        cfg = with_source(self.cfg, source).model_copy(update={"study_name": generation_name(self.cfg.study_name, n)})
+        """Generation n's plan on `source`, fitted to what production admits (daemon/admission.py)."""
+        admits = self.observer.admits if self.observer is not None else None
+        cfg = with_source(self.cfg, source, admits).model_copy(update={"study_name": generation_name(self.cfg.study_name, n)})
+        cfg, notes = admission.admitting(cfg, admits)
         plan = prepare(cfg)
+        if admits and self._rejected_past(source, admits):
+            cfg, wider = admission.admitting(cfg, admits, admission.widened(admits, plan.model.max_positions))
+            plan, notes = (prepare(cfg), notes + wider) if wider else (plan, notes)
+        for note in notes:
+            self.console.print(f"  generation {n}: {note}")
+        self._admission = notes
         if not warm:
             return plan, []
         kept, dropped = fitting(warm, plan)
         cfg = cfg.model_copy(update={"enqueue": kept + list(cfg.enqueue)})
         return prepare(cfg), dropped
+
+    def _rejected_past(self, source: Path | None, admits: int) -> bool:
+        """The live window `source` had rejections that look like prompts past what production admits."""
+        if self.live is None or source is None:
+            return False
+        try:
+            return rejected_past(window_mod.read(source), admits)
+        except ConfigError:
+            return False
 
     def _as_stamped(self, plan: Plan, attrs: dict) -> Plan:
         """A resumed generation replays the workload it was stamped with, not its trace as it is now
@@ -145,12 +125,14 @@ class Daemon:
     def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan):
         window = window_mod.read(source) if self.live and source is not None else None
         shape = drift.shape_of_window(window) if window is not None else drift.shape_of(plan.workload)
+        admitted_notes = list(self._admission)
 
         def on_open(study) -> None:
             if "generation" in study.user_attrs:
                 return  # resumed: it keeps what it started with
             attrs = {"generation": n, "trigger": trigger, "generation_started": time.time(),
-                     "traffic_shape": shape.to_dict(), "previous_study": previous, "warm_start": warm}
+                     "traffic_shape": shape.to_dict(), "previous_study": previous, "warm_start": warm,
+                     "admission": admitted_notes}
             if source is not None:
                 attrs.update(traffic_source=str(source), traffic_fingerprint=drift.fingerprint(source))
             if window is not None:

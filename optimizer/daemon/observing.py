@@ -36,6 +36,7 @@ from optimizer.traffic import window as window_mod
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.traffic.slo_attainment import attainment
 from optimizer.traffic.scrape import MetricsSource
+from optimizer.traffic.served_models import served_max_model_len
 from optimizer.traffic.window import Window
 
 MIN_FINISHED = 1  # the lengths rest on the finished requests (an overloaded server finishes few: the notes say how many)
@@ -73,8 +74,19 @@ class Observer:
         self._erred = False
 
     def check(self) -> None:
-        """At start: every watched URL answers with vLLM series (ConfigError, exit 2, otherwise)."""
+        """At start: every watched URL answers with vLLM series (ConfigError, exit 2, otherwise).
+        Unless `daemon.watch.max_model_len` says it, what production admits is read from the
+        watched servers' `/v1/models` (the baseline's max-model-len when they do not say)."""
         self.source.check()
+        if self.live.max_model_len is None and isinstance(self.source, MetricsSource):
+            served, unread = served_max_model_len(self.source.urls, self.source.timeout_s)
+            for line in unread:
+                self.console.print(f"  production's max-model-len not read: {line}")
+            if served is not None:
+                self.admits = served
+                self.console.print(f"production admits {served:,} tokens a request (max_model_len on /v1/models)")
+        self.watch["admits"] = self.admits
+        self.state.put({"watch": self.watch}, beat=self.beats)
 
     def restart(self, wait_s: float = 0.0) -> None:
         """Forget the reads so far: the next window is the traffic from now on. With Prometheus,
@@ -128,7 +140,7 @@ class Observer:
                                 "backlog_growth": round(w.backlog_growth, 1),
                                 "waiting_share": None if w.waiting_share is None else round(w.waiting_share, 3),
                                 "rejected_4xx": round(w.rejected_4xx, 1), "rejected_5xx": round(w.rejected_5xx, 1),
-                                "rejecting": self._rejecting(w), "rejected_past_max_model_len": self._past(w),
+                                "rejecting": self._rejecting(w), "rejected_past_max_model_len": rejected_past(w, self.admits),
                                 "slos": {a.slo.key: a.as_dict() for a in attained},
                                 "prefix_hit_rate": w.prefix_hit_rate, "burstiness": w.burstiness,
                                 "concurrency": w.concurrency, "prompt": window_mod.length_quantiles(w.prompt_lengths()[0]),
@@ -141,8 +153,8 @@ class Observer:
         self.saturated = w.saturated
         rejecting = self._rejecting(w)
         if rejecting and not self.rejecting:
-            past = (f"; the served requests reach {self._served(w):,.0f} of the {self.admits:,} tokens production "
-                    "admits: likely prompts past its --max-model-len" if self._past(w) else "")
+            past = (f"; the served requests reach {served_length(w):,.0f} of the {self.admits:,} tokens production "
+                    "admits: likely prompts past its --max-model-len" if rejected_past(w, self.admits) else "")
             self.console.print(f"  [bold red]rejecting[/]: {w.rejected:.0f} of {w.arrivals + w.rejected:.0f} requests "
                                f"sent in {w.duration:.0f} s were answered 4xx ({w.rejected_4xx:.0f}) or 5xx "
                                f"({w.rejected_5xx:.0f}){past}")
@@ -178,16 +190,6 @@ class Observer:
     def tuning(self) -> None:
         """A generation starts (on whatever trigger): a breach open now has been tuned on."""
         self.breach_tuned = self.breach is not None
-
-    @staticmethod
-    def _served(w: Window) -> float:
-        """The served requests' prompt p90 plus output p50, in tokens (0 without any)."""
-        prompt, output = lengths.quantile(w.prompt_lengths()[0], 0.9), lengths.quantile(w.output, 0.5)
-        return (prompt.value if prompt else 0.0) + (output.value if output else 0.0)
-
-    def _past(self, w: Window) -> bool:
-        """Rejections while the served requests press against what production admits."""
-        return bool(self.admits) and w.rejected_4xx > 0 and self._served(w) >= PRESSING * self.admits
 
     @staticmethod
     def _rejecting(w: Window) -> bool:
@@ -228,6 +230,18 @@ class Observer:
             return None
 
 
+def served_length(w: Window) -> float:
+    """The served requests' prompt p90 plus output p50, in tokens (0 without any)."""
+    prompt, output = lengths.quantile(w.prompt_lengths()[0], 0.9), lengths.quantile(w.output, 0.5)
+    return (prompt.value if prompt else 0.0) + (output.value if output else 0.0)
+
+
+def rejected_past(w: Window, admits: int | None) -> bool:
+    """Requests answered 4xx while the served ones press against what production admits (`admits`):
+    likely prompts past its --max-model-len."""
+    return bool(admits) and w.rejected_4xx > 0 and served_length(w) >= PRESSING * admits
+
+
 def episode(name: str, study: str, generation: int, source: str | None, window: Window, **extra) -> dict:
     """The webhook body of a traffic episode (saturated, rejecting) of `study`'s generation, on `source`."""
     return {"event": name, "study": study, "generation": generation, "source": source,
@@ -236,14 +250,15 @@ def episode(name: str, study: str, generation: int, source: str | None, window: 
                        "rate": round(window.rate, 4), **extra}}
 
 
-def observed_spec(cfg: StudyConfig, live: LiveWatch, source: Path) -> ObservedSpec:
+def observed_spec(cfg: StudyConfig, live: LiveWatch, source: Path, admits: int | None = None) -> ObservedSpec:
     """The workload replaying a live window: `workload.requests` when the config writes it under
     `scenario: observed`, else `daemon.watch.requests`; the workload's seed and warm-up either way.
-    Its lengths are cut to what production admits: `daemon.watch.max_model_len`, else the baseline's."""
+    Its lengths are cut to what production admits: `admits` (the servers' own, Observer.check),
+    else `daemon.watch.max_model_len`, else the baseline's."""
     written = cfg.workload.scenario == "observed" and "requests" in cfg.workload.model_fields_set
     return ObservedSpec(path=str(source), requests=cfg.workload.requests if written else live.requests,
                         seed=cfg.workload.seed, warmup_requests=cfg.workload.warmup_requests,
-                        max_model_len=admitted(cfg, live))
+                        max_model_len=admits or admitted(cfg, live))
 
 
 def admitted(cfg: StudyConfig, live: LiveWatch) -> int | None:

@@ -2,7 +2,7 @@
 poll, the last `window_s` seconds of reads kept.
 
 Reading a page is a plain HTTP GET of the URL given (nothing else is ever sent to a watched
-server). A server that does not answer is reported and read again at the next poll; its
+server, but one GET of its `/v1/models` at start: traffic/served_models.py). A server that does not answer is reported and read again at the next poll; its
 counters are compared with its last good read, so a missed poll loses nothing, and a restart
 (counters back near zero) is a restart, not negative traffic (traffic/window.py). The one
 loss: a server whose first read in a window failed counts from its first good read.

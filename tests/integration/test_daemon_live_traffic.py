@@ -59,6 +59,7 @@ from optimizer.testing.one_process import ONE_PROCESS_ENV
 from optimizer.testing.production import Prometheus, Traffic, TrafficShape
 from optimizer.traffic import scrape
 from optimizer.traffic import window as window_mod
+from optimizer.workload.materialize import read_workload
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.traffic.scrape import MetricsSource
 from optimizer.workload.base import Request
@@ -541,10 +542,12 @@ def test_rejected_requests_are_named_and_a_full_queue_from_capped_clients_is_sat
     Then clients that cap what they keep in flight: the first window (the queue filling) is
     saturated and tuned on though fewer than min_requests (300) arrived, production's TTFT SLO
     breach is said; and a later window, the queue full and still, is saturated for that alone."""
+    assert live["rejecting"]["watch"]["admits"] == 4096  # read from production's /v1/models
     rejecting = live["rejecting"]["watch"]["window"]
     assert rejecting["rejected_4xx"] >= 5 and rejecting["rejected_5xx"] == 0
     console = (live["root"] / "capped.out").read_text()
     assert "rejecting: " in console and "were answered 4xx (" in console
+    assert "production admits 4,096 tokens a request (max_model_len on /v1/models)" in console
     assert "too little traffic: 0 requests arrived" not in console
     assert "no request finished in the last 20 s (0 arrived, " in console  # the rejected window: skipped
     capped = live["capped"]["watch"]["window"]
@@ -556,6 +559,7 @@ def test_rejected_requests_are_named_and_a_full_queue_from_capped_clients_is_sat
     study = optuna.load_study(study_name="capped", storage=f"sqlite:///{live['root'] / 'capped.db'}")
     w = window_mod.read(study.user_attrs["traffic_source"])
     assert w.saturated and w.arrivals < 300  # tuned on though fewer than min_requests arrived
+    assert read_workload(study.user_attrs["workload_file"]).longest_request() <= 4096  # what production admits
     # Prometheus' PromQL reads the same: the rejections (increase() extrapolates), the waiting queue
     assert live["prom_rejecting"].rejected_4xx >= 5 and live["prom_rejecting"].rejected_5xx == 0
     assert live["prom_capped"].waiting_share >= 0.5 and live["prom_capped"].saturated

@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from optimizer.config.schema import build_config
-from optimizer.daemon.loop import generation_name, latest_generation, with_source
+from optimizer.daemon.generations import generation_name, latest_generation, with_source
 from optimizer.daemon.warm_start import warm_starts
 from optimizer.driver import confirm
 from optimizer.driver.recovery import queue_again, recover

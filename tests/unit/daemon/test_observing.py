@@ -9,7 +9,8 @@ import time
 from rich.console import Console
 
 from optimizer.config.schema import build_config
-from optimizer.daemon.loop import Daemon, with_source
+from optimizer.daemon.generations import with_source
+from optimizer.daemon.loop import Daemon
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.histogram import Histogram
 from optimizer.traffic.window import Window
@@ -132,7 +133,7 @@ def test_a_window_that_cannot_be_written_is_reported_and_tried_again(tmp_path):
 
 
 def test_under_a_live_watch_the_workload_may_be_left_out_or_observed_and_which_requests_wins_is_fixed(tmp_path):
-    from optimizer.daemon.loop import observed_spec
+    from optimizer.daemon.observing import observed_spec
     live = {"vllm_metrics": ["http://a:8000/metrics"], "requests": 50}
     bare = build_config({"model": {"path": "/m"}, "daemon": {"watch": live}})
     observed = build_config({"model": {"path": "/m"}, "workload": {"scenario": "observed", "seed": 4},
