@@ -44,6 +44,15 @@ class ModelSpec(_Strict):
         return self
 
 
+STUDY_NAME = re.compile(r"[A-Za-z0-9._-]+")
+# Flags engine.extra_args may not carry: where each trial server listens is the tool's choice...
+TOOL_FLAGS = {"--host": "every trial server binds 127.0.0.1", "--port": "each trial server gets a free port",
+              "--uds": "each trial server listens on 127.0.0.1 and a free port"}
+# ...and secrets never travel as flags.
+SECRET_FLAGS = {"--hf-token": "give it as HF_TOKEN in engine.env",
+                "--api-key": "trial servers listen on 127.0.0.1 only and need none: remove it"}
+
+
 class EngineSpec(_Strict):
     device: Literal["auto", "cpu", "gpu"] = "auto"
     startup_timeout_s: float = Field(300.0, gt=0)
@@ -52,6 +61,20 @@ class EngineSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     compile_cache: bool = Field(True, description="one torch.compile cache per vLLM release and model under "
                                 "~/.cache/vllm-optimizer, reused by every boot (false: vLLM's default)")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_address_or_secret(cls, args: list[str]) -> list[str]:
+        # argparse keeps a flag's last value: a --host here would override the tool's 127.0.0.1.
+        # Flags are stored with every trial and shown in logs, best.yaml, manifests and webhooks.
+        for arg in args:
+            flag = arg.partition("=")[0]
+            if flag in TOOL_FLAGS:
+                raise ValueError(f"{flag} is the tool's to set ({TOOL_FLAGS[flag]}); remove it")
+            if flag in SECRET_FLAGS:
+                raise ValueError(f"{flag} carries a secret, and flags are stored with every trial and shown in "
+                                 f"logs, best.yaml and manifests; {SECRET_FLAGS[flag]}")
+        return args
 
 
 class KnobRange(_Strict):
@@ -233,6 +256,8 @@ class PublishSpec(_Strict):
                             "current configuration (0.05: 5%), beyond noise")
     webhook: str | None = Field(None, description="POST the published recommendation (JSON) here")
     webhook_attempts: int = Field(5, ge=1, le=20, description="tries before giving up (backoff doubles from 1 s)")
+    webhook_secret_file: str | None = Field(None, description="a file holding the secret every webhook POST is "
+                                            "signed with: X-Optimizer-Signature-256: sha256=<HMAC-SHA256 of the body>")
 
     @field_validator("webhook")
     @classmethod
@@ -311,6 +336,10 @@ class StudyConfig(_Strict):
             fix = "give the study a name, e.g. tune" if info.field_name == "study_name" else \
                 "give a directory, e.g. artifacts (the default)"
             raise ValueError(f"empty; {fix}")
+        if info.field_name == "study_name" and (not STUDY_NAME.fullmatch(value) or value in (".", "..")):
+            # The name is a directory under artifacts_dir and a word in nginx.conf: nothing may leave either.
+            raise ValueError(f"'{value}' is not a study name: use letters, digits, '.', '_' and '-' only "
+                             "(it names a directory under artifacts_dir), e.g. tune-chat")
         return value
 
     @model_validator(mode="after")

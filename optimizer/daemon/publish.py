@@ -20,6 +20,8 @@ in `/status` under `publish.webhook`).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -28,10 +30,12 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pathlib import Path
 
 import yaml
 
+from optimizer.http_open import urlopen
 from optimizer.config.schema import StudyConfig
 from optimizer.verdict.confirmed import baseline_trial
 from optimizer.verdict.recommendation import MINIMAL, SINGLE, recommend
@@ -142,6 +146,21 @@ def write_config(path: str | Path, config: dict) -> Path:
     return path
 
 
+def redacted(url: str) -> str:
+    """`url` as shown in /status and logs: a password and every query value masked."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    query = urlencode([(k, "***") for k, _ in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def signature(secret: bytes, body: bytes) -> str:
+    """The `X-Optimizer-Signature-256` header's value for `body`."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
 class Webhook:
     """POSTs JSON to a URL from a background thread, `attempts` times at most (1 s, 2 s, 4 s ...
     apart). Each body names its `event` (published, not_published, saturated). A newer send of
@@ -149,10 +168,11 @@ class Webhook:
     another event never cancels a recommendation's delivery. `status` and `report(status)` follow
     the newest send."""
 
-    def __init__(self, url: str, attempts: int, report):
-        self.url, self.attempts, self.report = url, attempts, report
+    def __init__(self, url: str, attempts: int, report, secret: bytes | None = None):
+        self.url, self.attempts, self.report, self.secret = url, attempts, report, secret
+        self.shown = redacted(url)
         self._lock = threading.Lock()
-        self._status: dict = {"url": url, "state": "idle", "attempts": 0, "last_error": None}
+        self._status: dict = {"url": self.shown, "state": "idle", "attempts": 0, "last_error": None}
         self._sends = 0
         self._newest: dict[str, int] = {}  # event -> its newest send
         self._latest = 0  # the newest send of any event: the one `status` shows
@@ -169,10 +189,15 @@ class Webhook:
             self._sends += 1
             me = self._sends
             self._newest[event] = self._latest = me
-            self._status = {"url": self.url, "state": "sending", "attempts": 0, "last_error": None,
+            self._status = {"url": self.shown, "state": "sending", "attempts": 0, "last_error": None,
                             "generation": body.get("generation"), "event": event}
         self._report(me)
-        self._thread = threading.Thread(target=self._run, args=((event, me), json.dumps(body, default=str).encode()),
+        data = json.dumps(body, default=str).encode()
+        headers = {"Content-Type": "application/json", "X-Optimizer-Event": event,
+                   "Idempotency-Key": f"{body.get('study', '')}:g{body.get('generation', '')}:{event}"}
+        if self.secret is not None:
+            headers["X-Optimizer-Signature-256"] = signature(self.secret, data)
+        self._thread = threading.Thread(target=self._run, args=((event, me), data, headers),
                                         name="optimizer-webhook", daemon=True)
         self._thread.start()
 
@@ -193,25 +218,24 @@ class Webhook:
         if snapshot is not None:
             self.report(snapshot)
 
-    def _run(self, me: tuple[str, int], data: bytes) -> None:
+    def _run(self, me: tuple[str, int], data: bytes, headers: dict) -> None:
         delay = 1.0
         for attempt in range(1, self.attempts + 1):
             if not self._update(me, attempts=attempt):
                 return
             try:
-                req = urllib.request.Request(self.url, data=data, method="POST",
-                                             headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT_S) as resp:
+                req = urllib.request.Request(self.url, data=data, method="POST", headers=headers)
+                with urlopen(req, WEBHOOK_TIMEOUT_S, redirects=False) as resp:
                     code = resp.status
                 if self._update(me, state="sent", last_error=None, code=code, sent_at=time.time()):
                     self._report(me)
                 return
             except urllib.error.HTTPError as exc:
-                why = f"HTTP {exc.code}"
+                why = f"HTTP {exc.code}" + (", a redirect: not followed; give the final URL" if 300 <= exc.code < 400 else "")
             except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
                 why = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
             what = "the recommendation" if me[0] == "published" else f"the {me[0]} event"
-            self._update(me, last_error=f"{self.url} refused {what} ({why}); check the URL and "
+            self._update(me, last_error=f"{self.shown} refused {what} ({why}); check the URL and "
                                         "that the receiver accepts a JSON POST")
             if attempt < self.attempts:
                 self._report(me)

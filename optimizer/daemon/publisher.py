@@ -9,16 +9,19 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 
 from optimizer.config.schema import PublishSpec, StudyConfig
 from optimizer.daemon import publish
+from optimizer.errors import ConfigError
 from optimizer.verdict.trials import finished_count
 
 
 class Publisher:
     def __init__(self, spec: PublishSpec, state, console):
         self.spec, self.state, self.console = spec, state, console
-        self.webhook = publish.Webhook(spec.webhook, spec.webhook_attempts, self._webhook_status) if spec.webhook else None
+        self.webhook = (publish.Webhook(spec.webhook, spec.webhook_attempts, self._webhook_status, _secret(spec))
+                        if spec.webhook else None)
         self._shown: dict = {}
         self._lock = threading.Lock()  # the webhook's thread reports into `_shown` too
 
@@ -92,3 +95,19 @@ class Publisher:
 
 def _decision(record: dict) -> dict:
     return {k: v for k, v in record.items() if k != "recommendation"}
+
+
+def _secret(spec: PublishSpec) -> bytes | None:
+    """The webhook's signing secret, read once at start (ConfigError, exit 2, when it cannot be)."""
+    if spec.webhook_secret_file is None:
+        return None
+    path = Path(spec.webhook_secret_file).expanduser()
+    try:
+        secret = path.read_bytes()[:4096].strip()
+    except OSError as exc:
+        raise ConfigError(f"daemon.publish.webhook_secret_file: {path} cannot be read ({exc.strerror or exc}); "
+                          "write a secret there, e.g. openssl rand -hex 32 > FILE; chmod 600 FILE") from exc
+    if not secret:
+        raise ConfigError(f"daemon.publish.webhook_secret_file: {path} is empty; write a secret there, "
+                          "e.g. openssl rand -hex 32 > FILE; chmod 600 FILE")
+    return secret

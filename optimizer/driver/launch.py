@@ -119,6 +119,13 @@ def spec_for(trial: optuna.Trial, plan: Plan, params: dict, best: float | None =
     return spec
 
 
+def dev_mode(args: list[str]) -> dict:
+    """vLLM's dev endpoints, only where the prefix cache is on: the trial empties it between warm-up
+    and the measured window (POST /reset_prefix_cache needs them). They also open /sleep and
+    /collective_rpc, so a server without a prefix cache does without (it listens on 127.0.0.1 either way)."""
+    return {} if "--no-enable-prefix-caching" in args else {"VLLM_SERVER_DEV_MODE": "1"}
+
+
 def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: bool = True,
               best: float | None = None, outputs: bool = False) -> TrialSpec:
     """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/).
@@ -126,8 +133,7 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     when it starts) as well as hearing the driver's verdicts. With `outputs`, it also answers the
     output-regression prompts when the config asks (outputs/gate.py)."""
     args = plan.server_args(params)
-    # Dev endpoints for POST /reset_prefix_cache between warm-up and the measured window (127.0.0.1 only).
-    env = {"VLLM_SERVER_DEV_MODE": "1", **dict(plan.server_env), **plan.cfg.engine.env}
+    env = {**dev_mode(args), **dict(plan.server_env), **plan.cfg.engine.env}
     if plan.cfg.engine.compile_cache:
         env = device_env(plan.device.kind, env)
     rp, es, search = plan.cfg.replay, plan.cfg.early_stop, plan.cfg.objective.search

@@ -17,10 +17,10 @@ import asyncio
 import math
 import re
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
 import aiohttp
+from optimizer.http_open import urlopen
 
 COUNTERS = {  # our name -> vLLM's sample name (v1 engine)
     "prompt_tokens": "vllm:prompt_tokens_total",
@@ -68,7 +68,7 @@ def parse(text: str) -> dict[str, float]:
 def scrape(base_url: str, timeout: float = 10.0) -> dict[str, float]:
     """One synchronous scrape; an empty dict when the server does not answer."""
     try:
-        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout) as resp:
+        with urlopen(base_url.rstrip("/") + "/metrics", timeout=timeout) as resp:
             return parse(resp.read().decode("utf-8", "replace"))
     except OSError:
         return {}

@@ -27,12 +27,12 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from optimizer.http_open import urlopen
 from optimizer.engine import lifeline
 from optimizer.engine.failures import (
     LAUNCH_PREFIX,
@@ -270,7 +270,7 @@ class VllmServer:
 
     def _get(self, path: str) -> bool:
         try:
-            with urllib.request.urlopen(self.base_url + path, timeout=2) as resp:
+            with urlopen(self.base_url + path, timeout=2) as resp:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
             return False

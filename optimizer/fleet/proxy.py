@@ -21,9 +21,9 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 
+from optimizer.http_open import urlopen
 from optimizer.engine import lifeline
 from optimizer.engine.vllm import HOST, free_port, port_is_free, terminate_group
 from optimizer.errors import ConfigError
@@ -138,7 +138,7 @@ class Proxy:
                 self.stop()
                 raise self._failure()
             try:
-                with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=2):
+                with urlopen(f"{self.base_url}/metrics", timeout=2):
                     pass
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:  # nginx itself answered

@@ -9,10 +9,10 @@ import random
 import subprocess
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from optimizer.http_open import urlopen
 from optimizer.engine.vllm import free_port
 from optimizer.measure.replay import run_replay
 from optimizer.workload.arrivals import rate_schedule
@@ -114,7 +114,7 @@ class Prometheus:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
+                with urlopen(f"{self.url}/-/ready", timeout=2) as resp:
                     if resp.status == 200:
                         return self
             except OSError:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-import urllib.request
 
 import psutil
 
+from optimizer.http_open import urlopen
 from optimizer.engine.vllm import group_pids
 
 GUARD = "lifeline.py"
@@ -51,7 +51,7 @@ def port_of(guard: psutil.Process) -> int:
 def completed_requests(port: int) -> float:
     """Requests the server has finished (its /metrics), or -1 when it does not answer yet."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
             text = resp.read().decode()
     except OSError:
         return -1.0

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
+from optimizer.http_open import urlopen
 from optimizer.errors import ConfigError
 from optimizer.traffic.exposition import NotVllmMetrics, Reading, parse
 from optimizer.traffic.window import Poll, Window, from_polls
@@ -31,7 +32,7 @@ def http_get(url: str, timeout: float, what: str, named: str | None = None) -> b
     """The body of a GET; SourceError naming the URL (or `named`) and what to check."""
     shown = named or url
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": "text/plain"}),
+        with urlopen(urllib.request.Request(url, headers={"Accept": "text/plain"}),
                                     timeout=timeout) as resp:
             return resp.read(MAX_BYTES)
     except urllib.error.HTTPError as exc:

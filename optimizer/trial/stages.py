@@ -9,6 +9,7 @@ import time
 import urllib.request
 from dataclasses import replace
 
+from optimizer.http_open import urlopen
 from optimizer.engine import server_metrics as servermetrics
 from optimizer.engine.cpu_cores import rank_count
 from optimizer.engine.failures import Failure, classify_runtime
@@ -174,7 +175,7 @@ def reset_prefix_cache(base_url: str) -> bool:
     server's dev endpoints (VLLM_SERVER_DEV_MODE=1, set for trial servers); False when refused."""
     req = urllib.request.Request(base_url.rstrip("/") + "/reset_prefix_cache", data=b"", method="POST")
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urlopen(req, timeout=30) as resp:
             return resp.status == 200
     except OSError:
         return False

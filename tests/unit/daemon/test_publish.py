@@ -115,15 +115,31 @@ def test_the_config_file_is_replaced_whole(tmp_path):
     assert os.listdir(path.parent) == ["vllm.yaml"]  # no temporary file left
 
 
+heard: list = []
+
+
 @pytest.fixture
 def receiver():
-    """A local HTTP receiver: answers `codes` in turn (then 200) and keeps the bodies."""
+    """A local HTTP receiver: answers `codes` in turn (then 200; a 3xx points elsewhere) and keeps the
+    bodies (and, in `heard`, each POST's headers and raw body)."""
     got, codes = [], []
+    heard.clear()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
-            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(codes.pop(0) if codes else 200)
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append(json.loads(raw))
+            heard.append((dict(self.headers), raw))
+            code = codes.pop(0) if codes else 200
+            self.send_response(code)
+            if 300 <= code < 400:
+                self.send_header("Location", "/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self):  # where urllib would send a redirected POST, as a GET without its body
+            got.append({"redirected": self.path})
+            self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -175,3 +191,59 @@ def test_another_event_never_cancels_a_recommendation_still_being_retried(receiv
         time.sleep(0.1)
     assert sorted(b["event"] for b in got) == ["published", "published", "saturated"]
     assert got[-1]["event"] == "published"  # the retry still went out after the other event
+
+
+def test_a_redirect_is_a_failed_attempt_never_a_bodiless_get_called_sent(receiver):
+    url, got, codes = receiver
+    codes.extend([302, 302])
+    seen = []
+    hook = publish.Webhook(url, 2, seen.append)
+    hook.send({"generation": 1, "study": "s"})
+    hook.join(10)
+    assert all("redirected" not in g for g in got) and len(got) == 2
+    assert seen[-1]["state"] == "failed"
+    assert "(HTTP 302, a redirect: not followed; give the final URL)" in seen[-1]["last_error"]
+
+
+def test_each_post_is_signed_with_the_secret_and_keyed_by_study_generation_and_event(receiver):
+    import hashlib
+    import hmac
+
+    url, got, codes = receiver
+    codes.extend([503])
+    hook = publish.Webhook(url, 3, lambda s: None, secret=b"s3cret")
+    hook.send({"event": "published", "study": "tune", "generation": 4, "flags": []})
+    hook.join(10)
+    assert len(heard) == 2
+    for headers, raw in heard:  # the retry carries the same key and a valid signature
+        assert headers["X-Optimizer-Signature-256"] == "sha256=" + hmac.new(b"s3cret", raw, hashlib.sha256).hexdigest()
+        assert headers["Idempotency-Key"] == "tune:g4:published" and headers["X-Optimizer-Event"] == "published"
+    unsigned = publish.Webhook(url, 1, lambda s: None)
+    unsigned.send({"event": "saturated", "study": "tune", "generation": 4})
+    unsigned.join(10)
+    assert "X-Optimizer-Signature-256" not in heard[-1][0]
+
+
+def test_a_url_carrying_a_secret_is_shown_masked(receiver):
+    assert publish.redacted("https://bot:tok3n@hooks.example/x?key=abc&team=ops") == \
+        "https://bot:***@hooks.example/x?key=***&team=***"
+    assert publish.redacted("http://127.0.0.1:9/hook") == "http://127.0.0.1:9/hook"
+    url, got, codes = receiver
+    codes.extend([500])
+    seen = []
+    hook = publish.Webhook(url + "?token=abc", 1, seen.append)
+    hook.send({"generation": 1})
+    hook.join(10)
+    assert all("abc" not in json.dumps(s) for s in seen) and seen[-1]["url"] == url + "?token=***"
+
+
+def test_the_secret_file_is_read_at_start_and_a_missing_one_refused(tmp_path):
+    from optimizer.config.schema import PublishSpec
+    from optimizer.daemon.publisher import Publisher
+    from optimizer.errors import ConfigError
+
+    (tmp_path / "secret").write_text("abc123\n")
+    spec = PublishSpec(webhook="http://127.0.0.1:9/h", webhook_secret_file=str(tmp_path / "secret"))
+    assert Publisher(spec, None, None).webhook.secret == b"abc123"
+    with pytest.raises(ConfigError, match="webhook_secret_file: .*missing cannot be read"):
+        Publisher(spec.model_copy(update={"webhook_secret_file": str(tmp_path / "missing")}), None, None)

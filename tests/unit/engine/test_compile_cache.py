@@ -67,6 +67,9 @@ def test_every_boot_of_a_study_gets_the_same_cache(tmp_path, tiny_model, monkeyp
     env = trial.server_env()
     assert env[CACHE_ROOT] == str(expected) and env[INDUCTOR_DIR] == str(expected / "inductor")
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # the spec's own variables are kept
+    # vLLM's dev endpoints only where the prefix cache is on (the trial resets it after warm-up)
+    uncached = make_spec(1, plan, {"max-num-seqs": 4, "enable-prefix-caching": False}, "trial-1")
+    assert "--no-enable-prefix-caching" in uncached.vllm_args and "VLLM_SERVER_DEV_MODE" not in uncached.server_env()
 
 
 def test_a_config_can_turn_it_off_or_name_its_own(tmp_path, tiny_model, monkeypatch):
