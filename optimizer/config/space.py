@@ -31,7 +31,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 
-from optimizer.config.kv_dtypes import KV_DTYPES, NO_FP8, without_fp8
+from optimizer.config.kv_fit import KV_DTYPES, NO_FP8, without_fp8
 from optimizer.config.model_info import ModelInfo
 from optimizer.config.round_values import DEFAULT_BLOCK, LADDERS, round_draw
 from optimizer.config import topology

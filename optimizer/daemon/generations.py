@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from optimizer.config.schema import LiveWatch, StudyConfig
+from optimizer.config.daemon_spec import LiveWatch
+from optimizer.config.schema import StudyConfig
 from optimizer.daemon.observing import observed_spec
 from optimizer.driver.store.database import study_attrs
 

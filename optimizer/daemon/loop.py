@@ -29,7 +29,8 @@ from rich.console import Console
 
 from optimizer import shutdown
 from optimizer.config import space as space_mod
-from optimizer.config.schema import LiveWatch, StudyConfig
+from optimizer.config.daemon_spec import LiveWatch
+from optimizer.config.schema import StudyConfig
 from optimizer.config.workload_spec import ChatSpec
 from optimizer.daemon.generation_watch import GenerationWatch
 from optimizer.daemon import admission

@@ -29,7 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from optimizer import shutdown
-from optimizer.config.schema import LiveWatch, StudyConfig
+from optimizer.config.daemon_spec import LiveWatch
+from optimizer.config.schema import StudyConfig
 from optimizer.config.workload_spec import ObservedSpec
 from optimizer.traffic import lengths
 from optimizer.traffic import window as window_mod

@@ -11,7 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from optimizer.config.schema import PublishSpec, StudyConfig
+from optimizer.config.daemon_spec import PublishSpec
+from optimizer.config.schema import StudyConfig
 from optimizer.daemon import publish
 from optimizer.errors import ConfigError
 from optimizer.verdict.trials import finished_count

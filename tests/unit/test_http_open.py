@@ -22,8 +22,8 @@ def test_a_proxy_in_the_environment_does_not_carry_local_calls(monkeypatch):
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
     with serving(b"ok") as url:
-        with pytest.raises(urllib.error.URLError):  # what urllib alone does with it
-            urllib.request.urlopen(f"{url}/health", timeout=5)
+        with pytest.raises(urllib.error.URLError):  # what urllib alone does with it (a fresh opener reads the env)
+            urllib.request.build_opener().open(f"{url}/health", timeout=5)
         with urlopen(f"{url}/health", timeout=5) as resp:
             assert resp.read() == b"ok"
 

@@ -238,7 +238,7 @@ def test_a_url_carrying_a_secret_is_shown_masked(receiver):
 
 
 def test_the_secret_file_is_read_at_start_and_a_missing_one_refused(tmp_path):
-    from optimizer.config.schema import PublishSpec
+    from optimizer.config.daemon_spec import PublishSpec
     from optimizer.daemon.publisher import Publisher
     from optimizer.errors import ConfigError
 

@@ -8,7 +8,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from optimizer.config.schema import PublishSpec, build_config
+from optimizer.config.daemon_spec import PublishSpec
+from optimizer.config.schema import build_config
 from optimizer.daemon.metrics_page import prometheus_text
 from optimizer.daemon.publisher import Publisher
 from optimizer.daemon.status_api import StatusState
