@@ -82,3 +82,8 @@ def split_flags(args: list[str]) -> list[tuple[str, str | bool]]:
             out.append((key, True))
             i += 1
     return out
+
+
+def random_weights(args: list[str]) -> bool:
+    """The flags load vLLM's dummy (random) weights: measured for speed only, never to deploy."""
+    return named_flags([str(a) for a in args]).get("load-format") == "dummy"

@@ -1,6 +1,7 @@
 """Publishing a generation's recommendation, only when it is worth deploying.
 
 The gate (`decide`): the study's recommendation (verdict/recommendation.py) is published when
+    - it was measured on the model's real weights (never `--load-format dummy`),
     - it was measured more than once against a re-measured baseline (the confirmation ran),
     - it changes something from the baseline (the current configuration),
     - its gain's 95% interval lies above 1 (beyond noise) and the gain is at least
@@ -24,7 +25,6 @@ import hashlib
 import hmac
 import http.client
 import json
-import os
 import threading
 import time
 import urllib.error
@@ -35,7 +35,9 @@ from pathlib import Path
 
 import yaml
 
+from optimizer.atomic_file import write_atomic
 from optimizer.http_open import urlopen
+from optimizer.config.flags import random_weights
 from optimizer.config.schema import StudyConfig
 from optimizer.verdict.confirmed import baseline_trial
 from optimizer.verdict.recommendation import MINIMAL, SINGLE, recommend
@@ -62,6 +64,7 @@ def _regression_problem(rec, cfg: StudyConfig) -> str | None:
 REASONS = {
     "published": "a gain beyond noise and above daemon.publish.min_gain",
     "no_feasible": "no configuration completed within the SLOs",
+    "random_weights": "measured with random weights (--load-format dummy): never deployed",
     "single_runs": "the confirmation did not run, so the gain has no interval",
     "baseline_won": "the current configuration (the baseline) measured best",
     "all_put_back": "the minimal change put every change back: what remains is the current configuration",
@@ -99,6 +102,9 @@ def decide(study, cfg: StudyConfig) -> Decision:
     rec = recommend(study)
     if rec is None:
         return Decision(False, "no_feasible", "no configuration completed within the SLOs")
+    if random_weights(rec.args):
+        return Decision(False, "random_weights", "measured with random weights (--load-format dummy): deployed, "
+                        "its flags would serve noise; tune with the model's real weights (no load_format) to publish")
     if rec.source == SINGLE:
         return Decision(False, "single_runs", "only single runs: the confirmation did not run (confirm.top 0), "
                         "so the gain has no interval")
@@ -134,16 +140,8 @@ def payload(study, cfg: StudyConfig, model: str, generation: int) -> dict | None
 
 
 def write_config(path: str | Path, config: dict) -> Path:
-    """Replace `path` by the YAML of `config` atomically (same directory, flushed, renamed over)."""
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as f:
-        f.write(yaml.safe_dump(config, sort_keys=False))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    """Replace `path` by the YAML of `config` atomically (atomic_file.py)."""
+    return write_atomic(path, yaml.safe_dump(config, sort_keys=False))
 
 
 def redacted(url: str) -> str:

@@ -18,7 +18,8 @@ from pathlib import Path
 import optuna
 import yaml
 
-from optimizer.config.flags import from_cli_args, split_flags
+from optimizer.atomic_file import write_atomic
+from optimizer.config.flags import from_cli_args, random_weights, split_flags
 from optimizer.config.space import KNOBS
 from optimizer.fleet.manifests import manifests, to_yaml
 from optimizer.verdict import confirmed
@@ -39,6 +40,10 @@ class Summary:
     savings: dict = field(default_factory=dict)
     confirmation: dict = field(default_factory=dict)  # re-measurements of the top configurations (driver/confirm.py)
     recommendation: Recommendation | None = None  # what `command` and best.yaml deploy (verdict/recommendation.py)
+
+
+RANDOM_WEIGHTS_NOTE = ("# Measured with random weights (--load-format dummy): for speed only. Remove load-format\n"
+                       "# before serving, or vLLM will answer with noise.\n")
 
 
 def serve_command(model: str, args: list[str]) -> str:
@@ -82,7 +87,7 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
     winner = confirmed.current_winner(study)
     record = confirmed.stored(study) if winner is not None else {}  # a stale one says nothing
     args = list(rec.args)
-    path = _write(artifacts / "best.yaml", serve_yaml(args))
+    path = _write(artifacts / "best.yaml", serve_yaml(args), RANDOM_WEIGHTS_NOTE if random_weights(args) else "")
     write_manifests(artifacts / "k8s.yaml", study, model, args, rec.trial, replicas=1)
     g = rec.gain["ratio"] if rec.gain else None
     return Summary(rec.trial, base, g, serve_command(model, args), path, savings=saved, confirmation=record,
@@ -101,8 +106,7 @@ def write_manifests(path: Path, study: optuna.Study, model: str, args: list[str]
     docs = manifests(study.study_name, model, args, replicas, str(study.user_attrs.get("device") or "gpu"), gpus,
                      cores(str(trial.user_attrs.get("cpu_bind") or "")), vllm_version=version)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(to_yaml(docs))
+        write_atomic(path, to_yaml(docs))
     except OSError:
         return None
     return path
@@ -115,11 +119,11 @@ def cores(bind: str) -> int:
     return max(1, len(parse_cpu_list(bind)))
 
 
-def _write(path: Path, data) -> Path | None:
-    """Write a YAML artifact; None when the disk refuses it (the report says so, the study is fine)."""
+def _write(path: Path, data, header: str = "") -> Path | None:
+    """Write a YAML artifact whole (atomic_file.py), `header` (comment lines) first; None when the
+    disk refuses it (the report says so, the study is fine)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        write_atomic(path, header + yaml.safe_dump(data, sort_keys=False))
     except OSError:
         return None
     return path

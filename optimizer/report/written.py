@@ -25,6 +25,7 @@ from pathlib import Path
 
 import optuna
 
+from optimizer.atomic_file import write_atomic
 from optimizer.config.flags import from_cli_args
 from optimizer.fleet import topologies
 from optimizer.measure.slo import describe as describe_slos
@@ -78,8 +79,8 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
         if sec.rows:
             doc.table(list(sec.headers), [list(r) for r in sec.rows])
     md, page = out_dir / "report.md", out_dir / "report.html"
-    md.write_text(doc.markdown())
-    page.write_text(doc.html(f"vLLM tuning report: {study.study_name}"))
+    write_atomic(md, doc.markdown())
+    write_atomic(page, doc.html(f"vLLM tuning report: {study.study_name}"))
     return ReportFiles(md, page, s.yaml_path if s.best else None, pictures, s.yaml_path if s.front else None, s)
 
 

@@ -360,6 +360,8 @@ def live(tmp_path_factory):
             cfg = _study_cfg(root, "live", model, {"prometheus": prom.url, "selector": '{job="vllm"}', "sub_windows": 10},
                              publish={"path": str(root / "deploy" / "vllm.yaml"), "webhook": hook_url,
                                       "webhook_attempts": 3})
+            # Weights on disk (seeded): a study measured on vLLM's dummy weights is never published.
+            cfg["model"] = {"path": str(write_tiny_model(root / "tiny-weights", weights=True)), "dtype": "bfloat16"}
             d = Daemon(root, "live", cfg)
             daemons.append(d)
             d.until("generation 1 tuning", lambda s: s.get("state") == "tuning", 180)

@@ -88,6 +88,26 @@ def test_no_configuration_within_the_slos_is_said_as_such():
     assert not ok and code == "no_feasible" and why == "no configuration completed within the SLOs"
 
 
+def test_a_study_measured_on_random_weights_is_never_published():
+    import optuna
+
+    from tests.unit.driver.test_minimal import _ask
+
+    study = finished_study()
+    dummy = optuna.create_study(direction="minimize")
+    for t in study.trials:  # the same study, its trials run with vLLM's dummy weights
+        args = list(t.user_attrs["vllm_args"]) + ["--load-format", "dummy"]
+        copy = _ask(dummy, args)
+        for key, value in t.user_attrs.items():
+            copy.set_user_attr(key, args if key == "vllm_args" else value)
+        dummy.tell(copy, t.value)
+    for key, value in study.user_attrs.items():
+        dummy.set_user_attr(key, value)
+    assert publish.decide(study, cfg()).publish
+    ok, code, why = astuple(publish.decide(dummy, cfg()))
+    assert not ok and code == "random_weights" and why.startswith("measured with random weights (--load-format dummy)")
+
+
 def test_every_reason_code_is_documented():
     import inspect
     source = inspect.getsource(publish.decide) + inspect.getsource(publish._same_as_baseline)

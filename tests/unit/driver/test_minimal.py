@@ -12,9 +12,9 @@ from optimizer.driver import minimal
 from optimizer.verdict.recommendation import MINIMAL, recommend
 
 WINNER_ARGS = ["--max-num-seqs", "36", "--gpu-memory-utilization", "0.23", "--max-model-len", "44288",
-               "--kv-cache-dtype", "auto", "--load-format", "dummy"]
+               "--kv-cache-dtype", "auto"]
 BASE_ARGS = ["--max-num-seqs", "16", "--gpu-memory-utilization", "0.5", "--max-model-len", "8192",
-             "--kv-cache-dtype", "auto", "--load-format", "dummy"]
+             "--kv-cache-dtype", "auto"]
 
 
 def plan(longest=2000, minimal_boots=8):
@@ -81,7 +81,7 @@ def run_step(study, monkeypatch, booted, stop_after=None):
 
     monkeypatch.setattr(minimal, "measure_once", measure_once)
     monkeypatch.setattr(minimal, "make_spec", lambda n, p, params, d: SimpleNamespace(
-        vllm_args=tuple(f"--{k}={v}" for k, v in params.items()) + ("--load-format", "dummy")))
+        vllm_args=tuple(f"--{k}={v}" for k, v in params.items())))
     progress = SimpleNamespace(minimizing=lambda *a: None, reverted=lambda r: None, minimized=lambda *a: None)
     return minimal.minimize(study, plan(), None, progress, None)
 

@@ -13,7 +13,7 @@ from optimizer.report.summary import serve_command, serve_yaml, summarize_study
 from tests.unit.driver.test_minimal import finished_study
 
 MINIMAL_ARGS = ["--max-num-seqs", "36", "--gpu-memory-utilization", "0.5", "--max-model-len", "8192",
-                "--kv-cache-dtype", "auto", "--load-format", "dummy"]
+                "--kv-cache-dtype", "auto"]
 
 
 def with_minimal(study):

@@ -63,3 +63,26 @@ def test_summary_without_a_completed_trial_has_no_best(tmp_path):
     s = summarize_study(study, "/m", tmp_path / "art")
     assert s.best is None and s.gain is None and s.baseline.number == 0
     assert not (tmp_path / "art").exists()
+
+
+def test_a_best_yaml_of_random_weights_says_so_first_and_is_replaced_whole(tmp_path, monkeypatch):
+    study = optuna.create_study(direction="maximize")
+    for value, args, baseline in ((100.0, ARGS[:2] + ARGS[8:10], True), (150.0, ARGS[:4] + ARGS[8:10], False)):
+        trial = study.ask()
+        trial.set_user_attr("vllm_args", args)
+        if baseline:
+            trial.set_user_attr("baseline", True)
+        study.tell(trial, value)
+    s = summarize_study(study, "/models/tiny", tmp_path / "art")
+    text = s.yaml_path.read_text()
+    assert text.startswith("# Measured with random weights (--load-format dummy): for speed only.")
+    assert yaml.safe_load(text)["load-format"] == "dummy"
+    # a disk that refuses the write mid-way leaves the old best.yaml whole, and no temporary file
+    import os
+
+    def full(fd, *a):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full)
+    assert summarize_study(study, "/models/tiny", tmp_path / "art").yaml_path is None
+    assert s.yaml_path.read_text() == text
+    assert sorted(p.name for p in s.yaml_path.parent.iterdir()) == ["best.yaml", "k8s.yaml"]
