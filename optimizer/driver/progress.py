@@ -6,9 +6,12 @@ in `make run`'s log and in a Ray job's log.
 
 from __future__ import annotations
 
+import os
+
 import optuna
 from rich.console import Console
 
+from optimizer.driver.ray_runtime import unauthenticated_join
 from optimizer.driver.store.database import masked
 from optimizer.engine.device import GIB
 from optimizer.measure.slo import describe as describe_slos
@@ -70,6 +73,8 @@ class Progress:
             c.print(f"  space {d.knob.name} {rng}")
         for note in plan.space.notes:
             c.print(f"  note: {note}")
+        if (joining := unauthenticated_join(cfg.ray.address or os.environ.get("RAY_ADDRESS"))) is not None:
+            c.print(f"  [yellow]warning[/]: {joining}")
         es, cf = cfg.early_stop, cfg.confirm
         c.print("  search: " + ("each knob moved alone from the baseline first, then TPE over the knobs that moved "
                                 "the objective" if cfg.search.screen else "TPE over every knob"))

@@ -94,6 +94,17 @@ RAY_WORKER_LOGGER = "ray._private.worker"
 _HOST_PORT = re.compile(r"^(?:ray://)?\[?([^\]/]+?)\]?:(\d+)$")
 
 
+def unauthenticated_join(address: str | None) -> str | None:
+    """A warning when this driver joins a cluster (`--ray-address`, RAY_ADDRESS) without
+    RAY_AUTH_MODE=token. A client cannot tell whether the cluster checks tokens before it has
+    joined, so this warns rather than refuses; the cluster files start every node with it."""
+    if not address or address == "local" or os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return None
+    return (f"joining Ray at '{address}' without RAY_AUTH_MODE=token: a cluster started without token "
+            "authentication runs code for anyone who reaches its ports; start every node with RAY_AUTH_MODE=token "
+            "and the same ~/.ray/auth_token (as ray_cluster.yaml does), and set it here too")
+
+
 def check_address(address: str | None, timeout: float = 5.0) -> None:
     """Refuse a `host:port` (or `ray://host:port`) cluster address nothing answers on, before any
     study is opened: `ray.init` would retry for a minute and then abort (measured with ray 2.60)."""

@@ -78,3 +78,18 @@ def test_the_loopback_check_reads_both_spellings():
     assert _dashboard_hosts("ray start --head --dashboard-host=0.0.0.0") == ["0.0.0.0"]
     assert _dashboard_hosts("ray start --head --dashboard-host 0.0.0.0 --port=6379") == ["0.0.0.0"]
     assert _dashboard_hosts("ray start --head --port=6379") == []
+
+
+@pytest.mark.parametrize("name", ["ray_cluster.yaml", "ray_cluster.local.yaml"])
+def test_every_node_starts_with_token_authentication_and_the_same_token(name):
+    """The GCS and raylets listen on every interface: each `ray start` runs with RAY_AUTH_MODE=token,
+    after the token copied from the operator's machine (file_mounts) is made private to its owner."""
+    cfg = _load(name)
+    assert cfg["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        commands = cfg[key]
+        start = [i for i, c in enumerate(commands) if "ray start" in c]
+        assert start and all(commands[i].lstrip('"').startswith("RAY_AUTH_MODE=token ") for i in start)
+        assert all("chmod 600 ~/.ray/auth_token" in commands[:i] for i in start)
+    header = (ROOT / name).read_text().split("cluster_name:")[0]
+    assert "ray get-auth-token --generate" in header and "RAY_AUTH_MODE=token ray job submit" in header
