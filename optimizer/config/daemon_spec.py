@@ -70,7 +70,8 @@ class DaemonSpec(_Strict):
                      Discriminator(lambda v: "path" if isinstance(v, str) else "live")] | None = Field(None, description="a trace file, or a directory new trace files "
                                           "land in (the workload must be scenario 'trace'); or live servers: "
                                           "{vllm_metrics: [URL, ...]} or {prometheus: URL, selector: ...}")
-    poll_s: float = Field(30, gt=0, description="how often the watched source is read")
+    poll_s: float = Field(30, ge=1, description="how often the watched source is read (at least 1 s: each "
+                          "read is an HTTP request to every watched server or to Prometheus)")
     settle_s: float = Field(5, ge=0, description="a file younger than this is still being written: not read yet")
     threshold: float = Field(0.25, gt=0, description="relative change of a length quantile, the rate or the "
                              "concurrency that counts as new traffic (workload/drift.py for the others)")

@@ -303,10 +303,16 @@ def _first_error(exc: ValidationError, source: str, flags: dict[str, str] | None
     return ConfigError(f"config {source}: field '{where}': {msg}")
 
 
+CONFIG_MAX_BYTES = 1 << 20
+
+
 def read_yaml(path: str | Path) -> dict:
     """Parse a YAML mapping; raises ConfigError for an unreadable or malformed file."""
     p = Path(path)
     try:
+        if p.stat().st_size > CONFIG_MAX_BYTES:
+            raise ConfigError(f"config {p}: {p.stat().st_size:,} bytes, past the {CONFIG_MAX_BYTES >> 10} KiB a study "
+                              "YAML may hold; pass the study YAML, not a data file")
         data = yaml.safe_load(p.read_text())
     except OSError as exc:
         raise ConfigError(f"config {p}: cannot read it ({exc.strerror}); check the path") from exc

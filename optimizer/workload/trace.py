@@ -83,6 +83,27 @@ def _output(row: TraceRow, vocab: Vocabulary, cap: int | None) -> int:
     return min(n, cap) if cap else n
 
 
+GAP_FACTOR = 10_000  # a gap this many times the trace's median gap...
+GAP_FLOOR_S = 86_400.0  # ...and longer than a day is a timestamp in another unit or origin, not a night's lull
+
+
+def _check_gaps(path, stamps: list[tuple[int, float]]) -> None:
+    """Refuse a trace whose largest gap between consecutive timestamps (in time order) is past
+    GAP_FACTOR x its median gap and GAP_FLOOR_S: one epoch time among relative ones would
+    otherwise have the replay sleep for decades. The line names the row after the gap."""
+    ordered = sorted(stamps, key=lambda s: s[1])
+    gaps = [(b[1] - a[1], b[0]) for a, b in zip(ordered, ordered[1:])]
+    if len(gaps) < 2:
+        return
+    positive = sorted(g for g, _ in gaps if g > 0)
+    median = positive[len(positive) // 2] if positive else 0.0
+    gap, line = max(gaps)
+    if gap > GAP_FLOOR_S and gap > GAP_FACTOR * max(median, 1e-3):
+        raise ConfigError(f"trace {path}: line {line}'s timestamp comes {gap:,.0f} s after the one before it "
+                          f"(the trace's median gap is {median:.3g} s): a timestamp in another unit or from "
+                          "another origin (an epoch time among relative ones?); fix or remove that row")
+
+
 def trace_workload(spec: TraceSpec, vocab: Vocabulary) -> Workload:
     read = read_trace(spec.path, spec.format)
     bad = list(read.bad)
@@ -121,6 +142,8 @@ def trace_workload(spec: TraceSpec, vocab: Vocabulary) -> Workload:
     if spec.arrival.process == "trace" and any(t is None for t in stamps):
         raise ConfigError(f"trace {spec.path} ({read.format}) has no timestamps; set workload.arrival, "
                           "e.g. {process: poisson, rate: 2}")
+    if spec.arrival.process == "trace":
+        _check_gaps(spec.path, [(r.line, r.timestamp_s) for r, _, _ in built])
     rng = random.Random(spec.seed)
     offs = offsets(spec.arrival, len(built), rng, stamps if spec.arrival.process == "trace" else None)
     reqs = tuple(Request(f"line-{r.line}", ids, out, offs[i]) for i, (r, ids, out) in enumerate(built))

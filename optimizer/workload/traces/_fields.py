@@ -33,9 +33,17 @@ class Excluded(ValueError):
     """This row is well formed but not replayable (e.g. logged as a failure); the message says why."""
 
 
+MAX_BYTES = 2 << 30  # a trace is read whole: past this it would hold the driver's memory hostage
+
+
 def read_text(path: Path) -> str:
-    """The whole file as text (UTF-8, a BOM allowed, newlines as \\n), or a one-line TraceError."""
+    """The whole file as text (UTF-8, a BOM allowed, newlines as \\n), or a one-line TraceError
+    (a file past MAX_BYTES included)."""
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise TraceError(f"trace {path}: {size / 2**30:.1f} GiB, past the {MAX_BYTES >> 30} GiB a trace may "
+                             "hold (it is read whole); cut it to the span to replay (e.g. head -n 1000000)")
         return path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"trace {path}: cannot read it ({first_line(exc)}); check the path") from exc

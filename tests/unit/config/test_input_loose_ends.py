@@ -260,3 +260,15 @@ def test_the_docs_quote_the_new_lines():
 
 def _cpu() -> Device:
     return Device("cpu", 0, NodeMemory(16 * GIB, 12 * GIB))
+
+
+def test_a_config_file_past_a_mebibyte_is_refused_before_it_is_parsed(tmp_path):
+    import pytest
+
+    from optimizer.config.schema import read_yaml
+    from optimizer.errors import ConfigError
+
+    big = tmp_path / "study.yaml"
+    big.write_text("model: {path: /m}\n" + "# padding\n" * 110_000)
+    with pytest.raises(ConfigError, match=r"study.yaml: 1,100,018 bytes, past the 1024 KiB a study YAML may hold"):
+        read_yaml(big)

@@ -55,10 +55,12 @@ class Scripted:
 
 def daemon(tmp_path, script, min_requests=25, slos=None, breach_s=300):
     cfg = build_config({"model": {"path": "/m"}, "artifacts_dir": str(tmp_path), "daemon": {
-        "watch": {"prometheus": "http://p", "window_s": 10, "min_requests": min_requests}, "poll_s": 0.01,
+        "watch": {"prometheus": "http://p", "window_s": 10, "min_requests": min_requests}, "poll_s": 1,
         "threshold": 0.25, "slo_breach_s": breach_s}, **({"objective": {"slos": slos}} if slos else {})})
     out = io.StringIO()
     d = Daemon(cfg, Console(file=out, width=300), "127.0.0.1", 0, None)
+    d.d = d.d.model_copy(update={"poll_s": 0.01})  # the scripted source answers at once: no need to wait 1 s
+    d.observer.poll_s = 0.01
     d.observer.source = Scripted(script)
     short = d.live.model_copy(update={"window_s": 1.0})  # the schema asks for 10 s or more; a test has less time
     d.live = d.observer.live = short

@@ -113,3 +113,29 @@ def test_max_requests_stops_building_at_the_cut_and_rows_past_the_model_are_bad(
     w = build(tiny_model, path=str(trace), max_requests=4, skip_bad_rows=True)
     assert [r.id for r in w.requests] == ["line-1", "line-2", "line-4", "line-5"]
     assert [len(r.prompt_token_ids) for r in w.requests] == [10, 11, 12, 13]
+
+
+def test_one_epoch_timestamp_among_relative_ones_is_refused_naming_its_row(tiny_model, tmp_path):
+    rows = [{"timestamp": i * 0.5, "input_tokens": 20, "output_tokens": 4} for i in range(20)]
+    rows[7]["timestamp"] = 1_733_390_000.0  # an epoch time among seconds from the start
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ConfigError, match=r"line 8's timestamp comes 1,733,389,990 s after the one before it "
+                                          r"\(the trace's median gap is 0.5 s\)"):
+        build(tiny_model, path=str(trace), arrival={"process": "trace"})
+    # a night's lull in a real trace (10 h between bursts of 1 s gaps: 36,000x the median) is traffic, and kept
+    quiet = [{"timestamp": i * 1.0 + (36_000.0 if i >= 10 else 0.0), "input_tokens": 20, "output_tokens": 4}
+             for i in range(20)]
+    trace.write_text("\n".join(json.dumps(r) for r in quiet))
+    assert max(r.offset_s for r in build(tiny_model, path=str(trace), arrival={"process": "trace"}).requests) == 36_019.0
+    # arrivals of their own ignore the timestamps: nothing to refuse
+    trace.write_text("\n".join(json.dumps(r) for r in rows))
+    assert len(build(tiny_model, path=str(trace), arrival={"process": "poisson", "rate": 2}).requests) == 20
+
+
+def test_a_trace_too_large_to_read_whole_is_refused_before_reading(tiny_model, tmp_path):
+    big = tmp_path / "big.jsonl"
+    with big.open("wb") as f:  # sparse: 2 GiB and one byte, nothing written
+        f.truncate((2 << 30) + 1)
+    with pytest.raises(ConfigError, match=r"big.jsonl: 2.0 GiB, past the 2 GiB a trace may hold \(it is read whole\)"):
+        build(tiny_model, path=str(big), format="jsonl", arrival={"process": "poisson", "rate": 2})
