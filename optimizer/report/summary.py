@@ -104,12 +104,20 @@ def write_manifests(path: Path, study: optuna.Study, model: str, args: list[str]
     gpus = parallel_sizes(args, trial.params)[1]
     version = str(study.user_attrs.get("vllm_version") or installed_vllm() or "0.32.0")
     docs = manifests(study.study_name, model, args, replicas, str(study.user_attrs.get("device") or "gpu"), gpus,
-                     cores(str(trial.user_attrs.get("cpu_bind") or "")), vllm_version=version)
+                     cores(str(trial.user_attrs.get("cpu_bind") or "")), vllm_version=version,
+                     memory_bytes=claimed_bytes(trial, parallel_sizes(args, trial.params)[1]))
     try:
         write_atomic(path, to_yaml(docs))
     except OSError:
         return None
     return path
+
+
+def claimed_bytes(trial: optuna.trial.FrozenTrial, ranks: int) -> int | None:
+    """What a trial's server claimed, from its KV estimate: the KV budget and the rest, per rank."""
+    est = trial.user_attrs.get("kv_estimate") or {}
+    per_rank = int(est.get("budget_bytes") or 0) + int(est.get("non_kv_bytes") or 0)
+    return per_rank * max(1, ranks) if per_rank > 0 else None
 
 
 def cores(bind: str) -> int:

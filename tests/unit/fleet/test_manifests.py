@@ -106,3 +106,36 @@ def test_a_tp_the_minimal_change_put_back_is_not_deployed_as_gpus():
     # the winner ran TP 2; the recommendation put it back, so its flags say nothing of TP
     assert parallel_sizes(["--max-num-seqs", "64"], {"tensor-parallel-size": 2}) == (1, 1)
     assert parallel_sizes([], {"tensor-parallel-size": 2}) == (2, 2)  # no flags recorded: the parameters
+
+
+def test_a_local_model_is_served_from_a_claim_the_header_names_and_an_id_stays_an_id(tmp_path):
+    local = tmp_path / "tiny-llama"
+    local.mkdir()
+    docs = manifests("s", str(local), ["--max-num-seqs", "8"], 2, "gpu", 1)
+    pod = docs[0]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["args"][0] == "/models/tiny-llama"
+    assert {"name": "model", "mountPath": "/models/tiny-llama", "readOnly": True} in c["volumeMounts"]
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "vllm-model", "readOnly": True}} in pod["volumes"]
+    text = to_yaml(docs)
+    assert text.startswith("# The model is a local directory: create the PersistentVolumeClaim 'vllm-model'")
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S, strict=True)
+    hub = manifests("s", "Qwen/Qwen2.5-7B-Instruct", [], 1, "gpu", 1)
+    assert hub[0]["spec"]["template"]["spec"]["containers"][0]["args"][0] == "Qwen/Qwen2.5-7B-Instruct"
+    assert "volumes" not in hub[0]["spec"]["template"]["spec"] and not to_yaml(hub).startswith("#")
+
+
+def test_no_anchor_ties_the_selector_to_the_labels():
+    text = to_yaml(manifests("s", "Qwen/Qwen2.5-7B-Instruct", [], 1))
+    assert "&id" not in text and "*id" not in text
+    deployment = yaml.safe_load(text.split("\n---\n")[0])
+    deployment["metadata"]["labels"]["team"] = "ml"
+    assert "team" not in deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_a_cpu_pod_asks_for_the_memory_its_trial_claimed_and_its_shared_memory():
+    c = manifests("s", "Qwen/Qwen2.5-7B-Instruct", [], 1, "cpu", cpus_per_pod=2,
+                  memory_bytes=6 << 30)[0]["spec"]["template"]["spec"]["containers"][0]
+    assert c["resources"] == {"requests": {"cpu": "2", "memory": "10240Mi"}, "limits": {"cpu": "2", "memory": "10240Mi"}}
+    kubernetes_validate.validate(manifests("s", "m", [], 1, "cpu", memory_bytes=6 << 30)[0], K8S, strict=True)

@@ -86,3 +86,16 @@ def test_a_best_yaml_of_random_weights_says_so_first_and_is_replaced_whole(tmp_p
     assert summarize_study(study, "/models/tiny", tmp_path / "art").yaml_path is None
     assert s.yaml_path.read_text() == text
     assert sorted(p.name for p in s.yaml_path.parent.iterdir()) == ["best.yaml", "k8s.yaml"]
+
+
+def test_what_a_trial_claimed_is_its_kv_budget_and_the_rest_per_rank():
+    from optimizer.report.summary import claimed_bytes
+
+    study = optuna.create_study()
+    t = study.ask()
+    t.set_user_attr("kv_estimate", {"budget_bytes": 3 << 30, "non_kv_bytes": 1 << 30})
+    study.tell(t, 1.0)
+    assert claimed_bytes(study.trials[0], 2) == 8 << 30
+    bare = study.ask()
+    study.tell(bare, 1.0)
+    assert claimed_bytes(study.trials[1], 1) is None
