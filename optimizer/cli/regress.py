@@ -61,7 +61,7 @@ def main(ns: argparse.Namespace, console) -> int:
     plan = prepare(cfg)
     # One driver per storage, and its servers tagged: a study on this storage never runs beside
     # these boots, and a killed `regress` leaves nothing the next start does not stop.
-    with RunState(plan.storage_url, cfg.artifacts_dir) as held:
+    with RunState(plan.storage_url, cfg.artifacts_dir, cfg.study_name) as held:
         Progress(console).recovery(held.acquire())
         plan = replace(plan, server_env=tuple(held.server_env().items()))
         return _compare_all(ns, console, plan, candidates)

@@ -169,7 +169,7 @@ class Daemon:
         plan = self._as_stamped(plan, attrs)
         trigger, previous, warm = "start", None, []
         try:
-            with RunState(plan.storage_url, self.cfg.artifacts_dir) as runstate:
+            with RunState(plan.storage_url, self.cfg.artifacts_dir, self.cfg.study_name) as runstate:
                 progress = StatusProgress(self.console, self.state, n)
                 progress.recovery(runstate.acquire())
                 while True:

@@ -34,7 +34,7 @@ CONFIRM_KEY = 1_000_000  # re-measurements post on the board under keys no trial
 def measuring(plan: Plan, progress: Progress):
     """For measurements outside a study's loop (report/sensitivity.py): the storage's run-state held, Ray up
     and a board; yields `measure(params, key, log_dir) -> value or None` (measure_once)."""
-    with RunState(plan.storage_url, plan.cfg.artifacts_dir) as held:
+    with RunState(plan.storage_url, plan.cfg.artifacts_dir, plan.cfg.study_name) as held:
         progress.recovery(held.acquire())
         plan = replace(plan, server_env=tuple(held.server_env().items()))
         with ray_runtime(plan.cfg.ray.address, on_start=held.record_ray):

@@ -40,7 +40,7 @@ def run(plan: Plan, progress: Progress, runstate: RunState | None = None,
     one driver per storage, and what a dead driver left running is cleaned up first.
     `on_open(study)` is called once the study is open, before any trial (the daemon stamps it)."""
     if runstate is None:
-        with RunState(plan.storage_url, plan.cfg.artifacts_dir) as held:
+        with RunState(plan.storage_url, plan.cfg.artifacts_dir, plan.cfg.study_name) as held:
             progress.recovery(held.acquire())
             return run(plan, progress, held, on_open)
     plan = replace(plan, server_env=tuple(runstate.server_env().items()))

@@ -92,3 +92,50 @@ def test_wrong_credentials_get_one_line_exit_2_no_password_and_nothing_written(p
     # docs/troubleshooting.md quotes the line for the URL scripts/postgres_for_tests.sh prints.
     readme_line = _refused_line("postgresql://optimizer:optimizer@127.0.0.1:5432/optimizer_test")
     assert f"`` {readme_line} ``" in TROUBLESHOOTING.read_text()
+
+
+HOLDER = ("import sys, time\nfrom optimizer.driver.store.driver_lock import RunState\n"
+          "held = RunState(sys.argv[1], sys.argv[2], sys.argv[3])\nheld.acquire()\nprint('held', flush=True)\n"
+          "time.sleep(600)\n")
+
+
+def test_two_drivers_of_one_postgresql_study_from_two_artifacts_directories_never_both_run(postgres_url, tmp_path):
+    """The file lock sees only drivers sharing an artifacts directory; the study's advisory lock is the
+    database's, as another host would see it. The second driver is refused before any recovery; another
+    study runs beside; a SIGKILLed holder's lock goes with its connection."""
+    import os
+    import signal
+    import socket
+    import time
+
+    from optimizer.driver.store.driver_lock import RunState
+    from optimizer.errors import ConfigError
+
+    study = _unique("pg-lock")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, postgres_url, str(tmp_path / "a"), study],
+                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        second = RunState(postgres_url, tmp_path / "b", study)
+        with pytest.raises(ConfigError) as refused:
+            second.acquire()
+        assert str(refused.value) == (f"study '{study}' in {make_url(postgres_url).render_as_string(hide_password=True)} "
+                                      f"is in use by another driver ({socket.gethostname()}:{holder.pid} from "
+                                      f"127.0.0.1); stop it first, or pass --study-name NEW")
+        assert not (tmp_path / "b").exists() or not any((tmp_path / "b").rglob("*.runstate.json"))
+        with RunState(postgres_url, tmp_path / "c", _unique("pg-lock-other")) as beside:
+            beside.acquire()  # another study of the same database: its own lock
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        deadline = time.monotonic() + 10
+        while True:  # the server ends the dead driver's session, and its lock with it
+            try:
+                with RunState(postgres_url, tmp_path / "b", study) as after:
+                    after.acquire()
+                break
+            except ConfigError:
+                assert time.monotonic() < deadline, "the killed driver's lock outlived its connection by 10 s"
+                time.sleep(0.2)
+    finally:
+        holder.kill()
+        holder.wait(10)

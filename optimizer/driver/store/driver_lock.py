@@ -33,6 +33,7 @@ from pathlib import Path
 import psutil
 
 from optimizer.driver.store.database import close_storages, masked, sqlite_path
+from optimizer.driver.store.study_lock import StudyLock
 from optimizer.engine.vllm import group_pids, terminate_group
 from optimizer.errors import ConfigError, StorageError
 
@@ -121,8 +122,9 @@ def _groups_where(wanted) -> set[int]:
 class RunState:
     """The lock and the run-state file of one storage, held by the driver for its whole run."""
 
-    def __init__(self, storage_url: str, artifacts_dir: str | Path):
+    def __init__(self, storage_url: str, artifacts_dir: str | Path, study: str | None = None):
         self.url = storage_url
+        self.study_lock = StudyLock(storage_url, study)  # on PostgreSQL: the study's own lock, every host sees it
         self.digest = storage_digest(storage_url)
         self.lock_path, self.path = paths_for(storage_url, artifacts_dir)
         self.run_id = f"{socket.gethostname()}:{os.getpid()}:{time.time():.3f}"
@@ -153,6 +155,12 @@ class RunState:
             who = f"pid {d.get('pid')} on {d.get('host')}" if d else "another process"
             raise ConfigError(f"storage {masked(self.url)} is in use by another driver ({who}); stop it first, "
                               "or pass --storage with another database") from None
+        try:
+            self.study_lock.acquire()  # before any recovery: never fail another live driver's trials
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
         self._lock_fd = fd
         recovery = self._clean_up(self._read())
         self.previous = recovery.previous
@@ -250,6 +258,7 @@ class RunState:
             close_storages(self.url)
             self.path.unlink(missing_ok=True)
         finally:
+            self.study_lock.release()
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
