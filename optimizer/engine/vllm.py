@@ -33,19 +33,22 @@ from pathlib import Path
 import psutil
 
 from optimizer.http_open import urlopen
-from optimizer.engine import lifeline
+from optimizer.engine import lifeline, oom_kills
 from optimizer.engine.failures import (
     LAUNCH_PREFIX,
     NOTE_PREFIX,
     Failure,
     classify_startup,
 )
+from optimizer.engine.oom_kills import OomKill
 from optimizer.engine.starvation import CpuShare, CpuWatch, starved_failure
 
 DISK_EVIDENCE = "disk:"  # the evidence of an artifact write that failed (a full disk): infra, queued again
 
 HOST = "127.0.0.1"
 NOT_READY_STOP_S = 3.0  # SIGTERM -> SIGKILL for a server stopped before it was ready
+OOM_KILLED_REMEDY = ("lower gpu-memory-utilization: every server on the node claims its own share (on CPU, of the "
+                     "node's memory), and the kernel killed this one")
 
 
 def free_port(host: str = HOST) -> int:
@@ -139,6 +142,8 @@ class VllmServer:
         self._lifeline: int | None = None  # the pipe's write end: closing it (or dying) stops the group
         self.notes: list[str] = []  # written under the launch line of the log (e.g. the GPUs it was given)
         self.cpu: CpuShare | None = None  # what its start-up got of the CPU (engine/starvation.py)
+        self.started_wall = 0.0  # when it was launched (wall clock: the kernel's log is matched against it)
+        self.pids: set[int] = set()  # every process its group held while starting (engine/oom_kills.py)
 
     @property
     def base_url(self) -> str:
@@ -174,6 +179,7 @@ class VllmServer:
             return False
         env = {**os.environ, **self.env}
         self.state = "starting"
+        self.started_wall = time.time()
         self.proc = self._spawn(env)
         if self.on_spawn:
             self.on_spawn(self.proc.pid)
@@ -186,11 +192,13 @@ class VllmServer:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             watch.maybe_sample()
+            self.pids.update(group_pids(self.proc.pid))  # ~1 ms a poll (0.5 s apart)
             if self.proc.poll() is not None:
                 self.cpu = watch.judge()
                 return self._fail(timed_out=False)
             if self._get("/health") and self._get("/v1/models"):
                 self.cpu = watch.judge()
+                self.pids.update(group_pids(self.proc.pid))
                 self.state = "ready"
                 return True
             time.sleep(0.5)
@@ -260,9 +268,17 @@ class VllmServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def oom_kill(self) -> OomKill | None:
+        """The kernel's OOM kill of one of this server's processes since it was launched, if its log says one."""
+        if self.proc is None:
+            return None
+        return oom_kills.killed(self.pids | {self.proc.pid}, self.started_wall)
+
     def _fail(self, timed_out: bool) -> bool:
         rc = self.proc.poll() if self.proc else None
         self.failure = classify_startup(self.log_text(), rc, timed_out)
+        if self.failure.kind in ("crash", "timeout") and (kill := self.oom_kill()) is not None:
+            self.failure = Failure("oom_startup", kill.describe(self.started_wall), OOM_KILLED_REMEDY)
         if self.failure.kind == "timeout" and self.cpu is not None and self.cpu.starved:
             self.failure = starved_failure(self.cpu)
         self.state = "failed"

@@ -183,7 +183,11 @@ def reset_prefix_cache(base_url: str) -> bool:
 
 def runtime_failure(server: VllmServer, records) -> Failure | None:
     if not server.alive():
-        return classify_runtime(server.log_text(), server.proc.poll())
+        found = classify_runtime(server.log_text(), server.proc.poll())
+        if found.kind in ("crash", "oom_runtime") and (kill := server.oom_kill()) is not None:
+            return Failure("oom_runtime", kill.describe(server.started_wall), "lower max-num-seqs or max-model-len, "
+                           "or gpu-memory-utilization: the kernel killed it for memory")
+        return found
     if records and not any(r.ok for r in records):
         first = next(r for r in records if not r.ok)
         return Failure("crash", f"every request failed; first: HTTP {first.status} {first.error}",
