@@ -30,6 +30,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--trial", type=int, help="measure this trial's configuration, not the recommended one")
     p.add_argument("--repeats", type=int, default=2, help="runs of each side, alternated (default 2: the "
                    "interval needs repeated runs)")
+    p.add_argument("--memory-fraction", type=float, help="on CPU: each replica's --gpu-memory-utilization, when "
+                   "the trial's, times the replicas, is more than the node has (the refusal names one that fits)")
     p.add_argument("--proxy-port", type=int, default=0, help="the port nginx listens on, on 127.0.0.1 (default: "
                    "any free port)")
     add_flags(p, *STUDY_FLAGS, "--slo")
@@ -71,6 +73,9 @@ def main(ns: argparse.Namespace, console) -> int:
 
 
 def _check_flags(ns) -> None:
+    if ns.memory_fraction is not None and not 0 < ns.memory_fraction <= 1:
+        raise ConfigError(f"--memory-fraction {ns.memory_fraction:g}: give each replica's share of the node's memory, "
+                          "above 0 and at most 1, e.g. 0.4")
     if ns.replicas < 2:
         raise ConfigError(f"--replicas {ns.replicas}: scaling compares several replicas with one; give 2 or more")
     if ns.repeats < 1:
@@ -83,6 +88,7 @@ def _what_to_measure(ns):
     """(study, trial number, the replicas' trial spec, the fleet's workload, the directory, the model),
     or ConfigError for anything that cannot be measured here: all of it before any boot."""
     from optimizer.driver.launch import make_spec  # noqa: PLC0415
+    from optimizer.engine.device import read_node_memory  # noqa: PLC0415
     from optimizer.driver.plan import prepare  # noqa: PLC0415
     from optimizer.driver.store.finished_study import open_finished  # noqa: PLC0415
     from optimizer.fleet import proxy, together  # noqa: PLC0415
@@ -107,6 +113,11 @@ def _what_to_measure(ns):
     spec = replace(make_spec(number, plan, dict(trial.params), f"scale-{number}"), vllm_args=tuple(args),
                    mode="goodput")
     together.placements(args, ns.replicas)  # refused here, before any boot, when the machine is too small
+    if ns.memory_fraction is not None:
+        args = together.with_fraction(args, ns.memory_fraction)
+        spec = replace(spec, vllm_args=tuple(args))
+    if plan.device.kind == "cpu":
+        together.memory_claims(args, ns.replicas, read_node_memory())  # before any boot: shared with production
     if not isinstance(getattr(cfg.workload, "requests", None), int):
         raise ConfigError(f"workload {cfg.workload.scenario}: scale draws N times the requests for N replicas, and "
                           "this workload has no `requests` count to multiply; use a scenario that has one")

@@ -27,7 +27,9 @@ from typing import Callable
 
 from optimizer.engine import server_metrics as servermetrics
 from optimizer.engine.cpu_cores import BIND_VAR, cpu_list, rank_count, rank_cores
-from optimizer.engine.device import gpu_count
+from optimizer.config.flags import named_flags
+from optimizer.config.kv_fit import DEFAULT_UTILIZATION
+from optimizer.engine.device import GIB, NodeMemory, gpu_count
 from optimizer.engine.vllm import VllmServer
 from optimizer.errors import ConfigError
 from optimizer.fleet.proxy import Proxy
@@ -66,6 +68,39 @@ def placements(args, replicas: int, cores: list[int] | None = None, gpus: int | 
                           f"machine gives {len(cores)} ({cpu_list(cores)}): pass fewer --replicas")
     share = len(cores) // replicas
     return [{BIND_VAR: rank_cores(cores[i * share:(i + 1) * share], ranks)} for i in range(replicas)]
+
+
+def memory_claims(args, replicas: int, node: NodeMemory) -> None:
+    """On CPU, where the replicas share one node: ConfigError when what they claim together (each
+    rank `--gpu-memory-utilization` of the node, vLLM's CPU worker) is more than the node has
+    available, naming the fraction a replica may take instead. The kernel would otherwise kill
+    one of them, or another server on the node (production's), for memory."""
+    util = float(named_flags([str(a) for a in args]).get("gpu-memory-utilization") or DEFAULT_UTILIZATION)
+    ranks = rank_count(args)
+    claimed = replicas * ranks * util * node.total
+    if claimed <= node.available:
+        return
+    fits = math.floor(node.available / (replicas * ranks * node.total) * 100) / 100
+    raise ConfigError(f"{replicas} replicas x {ranks} rank(s) at gpu-memory-utilization {util:g} claim "
+                      f"{claimed / GIB:.1f} GiB of this node's memory together, and {node.available / GIB:.1f} GiB of "
+                      f"{node.total / GIB:.1f} is available: pass --memory-fraction {fits:.2f} (each replica's share "
+                      "that fits; its KV cache is then smaller than the trial's), or fewer --replicas")
+
+
+def with_fraction(args, fraction: float) -> list[str]:
+    """`args` with every replica's --gpu-memory-utilization set to `fraction`."""
+    out, i = [], 0
+    args = [str(a) for a in args]
+    while i < len(args):
+        if args[i] == "--gpu-memory-utilization":
+            i += 2
+            continue
+        if args[i].startswith("--gpu-memory-utilization="):
+            i += 1
+            continue
+        out.append(args[i])
+        i += 1
+    return out + ["--gpu-memory-utilization", f"{fraction:g}"]
 
 
 def measure(spec: TrialSpec, fleet_workload: Workload, replicas: int, directory: Path, repeats: int = 2,

@@ -219,6 +219,8 @@ CASES = [
      "--tp goes with --what-if (the predicted rows); add --what-if DEVICES, or drop it"),
     ("scale-one-replica", "a scaling measurement of one replica", SPACE, ["scale", "--replicas", "1"], None,
      "--replicas 1: scaling compares several replicas with one; give 2 or more"),
+    ("scale-memory-fraction", "a replica's memory share outside (0, 1]", SPACE, ["scale", "--memory-fraction", "1.5"],
+     None, "--memory-fraction 1.5: give each replica's share of the node's memory, above 0 and at most 1, e.g. 0.4"),
     ("scale-without-slos", "a scaling measurement with no SLOs to hold", SPACE, ["scale"], None,
      "scale measures goodput (the highest rate at which the SLOs hold): give the study's SLOs (objective.slos, or "
      "--slo 'ttft:500 tpot:50')"),
