@@ -48,24 +48,34 @@ def check_port(port: int) -> None:
                           "or 0 for any free port")
 
 
+def quoted(path: Path) -> str:
+    """A path as one nginx parameter: in double quotes, its quotes and backslashes escaped (a
+    directory with a space or a ';' in its name then stays one path)."""
+    return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def config_text(directory: Path, port: int, upstreams: list[str]) -> str:
     """nginx.conf for `upstreams` ("127.0.0.1:8001", ...) behind 127.0.0.1:`port`."""
     d = directory.resolve()
+
+    def at(name: str) -> str:
+        return quoted(d / name)
+
     servers = "\n".join(f"        server {u} max_fails=0;" for u in upstreams)
     user = "user root;\n" if os.geteuid() == 0 else ""  # workers write the temporary files in `directory`
     return f"""{user}daemon off;
 master_process on;
 worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
+pid {at("nginx.pid")};
+error_log {at("error.log")} warn;
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
+    client_body_temp_path {at("body")};
+    proxy_temp_path {at("proxy")};
+    fastcgi_temp_path {at("fastcgi")};
+    uwsgi_temp_path {at("uwsgi")};
+    scgi_temp_path {at("scgi")};
     client_max_body_size 0;
     client_body_buffer_size 4m;
     upstream vllm {{

@@ -147,3 +147,11 @@ def test_nginx_dies_with_its_owner_killed(nginx, tmp_path, upstreams):
     while _nginx_of(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _nginx_of(tmp_path) == []
+
+
+def test_a_directory_with_a_space_and_a_semicolon_stays_one_path_for_nginx(nginx, tmp_path, upstreams):
+    odd = tmp_path / 'my study; "x"'
+    odd.mkdir()
+    with Proxy(odd, upstreams) as p:
+        assert urllib.request.urlopen(p.base_url + "/health", timeout=5).status == 200
+    assert (odd / "error.log").exists() and (odd / "proxy").is_dir()
