@@ -17,6 +17,13 @@ Kinds (what pruning records):
     output_changed  ran fine, but its greedy answers differ from the baseline's above the
                     study's maximum flip rate (outputs/gate.py)
 
+A server whose process the kernel's OOM killer took is named from the kernel's own record, not
+from its log (`killed`, below): the kernel's log (/dev/kmsg, root or CAP_SYSLOG) says "Killed
+process N (name)", and a kill counts when N is a pid the server's process group held while it
+ran and it happened after the server started; another process killed on the host (production's
+server, say) is never blamed on a trial. Where the kernel's log cannot be read, the exit status
+alone decides.
+
 Rules are tried in order; the first that matches a log line wins. The patterns are the
 messages vLLM prints (docs/vllm-facts.md#startup-failure-messages, collected from real runs in
 tests/fixtures/vllm_logs/).
@@ -24,8 +31,12 @@ tests/fixtures/vllm_logs/).
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from dataclasses import dataclass, replace
+
+import psutil
 
 from optimizer.engine.lifeline import NOTE_PREFIX as LIFELINE_PREFIX
 
@@ -166,3 +177,70 @@ def _last_meaningful(lines: list[str]) -> str:
         if s and not s.startswith(("^", "~")) and "Traceback" not in s and not _NOTICE.search(s):
             return s[:500]
     return ""
+
+
+# --- the kernel's OOM kills --------------------------------------------------------------------
+KMSG = "/dev/kmsg"
+_KILLED = re.compile(r"Killed process (\d+) \(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class OomKill:
+    at: float  # wall-clock time of the kill
+    pid: int
+    name: str
+    line: str  # the kernel's record, as it wrote it
+
+    def describe(self, since: float) -> str:
+        return (f"the kernel's OOM killer killed {self.name} (pid {self.pid}) {self.at - since:.0f} s after the "
+                f"server started: {self.line[:200]}")
+
+
+def parse(records: str, boot: float) -> list[OomKill]:
+    """The OOM kills in /dev/kmsg records ("prio,seq,usec since boot,flags;message"; continuation
+    lines start with a space)."""
+    out = []
+    for record in records.splitlines():
+        head, sep, message = record.partition(";")
+        fields = head.split(",")
+        if not sep or record.startswith(" ") or len(fields) < 3 or not fields[2].isdigit():
+            continue
+        m = _KILLED.search(message)
+        if m:
+            out.append(OomKill(boot + int(fields[2]) / 1e6, int(m.group(1)), m.group(2), message.strip()))
+    return out
+
+
+def read_records(path: str = KMSG) -> str:
+    """Every record the kernel's ring buffer still holds ("" when it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    chunks = []
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # a record overwritten while reading: go on with the next
+                    continue
+                break
+            if not chunk:
+                break
+            chunks.append(chunk.decode("utf-8", "replace"))
+    finally:
+        os.close(fd)
+    return "".join(chunks)
+
+
+def killed(pids: set[int], since: float, path: str = KMSG) -> OomKill | None:
+    """The kernel's OOM kill of one of `pids` at or after `since` (a second of clock slack), if any."""
+    if not pids:
+        return None
+    for kill in parse(read_records(path), psutil.boot_time()):
+        if kill.pid in pids and kill.at >= since - 1.0:
+            return kill
+    return None

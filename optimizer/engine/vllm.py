@@ -33,14 +33,13 @@ from pathlib import Path
 import psutil
 
 from optimizer.http_open import urlopen
-from optimizer.engine import lifeline, oom_kills
+from optimizer.engine import failures, lifeline
 from optimizer.engine.failures import (
     LAUNCH_PREFIX,
     NOTE_PREFIX,
     Failure,
     classify_startup,
 )
-from optimizer.engine.oom_kills import OomKill
 from optimizer.engine.starvation import CpuShare, CpuWatch, starved_failure
 
 DISK_EVIDENCE = "disk:"  # the evidence of an artifact write that failed (a full disk): infra, queued again
@@ -143,7 +142,7 @@ class VllmServer:
         self.notes: list[str] = []  # written under the launch line of the log (e.g. the GPUs it was given)
         self.cpu: CpuShare | None = None  # what its start-up got of the CPU (engine/starvation.py)
         self.started_wall = 0.0  # when it was launched (wall clock: the kernel's log is matched against it)
-        self.pids: set[int] = set()  # every process its group held while starting (engine/oom_kills.py)
+        self.pids: set[int] = set()  # every process its group held while starting (engine/failures.py, killed)
 
     @property
     def base_url(self) -> str:
@@ -268,11 +267,11 @@ class VllmServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def oom_kill(self) -> OomKill | None:
+    def oom_kill(self) -> failures.OomKill | None:
         """The kernel's OOM kill of one of this server's processes since it was launched, if its log says one."""
         if self.proc is None:
             return None
-        return oom_kills.killed(self.pids | {self.proc.pid}, self.started_wall)
+        return failures.killed(self.pids | {self.proc.pid}, self.started_wall)
 
     def _fail(self, timed_out: bool) -> bool:
         rc = self.proc.poll() if self.proc else None

@@ -1,4 +1,4 @@
-"""engine/oom_kills.py: the kernel's log names an OOM kill, and a server whose worker the kernel
+"""engine/failures.py, the kernel's OOM kills: the kernel's log names an OOM kill, and a server whose worker the kernel
 killed is `oom_startup` with the kernel's line as evidence, not `crash` with the warning Python
 printed on the way out. The kill is real: a memory cgroup of 64 MiB (root, cgroup v1 or v2) and a
 worker that outgrows it."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.engine import oom_kills
+from optimizer.engine import failures as oom_kills
 from optimizer.engine.vllm import VllmServer
 
 RECORDS = (
