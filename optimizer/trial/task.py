@@ -19,14 +19,13 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from optimizer.engine import server_metrics as servermetrics
-from optimizer.engine.compile_cache import cache_entries, cache_state
+from optimizer.engine.compile_cache import cache_entries, cache_state, node_scratch
 from optimizer.engine.cpu_cores import bind_free_cores
 from optimizer.engine.failures import Failure
 from optimizer.engine.starvation import CpuWatch
@@ -173,7 +172,7 @@ def node_log_path(spec: TrialSpec, host: str | None = None) -> Path:
     if not spec.driver_host or spec.driver_host == host:
         return Path(spec.log_path)
     digest = hashlib.sha256(spec.log_path.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "vllm-optimizer" / digest / "server.log"
+    return node_scratch() / "logs" / digest / "server.log"
 
 
 def capped_log(text: str, limit: int = LOG_LIMIT_BYTES) -> str:

@@ -4,6 +4,7 @@ request records travel in the TrialResult, and the driver stores them (artifacts
 The TrialResult goes through pickle here, as Ray sends it."""
 
 import json
+import os
 import pickle
 import socket
 from pathlib import Path
@@ -34,7 +35,7 @@ def test_a_trial_on_another_node_logs_to_node_local_scratch():
     assert node_log_path(spec_for(here)) == Path("/data/artifacts/s/trial-3/server.log")  # the driver's machine
     assert node_log_path(spec_for("")) == Path("/data/artifacts/s/trial-3/server.log")  # no driver named
     away = node_log_path(spec_for("head-node"), host="gpu-worker-7")
-    assert away.name == "server.log" and "vllm-optimizer" in away.parts and not str(away).startswith("/data")
+    assert away.name == "server.log" and f"vllm-optimizer-{os.getuid()}" in away.parts and not str(away).startswith("/data")
     # One scratch file per trial log (two trials on one node do not share it).
     assert away != node_log_path(spec_for("head-node", "/data/artifacts/s/trial-4/server.log"), host="gpu-worker-7")
 

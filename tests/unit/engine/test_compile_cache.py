@@ -99,3 +99,29 @@ def test_a_boot_that_wrote_no_new_cache_entry_is_a_hit(tmp_path):
     assert cache_state("reload_failed", True, 1, 1) == "reload_failed"  # the log's word wins
     assert cache_state(None, False, 0, 5) is None  # no compile step (eager, or it never got there)
     assert cache_state(None, True, None, None) is None  # the operator's own cache: not counted
+
+
+def test_node_scratch_is_this_users_own_and_a_planted_one_is_refused(tmp_path):
+    import os
+    import stat
+
+    import pytest
+
+    from optimizer.engine.compile_cache import node_scratch
+
+    made = node_scratch(tmp_path)
+    assert made == tmp_path / f"vllm-optimizer-{os.getuid()}" and stat.S_IMODE(made.stat().st_mode) == 0o700
+    assert node_scratch(tmp_path) == made  # reused as it is
+    made.chmod(0o777)  # as if someone made it for every user to write into
+    with pytest.raises(RuntimeError, match=r"with mode 777: another user may have made it; remove it"):
+        node_scratch(tmp_path)
+    made.chmod(0o700)
+    if os.geteuid() == 0:  # another user's own 0700 directory, made there first
+        os.chown(made, 12345, -1)
+        with pytest.raises(RuntimeError, match=r"belongs to uid 12345 with mode 700"):
+            node_scratch(tmp_path)
+    made.rmdir()
+    made.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    with pytest.raises(RuntimeError, match=r"is not a directory \(a link\?\): remove it"):
+        node_scratch(tmp_path)
