@@ -66,7 +66,8 @@ class Daemon:
         self.state.set(state="starting")
         self.server = StatusServer(self.state, host, port, token)  # refuses a public bind without a token
         self.url = normalize_url(cfg.storage)
-        self.publisher = Publisher(self.d.publish, self.state, console)
+        self.publisher = Publisher(self.d.publish, self.state, console,
+                                   Path(cfg.artifacts_dir) / "webhook-outbox" / cfg.study_name)
         self.observer = (Observer(self.live, self.d.poll_s, Path(cfg.artifacts_dir) / "traffic", self.state, console,
                                   on_saturated=self._saturated, slos=parse_slos(cfg.objective.slos),
                                   on_rejecting=self._rejecting, admits=admitted(cfg, self.live))
@@ -157,6 +158,7 @@ class Daemon:
                               "is gone; put it back, or pass --study-name NEW to start over")
         self.server.start()  # a port in use is refused here (exit 2), before the run-state is taken
         self.console.print(f"status API on {self.server.url} (/healthz, /status, /recommendation, /metrics)")
+        self.publisher.resend()
         if self.observer is not None and source is None:
             try:
                 source = self.observer.first()

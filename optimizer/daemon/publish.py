@@ -166,8 +166,9 @@ class Webhook:
     another event never cancels a recommendation's delivery. `status` and `report(status)` follow
     the newest send."""
 
-    def __init__(self, url: str, attempts: int, report, secret: bytes | None = None):
+    def __init__(self, url: str, attempts: int, report, secret: bytes | None = None, outbox: Path | None = None):
         self.url, self.attempts, self.report, self.secret = url, attempts, report, secret
+        self.outbox = outbox  # each event's newest body until it is delivered: sent again after a restart
         self.shown = redacted(url)
         self._lock = threading.Lock()
         self._status: dict = {"url": self.shown, "state": "idle", "attempts": 0, "last_error": None}
@@ -195,6 +196,7 @@ class Webhook:
                    "Idempotency-Key": f"{body.get('study', '')}:g{body.get('generation', '')}:{event}"}
         if self.secret is not None:
             headers["X-Optimizer-Signature-256"] = signature(self.secret, data)
+        self._keep(event, body)
         self._thread = threading.Thread(target=self._run, args=((event, me), data, headers),
                                         name="optimizer-webhook", daemon=True)
         self._thread.start()
@@ -226,6 +228,7 @@ class Webhook:
                 with urlopen(req, WEBHOOK_TIMEOUT_S, redirects=False) as resp:
                     code = resp.status
                 if self._update(me, state="sent", last_error=None, code=code, sent_at=time.time()):
+                    self._delivered(me[0])
                     self._report(me)
                 return
             except urllib.error.HTTPError as exc:
@@ -241,6 +244,30 @@ class Webhook:
                 delay *= 2
         if self._update(me, state="failed"):
             self._report(me)
+
+    def _keep(self, event: str, body: dict) -> None:
+        """The event's body in the outbox (replacing an older one of the same event) until delivered."""
+        if self.outbox is not None:
+            try:
+                write_atomic(self.outbox / f"{event}.json", json.dumps(body, default=str))
+            except OSError:  # a full disk: delivered now or lost with this process, as before
+                pass
+
+    def _delivered(self, event: str) -> None:
+        if self.outbox is not None:
+            (self.outbox / f"{event}.json").unlink(missing_ok=True)
+
+    def pending(self) -> list[dict]:
+        """Bodies a previous run sent (or was sending) but never saw delivered, oldest first."""
+        if self.outbox is None or not self.outbox.is_dir():
+            return []
+        out = []
+        for path in sorted(self.outbox.glob("*.json"), key=lambda p: p.stat().st_mtime):
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                path.unlink(missing_ok=True)  # half a body: nothing to deliver
+        return out
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:

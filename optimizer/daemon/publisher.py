@@ -19,10 +19,10 @@ from optimizer.verdict.trials import finished_count
 
 
 class Publisher:
-    def __init__(self, spec: PublishSpec, state, console):
+    def __init__(self, spec: PublishSpec, state, console, outbox: Path | None = None):
         self.spec, self.state, self.console = spec, state, console
-        self.webhook = (publish.Webhook(spec.webhook, spec.webhook_attempts, self._webhook_status, _secret(spec))
-                        if spec.webhook else None)
+        self.webhook = (publish.Webhook(spec.webhook, spec.webhook_attempts, self._webhook_status, _secret(spec),
+                                        outbox) if spec.webhook else None)
         self._shown: dict = {}
         self._lock = threading.Lock()  # the webhook's thread reports into `_shown` too
 
@@ -35,6 +35,16 @@ class Publisher:
             latest = max(found, key=lambda r: r.get("generation") or 0)
             self._show({"decision": _decision(latest)})
             self.state.set(recommendation=latest.get("recommendation"))
+
+    def resend(self) -> int:
+        """Deliver what a previous run of the daemon left undelivered (a stop in flight, attempts
+        spent), with the same idempotency key; how many."""
+        pending = self.webhook.pending() if self.webhook is not None else []
+        for body in pending:
+            self.console.print(f"webhook: sending again the {body.get('event', 'published')} event of generation "
+                               f"{body.get('generation')} a previous run did not see delivered")
+            self.webhook.send(body)
+        return len(pending)
 
     def _show(self, shown: dict) -> None:
         with self._lock:

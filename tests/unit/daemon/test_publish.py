@@ -267,3 +267,26 @@ def test_the_secret_file_is_read_at_start_and_a_missing_one_refused(tmp_path):
     assert Publisher(spec, None, None).webhook.secret == b"abc123"
     with pytest.raises(ConfigError, match="webhook_secret_file: .*missing cannot be read"):
         Publisher(spec.model_copy(update={"webhook_secret_file": str(tmp_path / "missing")}), None, None)
+
+
+def test_a_body_never_delivered_is_kept_and_sent_again_after_a_restart_with_its_key(receiver, tmp_path):
+    from optimizer.config.daemon_spec import PublishSpec
+    from optimizer.daemon.publisher import Publisher
+
+    url, got, codes = receiver
+    codes.extend([500, 500])  # the receiver is down for this run's attempts
+    outbox = tmp_path / "outbox"
+    first = publish.Webhook(url, 2, lambda s: None, outbox=outbox)
+    first.send({"event": "published", "study": "tune", "generation": 3, "flags": ["--max-num-seqs", "16"]})
+    first.join(10)
+    assert [p.name for p in outbox.iterdir()] == ["published.json"]
+    # the daemon starts again (a stop in flight, or every attempt spent): the body goes out again, same key
+    shown = []
+    again = Publisher(PublishSpec(webhook=url), type("S", (), {"set": lambda self, **k: shown.append(k)})(),
+                      type("C", (), {"print": lambda self, *a: None})(), outbox)
+    assert again.resend() == 1
+    again.webhook.join(10)
+    assert got[-1] == {"event": "published", "study": "tune", "generation": 3, "flags": ["--max-num-seqs", "16"]}
+    assert heard[-1][0]["Idempotency-Key"] == heard[0][0]["Idempotency-Key"] == "tune:g3:published"
+    assert not list(outbox.iterdir())  # delivered: nothing left to send
+    assert Publisher(PublishSpec(webhook=url), None, None, outbox).resend() == 0
