@@ -33,7 +33,7 @@ from optimizer.config.daemon_spec import LiveWatch
 from optimizer.config.schema import StudyConfig
 from optimizer.config.workload_spec import ChatSpec
 from optimizer.daemon.generation_watch import GenerationWatch
-from optimizer.daemon import admission
+from optimizer.daemon import admission, storage_loss
 from optimizer.daemon.generations import generation_name, latest_generation, production_of, with_source
 from optimizer.daemon.observing import Observer, admitted, episode, rejected_past
 from optimizer.daemon.publisher import Publisher
@@ -41,10 +41,10 @@ from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
 from optimizer.daemon.warm_start import fitting, warm_starts
 from optimizer.driver.plan import Plan, load_workload, open_study, prepare
-from optimizer.driver.store.database import normalize_url, sqlite_path, study_attrs
+from optimizer.driver.store.database import masked, normalize_url, sqlite_path, study_attrs
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
-from optimizer.errors import ConfigError, OptimizerError
+from optimizer.errors import ConfigError, OptimizerError, StorageError, first_line
 from optimizer.measure.slo import parse_slos
 from optimizer.report.console import print_report
 from optimizer.traffic.prometheus import PrometheusSource
@@ -177,8 +177,10 @@ class Daemon:
                 while True:
                     if self.observer is not None:
                         self.observer.tuning()
-                    study, plan, handed = self._generation(plan, progress, runstate, n, source,
-                                                           self._stamp(n, trigger, source, previous, warm, plan))
+                    on_open = self._stamp(n, trigger, source, previous, warm, plan)
+                    study, plan, handed = storage_loss.retrying(
+                        lambda: self._generation(plan, progress, runstate, n, source, on_open),
+                        lambda why, wait: self._storage_lost(runstate, n, why, wait), runstate.relock)
                     if not handed:
                         self._report(study, plan)
                         self.publisher.publish(study, plan.cfg, plan.model.source, n)
@@ -202,23 +204,35 @@ class Daemon:
         finally:
             self.server.stop()
 
+    def _storage_lost(self, runstate, n: int, why: str, wait_s: float) -> None:
+        """The storage went away during generation n: said, and the running trial's evidence set."""
+        runstate.previous = {"storage_lost": why}  # the trial left RUNNING is told why when it resumes
+        self.state.set(state="waiting for the storage", running=None,
+                       last_error=f"storage {masked(self.url)}: {why}")
+        self.console.print(f"[red]storage lost[/] during generation {n} ({why}); trying again in {wait_s:.0f} s: "
+                           "its finished trials are stored, the running one is queued again")
+
     def _next_plan(self, study, plan: Plan, source: Path | None, n: int):
         """Watch until a change is seen whose plan is valid: (trigger, its source, warm starts, the plan,
         the warm starts dropped). A plan refused (the new traffic's prompts exceed the model, the
         database is briefly down...) is said once per reason, and kept in /status' last_error."""
         refused = None
         while True:
-            trigger, new_source = self._watch(study, plan, source)
-            warm = warm_starts(study, self.d.warm_start)
+            new_source = None
             try:
+                trigger, new_source = self._watch(study, plan, source)
+                warm = warm_starts(study, self.d.warm_start)
                 next_plan, dropped = self._plan(n + 1, new_source, warm)
                 return trigger, new_source, warm, next_plan, dropped
-            except OptimizerError as exc:
-                self.state.set(last_error=str(exc))
-                if str(exc) != refused:
-                    self.console.print(f"[red]not re-tuning[/] on {new_source}: {exc} (said once; /status "
-                                       "last_error holds it while it lasts)")
-                refused = str(exc)
+            except (OptimizerError, *storage_loss.LOST) as exc:
+                why = first_line(exc, 300)
+                self.state.set(last_error=why)
+                if why != refused:
+                    self.console.print(f"[red]not re-tuning[/] on {new_source or 'the traffic'}: {why} (said once; "
+                                       "/status last_error holds it while it lasts)")
+                refused = why
+                if not isinstance(exc, OptimizerError) or isinstance(exc, StorageError):
+                    shutdown.sleep(self.d.poll_s)  # the storage: the watch reads it again at the next poll
 
     def _generation(self, plan: Plan, progress, runstate, n: int, source: Path | None, on_open):
         """Run generation n, its live source watched throughout (daemon/generation_watch.py); returns

@@ -41,8 +41,10 @@ def recover(study: optuna.Study, previous: dict | None = None) -> int:
     a configuration lost with the driver twice in a row (it may be what kills the machine) is not."""
     stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     who = f"pid {previous.get('pid')} on {previous.get('host')}" if previous else "a previous driver"
+    lost = (previous or {}).get("storage_lost")
     for t in stale:
-        attrs = {"failure_kind": "infra", "evidence": f"the driver ({who}) died while this trial ran",
+        attrs = {"failure_kind": "infra", "evidence": f"the storage was lost while this trial ran ({lost})" if lost
+                 else f"the driver ({who}) died while this trial ran",
                  "remedy": "nothing to fix in the configuration: it is queued again"}
         for key, value in attrs.items():
             study._storage.set_trial_user_attr(t._trial_id, key, value)

@@ -5,6 +5,7 @@ No vLLM here. The database persists across runs: every study name is unique and 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -18,6 +19,7 @@ from optimizer.driver.store.database import check_storage, normalize_url, open_s
 from optimizer.engine.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.integration
+PG_URL_ENV = "VLLM_OPTIMIZER_TEST_PG_URL"
 
 TROUBLESHOOTING = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 
@@ -139,3 +141,74 @@ def test_two_drivers_of_one_postgresql_study_from_two_artifacts_directories_neve
     finally:
         holder.kill()
         holder.wait(10)
+
+
+def _restart_local_postgres(down_s: float) -> None:
+    """Stop the Debian cluster the tests use, keep it down `down_s`, start it again."""
+    import time
+
+    version, name = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True).stdout.split()[:2]
+    subprocess.run(["pg_ctlcluster", version, name, "stop", "-m", "fast"], check=True, capture_output=True)
+    time.sleep(down_s)
+    subprocess.run(["pg_ctlcluster", version, name, "start"], check=True, capture_output=True)
+
+
+def test_a_generation_rides_out_a_postgresql_restart_and_loses_nothing(postgres_url, tmp_path):
+    """The daemon's retry (daemon/storage_loss.py) around a generation's own writes to a real
+    PostgreSQL, restarted in the middle (down 3 s): the loss is heard, the study lock taken again,
+    the generation resumes its study, every trial told before the restart is there, and the one
+    in flight is told FAIL with the loss as its evidence and queued again."""
+    import threading
+    import time
+
+    from optimizer.daemon.storage_loss import retrying
+    from optimizer.driver.recovery import recover
+    from optimizer.driver.store.driver_lock import RunState
+
+    if os.environ.get(PG_URL_ENV):
+        pytest.skip(f"{PG_URL_ENV} names an outside server this test cannot restart")
+    name = _unique("pg-restart")
+    optuna.create_study(study_name=name, storage=open_storage(postgres_url))
+    held = RunState(postgres_url, tmp_path / "artifacts", name)
+    held.acquire()
+    losses, started = [], time.monotonic()
+
+    def generation():
+        study = optuna.load_study(study_name=name, storage=open_storage(postgres_url))
+        recover(study, held.previous)
+        while sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) < 30:
+            trial = study.ask()
+            time.sleep(0.15)  # measuring
+            study.tell(trial, 1.0)
+        return study
+
+    def lost(why, wait):
+        losses.append((round(time.monotonic() - started, 1), why))
+        held.previous = {"storage_lost": why}
+
+    relocked = []
+
+    def relock():
+        held.relock()
+        relocked.append(time.monotonic() - started)
+
+    back = []
+    restart = threading.Thread(target=lambda: (time.sleep(1.5), _restart_local_postgres(3.0),
+                                               back.append(time.monotonic() - started)))
+    restart.start()
+    try:
+        study = retrying(generation, lost, relock)
+    finally:
+        restart.join(60)
+        held.release()
+    resumed_after = time.monotonic() - started
+    trials = optuna.load_study(study_name=name, storage=open_storage(postgres_url)).trials
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert losses and len(complete) == 30 and study.study_name == name
+    assert "Optuna" not in losses[0][1] and "invalid data" not in losses[0][1]  # the driver's own error, not a guess
+    assert all(t.user_attrs["evidence"].startswith("the storage was lost while this trial ran") for t in failed)
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    print(f"\nlosses heard: {losses}; the database back at {back[0]:.1f} s, the lock taken again at "
+          f"{relocked[0]:.1f} s; the generation finished {resumed_after:.1f} s after it began "
+          f"({len(failed)} trial(s) in flight at the loss, told FAIL and queued again)")

@@ -242,6 +242,12 @@ class RunState:
         if where and where["host"] == socket.gethostname():
             terminate_group(where["pgid"], timeout)
 
+    def relock(self) -> None:
+        """Take the study's database lock again after the storage was lost (PostgreSQL drops a
+        session's locks with it); ConfigError when another driver took it meanwhile."""
+        self.study_lock.release()
+        self.study_lock.acquire()
+
     def _elsewhere(self) -> str:
         """The fix for a lock file that cannot be made: SQLite keeps it beside the database,
         other storage in the artifacts directory."""

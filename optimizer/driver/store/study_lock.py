@@ -52,7 +52,7 @@ class StudyLock:
             held = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_key(self.study),)).fetchone()[0]
         except psycopg.Error as exc:
             self.release()
-            raise StorageError(f"storage {masked(self.url)}: cannot take study '{self.study}''s lock "
+            raise StorageError(f"storage {masked(self.url)}: cannot take the lock of study '{self.study}' "
                                f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); "
                                "check the database server") from None
         if not held:
