@@ -33,7 +33,7 @@ from optimizer.config.daemon_spec import LiveWatch
 from optimizer.config.schema import StudyConfig
 from optimizer.config.workload_spec import ChatSpec
 from optimizer.daemon.generation_watch import GenerationWatch
-from optimizer.daemon import admission, storage_loss
+from optimizer.daemon import admission
 from optimizer.daemon.generations import generation_name, latest_generation, production_of, with_source
 from optimizer.daemon.observing import Observer, admitted, episode, rejected_past
 from optimizer.daemon.publisher import Publisher
@@ -41,6 +41,7 @@ from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
 from optimizer.daemon.warm_start import fitting, warm_starts
 from optimizer.driver.plan import Plan, load_workload, open_study, prepare
+from optimizer.driver.store import storage_loss
 from optimizer.driver.store.database import masked, normalize_url, sqlite_path, study_attrs
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run

@@ -154,14 +154,14 @@ def _restart_local_postgres(down_s: float) -> None:
 
 
 def test_a_generation_rides_out_a_postgresql_restart_and_loses_nothing(postgres_url, tmp_path):
-    """The daemon's retry (daemon/storage_loss.py) around a generation's own writes to a real
+    """The daemon's retry (driver/store/storage_loss.py) around a generation's own writes to a real
     PostgreSQL, restarted in the middle (down 3 s): the loss is heard, the study lock taken again,
     the generation resumes its study, every trial told before the restart is there, and the one
     in flight is told FAIL with the loss as its evidence and queued again."""
     import threading
     import time
 
-    from optimizer.daemon.storage_loss import retrying
+    from optimizer.driver.store.storage_loss import retrying
     from optimizer.driver.recovery import recover
     from optimizer.driver.store.driver_lock import RunState
 

@@ -1,4 +1,4 @@
-"""The study database lost while the daemon tunes (a PostgreSQL restart or failover, a SQLite
+"""The study database lost while a generation runs under the daemon (a PostgreSQL restart or failover, a SQLite
 file locked past its timeout): the generation is not lost with it. The daemon says so once per
 loss (console, `/status` last_error), waits (1 s, doubling, at most RETRY_MAX_S), takes its
 study lock again (on PostgreSQL the lock went with the connection) and runs the generation
