@@ -69,6 +69,9 @@ class Plan:
         return cache_dir(default_root(), self.model.source, installed_vllm())
 
 
+MAX_SPAN_S = 24 * 3600.0  # a schedule longer than a day is a mistake (a rate of 1e-4 req/s), not a trial
+
+
 def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     """Validate the config against the model, device and workload; raises ConfigError. Writes nothing
     except the tiny model directory when the config asks for it."""
@@ -90,6 +93,11 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
                           f"max_position_embeddings ({model.max_positions}); shorten the workload's longest prompt or output")
+    span = max((r.offset_s for r in workload.requests), default=0.0)
+    if span > MAX_SPAN_S:
+        raise ConfigError(f"workload: its {len(workload.requests)} requests are sent over {span / 3600:,.1f} h, and every "
+                          f"trial replays them; at most {MAX_SPAN_S / 3600:.0f} h: raise the arrival rate, send fewer "
+                          "requests, or speed a trace up (arrival.time_scale, max_requests)")
     if objective.mode == "goodput" and nominal_rate(workload.requests) is None:
         raise ConfigError(f"objective goodput: the workload '{workload.name}' has no open-loop schedule to scale "
                           "(a closed loop fixes the concurrency, not the rate); give it an arrival process such as "

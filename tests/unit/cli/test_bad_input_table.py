@@ -117,6 +117,10 @@ CASES = [
     ("missing-model", "missing model", SPACE, ["--model", "<dir>/models/nope"], None,
      "model: directory <dir>/models/nope does not exist; pass an existing model directory, a Hugging Face id "
      "(org/name), or run `python -m optimizer tiny-model DIR` first"),
+    ("workload-span", "a schedule longer than a day (a rate of 1e-4 req/s)",
+     SPACE + "workload: {scenario: chat, requests: 50, arrival: {process: constant, rate: 0.0001}}\n", [], None,
+     "workload: its 50 requests are sent over 136.1 h, and every trial replays them; at most 24 h: raise the "
+     "arrival rate, send fewer requests, or speed a trace up (arrival.time_scale, max_requests)"),
     ("unreadable-trace", "unreadable trace", SPACE + "workload: {scenario: trace, path: missing.jsonl}\n", [], None,
      "trace missing.jsonl: no such file; check the path"),
     ("malformed-trace", "trace with malformed rows", SPACE + "workload: {scenario: trace, path: t.jsonl}\n", [],
