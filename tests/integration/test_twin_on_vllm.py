@@ -15,6 +15,7 @@ step's fixed and per-sequence costs hard to tell apart (docs/twin.md)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -29,6 +30,11 @@ from optimizer.testing.one_process import ONE_PROCESS_ENV
 pytestmark = pytest.mark.integration
 
 CHECKED = ("request_throughput", "tpot_ms_p50", "tpot_ms_p95", "e2el_ms_p95")
+# The band `simulate` prints holds 90% of the validation's errors: checked at that width, a correct
+# twin would fail one run in ten per metric (it did in CI on 2026-12-05: throughput 17% under the
+# prediction against a 16% band). The test holds the 99% band instead, the printed band's log
+# half-width times z(0.995) / z(0.95) = 2.576 / 1.645, as for normally distributed log errors.
+WIDEN_TO_99 = 2.576 / 1.645
 PRINTED = ("ttft_ms_p95",) + CHECKED
 
 
@@ -82,4 +88,6 @@ def test_the_twin_calibrated_on_the_baseline_predicts_the_other_trial_within_its
         for m in PRINTED))
     for metric in CHECKED:
         lo, hi = body["bands"][metric]
-        assert lo <= body["measured"][metric] <= hi, (metric, body["metrics"][metric], body["measured"][metric])
+        predicted, measured = body["metrics"][metric], body["measured"][metric]
+        half = math.log(hi / lo) / 2 * WIDEN_TO_99
+        assert abs(math.log(measured / predicted)) <= half, (metric, predicted, measured, [lo, hi])
