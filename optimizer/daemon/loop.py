@@ -45,7 +45,7 @@ from optimizer.driver.store import storage_loss
 from optimizer.driver.store.database import masked, normalize_url, sqlite_path, study_attrs
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
-from optimizer.errors import ConfigError, OptimizerError, StorageError, first_line
+from optimizer.errors import ConfigError, OptimizerError, first_line
 from optimizer.measure.slo import parse_slos
 from optimizer.report.console import print_report
 from optimizer.traffic.prometheus import PrometheusSource
@@ -232,7 +232,7 @@ class Daemon:
                     self.console.print(f"[red]not re-tuning[/] on {new_source or 'the traffic'}: {why} (said once; "
                                        "/status last_error holds it while it lasts)")
                 refused = why
-                if not isinstance(exc, OptimizerError) or isinstance(exc, StorageError):
+                if isinstance(exc, storage_loss.LOST):
                     shutdown.sleep(self.d.poll_s)  # the storage: the watch reads it again at the next poll
 
     def _generation(self, plan: Plan, progress, runstate, n: int, source: Path | None, on_open):

@@ -40,14 +40,20 @@ def test_gain_is_above_one_when_better_whatever_the_direction(direction, best, b
     assert gain(direction, best, base) == pytest.approx(expected)
 
 
-def test_summary_of_a_study_writes_the_best_yaml(tmp_path):
+def _told(runs) -> optuna.Study:
+    """A maximizing study of (value, vllm_args, is the baseline) trials, told in order."""
     study = optuna.create_study(direction="maximize")
-    for value, args, baseline in ((100.0, ARGS[:2], True), (150.0, ARGS[:4], False), (120.0, ARGS[:2], False)):
+    for value, args, baseline in runs:
         trial = study.ask()
         trial.set_user_attr("vllm_args", args)
         if baseline:
             trial.set_user_attr("baseline", True)
         study.tell(trial, value)
+    return study
+
+
+def test_summary_of_a_study_writes_the_best_yaml(tmp_path):
+    study = _told(((100.0, ARGS[:2], True), (150.0, ARGS[:4], False), (120.0, ARGS[:2], False)))
     s = summarize_study(study, "/models/tiny", tmp_path / "art")
     assert (s.best.number, s.baseline.number) == (1, 0)
     assert s.gain == pytest.approx(1.5)
@@ -66,13 +72,7 @@ def test_summary_without_a_completed_trial_has_no_best(tmp_path):
 
 
 def test_a_best_yaml_of_random_weights_says_so_first_and_is_replaced_whole(tmp_path, monkeypatch):
-    study = optuna.create_study(direction="maximize")
-    for value, args, baseline in ((100.0, ARGS[:2] + ARGS[8:10], True), (150.0, ARGS[:4] + ARGS[8:10], False)):
-        trial = study.ask()
-        trial.set_user_attr("vllm_args", args)
-        if baseline:
-            trial.set_user_attr("baseline", True)
-        study.tell(trial, value)
+    study = _told(((100.0, ARGS[:2] + ARGS[8:10], True), (150.0, ARGS[:4] + ARGS[8:10], False)))
     s = summarize_study(study, "/models/tiny", tmp_path / "art")
     text = s.yaml_path.read_text()
     assert text.startswith("# Measured with random weights (--load-format dummy): for speed only.")
