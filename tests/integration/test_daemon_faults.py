@@ -39,6 +39,7 @@ import yaml
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.engine.vllm import group_pids, port_is_free
 from optimizer.testing import leftovers, server_tree
+from optimizer.testing.memory import memory_fraction
 from optimizer.testing.one_process import ONE_PROCESS_ENV
 
 pytestmark = pytest.mark.integration
@@ -203,7 +204,8 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
            "workload": {"scenario": "trace", "path": str(traces / "a.jsonl"), "warmup_requests": 0},
            # eager: ~20 s less a boot; one process: 8 s less (a vLLM server's own processes dying with it
            # is tested in test_server_dies_with_its_owner.py)
-           "engine": {"extra_args": ["--gpu-memory-utilization", "0.3", "--enforce-eager"], "env": ONE_PROCESS_ENV},
+           "engine": {"extra_args": ["--gpu-memory-utilization", str(memory_fraction(0.5)), "--enforce-eager"],
+                      "env": ONE_PROCESS_ENV},  # 0.5 GiB of KV cache: a boot allocates it at ~1.7 s a GiB
            "early_stop": {"enabled": False}, "confirm": {"top": 0},
            "replay": {"max_lag_p50_ms": 1000, "min_rate_ratio": 0.5},  # not what this test is about
            "daemon": {"watch": str(traces), "poll_s": 1, "settle_s": 0}}

@@ -17,6 +17,7 @@ import yaml
 
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.testing import leftovers
+from optimizer.testing.memory import memory_fraction
 
 pytestmark = pytest.mark.integration
 STOP_BOUND_S = 25  # generous: a stop takes 2-7 s here (BENCHMARKS.md); the bench measures it, this catches a hang
@@ -36,7 +37,7 @@ def test_ctrl_c_stops_the_server_and_queues_the_trial_again(tmp_path):
            "space": {"max-num-seqs": {"low": 4, "high": 16}},
            "workload": {"requests": 4, "warmup_requests": 0, "long_share": 0.0, "short_input": [16, 32],
                         "output": [8, 8], "arrival": {"process": "closed", "concurrency": 2}},
-           "engine": {"extra_args": ["--gpu-memory-utilization", "0.3"]}}
+           "engine": {"extra_args": ["--gpu-memory-utilization", str(memory_fraction(0.5))]}}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(cfg))
     # Started with SIGINT ignored, as `cmd &` in a non-interactive shell starts it: the CLI must
     # still stop on Ctrl-C. In a process group of its own, with a mark in its environment: what it
