@@ -135,15 +135,15 @@ class SearchSpace:
         return [d.knob.name for d in self.dims]
 
 
-def cpu_memory_range(device: Device, model: ModelInfo, longest_request: int = 0) -> tuple[float, float]:
-    """Memory fractions that can start on this CPU node now (see module docstring): from
-    just enough for the weights, the process and one longest request, to what the node
-    can give while the machine keeps its headroom."""
+def cpu_memory_range(device: Device, model: ModelInfo, longest_request: int = 0, at_once: int = 1) -> tuple[float, float]:
+    """Memory fractions that can start on this CPU node now (see module docstring): from just enough
+    for the weights, the process and one longest request, to what the node can give, shared by the
+    `at_once` trials side by side, while the machine keeps its headroom."""
     total = device.memory.total
     one_request = longest_request * model.kv_bytes_per_token("auto")
     low = (model.weight_bytes() + CPU_PROCESS_OVERHEAD + one_request) / total
     machine = device.memory.machine_total or total
-    high = min(0.9, (device.memory.available - CPU_HEADROOM - CPU_HEADROOM_SHARE * machine) / total)
+    high = min(0.9, (device.memory.available - CPU_HEADROOM - CPU_HEADROOM_SHARE * machine) / total / at_once)
     low, high = round(low + 0.005, 2), round(high - 0.005, 2)
     if low >= high:
         raise ConfigError(f"space: node 0 has {device.memory.available / GIB:.1f} GiB available of "
@@ -167,7 +167,7 @@ def device_choices(knob: str, device: Device, model: ModelInfo | None = None) ->
     return speculation.DEFAULT_CHOICES if knob == speculation.KNOB else ATTENTION_BACKENDS
 
 
-def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimension:
+def _default(knob: str, device: Device, model: ModelInfo, longest: int, at_once: int = 1) -> Dimension:
     k = KNOBS[knob]
     if knob == "max-num-seqs":
         return Dimension(k, 4, 128 if device.kind == "cpu" else 512, log=True)
@@ -175,7 +175,7 @@ def _default(knob: str, device: Device, model: ModelInfo, longest: int) -> Dimen
         if device.kind == "cpu":
             # Log scale on CPU: a model's KV needs span orders of magnitude of a node's RAM,
             # and the region where starting gets hard is the low end.
-            return Dimension(k, *cpu_memory_range(device, model, longest), log=True)
+            return Dimension(k, *cpu_memory_range(device, model, longest, at_once), log=True)
         return Dimension(k, 0.7, 0.95)
     if knob == "max-model-len":
         return Dimension(k, longest, model.max_positions, log=True)
@@ -238,8 +238,9 @@ def _from_config(name: str, spec: KnobRange, default: Dimension, model: ModelInf
     return Dimension(knob, low, high, log=log)
 
 
-def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request: int) -> SearchSpace:
-    """The concrete space for this study; raises ConfigError for unknown knobs or empty ranges."""
+def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request: int, at_once: int = 1) -> SearchSpace:
+    """The concrete space for this study (`at_once` trials side by side on this CPU node); raises
+    ConfigError for unknown knobs or empty ranges."""
     for name in cfg.space:
         KNOBS.named(name, "space")
         _check_device(f"space.{name}", device)
@@ -256,7 +257,7 @@ def resolve(cfg: StudyConfig, device: Device, model: ModelInfo, longest_request:
             # Fully given: do not derive (a derived memory range may refuse a small node).
             default = Dimension(KNOBS[name], spec.low, spec.high, log=KNOBS[name].log)
         else:
-            default = _default(name, device, model, longest_request)
+            default = _default(name, device, model, longest_request, at_once)
         dim = default if spec is None else _from_config(name, spec, default, model)
         if name in LADDERS:
             dim = replace(dim, ladder=spec is None or spec.ladder is not False)

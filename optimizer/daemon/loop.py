@@ -40,7 +40,7 @@ from optimizer.daemon.publisher import Publisher
 from optimizer.daemon.status_api import StatusServer, StatusState
 from optimizer.daemon.status_feed import StatusProgress
 from optimizer.daemon.warm_start import fitting, warm_starts
-from optimizer.driver.plan import Plan, load_workload, open_study, prepare
+from optimizer.driver.plan import Plan, load_workload, open_study, prepare, trials_at_once
 from optimizer.driver.store import storage_loss
 from optimizer.driver.store.database import masked, normalize_url, sqlite_path, study_attrs
 from optimizer.driver.store.driver_lock import RunState
@@ -122,7 +122,7 @@ class Daemon:
         if not stored or not Path(stored).exists() or attrs.get("workload_hash") == plan.workload.content_hash():
             return plan
         workload = read_workload(stored)
-        space = space_mod.resolve(plan.cfg, plan.device, plan.model, workload.longest_request())
+        space = space_mod.resolve(plan.cfg, plan.device, plan.model, workload.longest_request(), trials_at_once(plan.cfg))
         return replace(plan, workload=workload, space=space)
 
     def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from optimizer.config import space as space_mod
 from optimizer.config.flags import from_cli_args
-from optimizer.driver.plan import Plan
+from optimizer.driver.plan import Plan, trials_at_once
 from optimizer.errors import ConfigError
 from optimizer.verdict.recommendation import recommend
 from optimizer.verdict.trials import knobs_of, ranked_feasible
@@ -45,7 +45,8 @@ def fitting(candidates: list[dict], plan: Plan) -> tuple[list[dict], list[str]]:
     for params in candidates:
         trial_cfg = plan.cfg.model_copy(update={"enqueue": [params]})
         try:
-            space_mod.resolve(trial_cfg, plan.device, plan.model, plan.workload.longest_request())
+            space_mod.resolve(trial_cfg, plan.device, plan.model, plan.workload.longest_request(),
+                              trials_at_once(plan.cfg))
         except ConfigError as exc:
             dropped.append(str(exc))
             continue

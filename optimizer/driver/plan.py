@@ -102,7 +102,8 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
         raise ConfigError(f"objective goodput: the workload '{workload.name}' has no open-loop schedule to scale "
                           "(a closed loop fixes the concurrency, not the rate); give it an arrival process such as "
                           "{process: poisson, rate: 8}, or use --goal agent")
-    space = space_mod.resolve(cfg, device, model, workload.longest_request())
+    local = not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))  # the embedded Ray: its one node is this machine
+    space = space_mod.resolve(cfg, device, model, workload.longest_request(), trials_at_once(cfg))
     if speculation.check_args(cfg.engine.extra_args, "engine.extra_args", model.vocab_size) is not None \
             and speculation.KNOB in cfg.space:
         raise ConfigError(f"engine.extra_args: {speculation.FLAG} is also searched (space.{speculation.KNOB}); "
@@ -110,10 +111,19 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     outputcheck.trial_spec_part(cfg)  # a missing or empty prompts file is refused here
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
-    if not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):  # the embedded Ray: its one node is this machine
+    if local:
         slots_mod.check_sizes(plan, [_this_machine(device)], "the embedded local Ray")
+        slots_mod.check_memory_together(plan, [_this_machine(device)])
     _check_budget(plan)
     return plan
+
+
+def trials_at_once(cfg: StudyConfig) -> int:
+    """Trials side by side on this machine: the embedded Ray's `ray.parallel`, at most one a core
+    (on a cluster each node is another machine: 1)."""
+    if cfg.ray.address or os.environ.get("RAY_ADDRESS"):
+        return 1
+    return min(cfg.ray.parallel or 1, os.cpu_count() or 1)
 
 
 def _check_budget(plan: Plan) -> None:

