@@ -40,7 +40,7 @@ def study_config(root: Path, model: Path, parallel: int) -> dict:
         "model": {"path": str(model), "load_format": "dummy", "dtype": "bfloat16"},
         "baseline": {"max-num-seqs": 16, **base},
         "enqueue": [{"max-num-seqs": n, **base} for n in (4, 8, 32)],
-        "space": {"max-num-seqs": {"low": 1, "high": 64}, "gpu-memory-utilization": {"low": 0.01, "high": 0.9},
+        "space": {"max-num-seqs": {"low": 1, "high": 64}, "gpu-memory-utilization": {"low": 0.01, "high": 0.25},  # two at once fit the node
                   "max-model-len": {"low": 1024, "high": 4096}, "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
         "workload": {"requests": 48, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
                      "output": [48, 96], "arrival": {"process": "closed", "concurrency": 8}},

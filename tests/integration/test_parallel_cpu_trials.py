@@ -36,7 +36,7 @@ def side_by_side(tmp_path_factory):
                      "kv-cache-dtype": "auto"},
         "enqueue": [{"max-num-seqs": 4, "gpu-memory-utilization": fits, "max-model-len": 2048,
                      "kv-cache-dtype": "auto"}],
-        "space": {"max-num-seqs": {"low": 1, "high": 64}, "gpu-memory-utilization": {"low": 0.01, "high": 0.9},
+        "space": {"max-num-seqs": {"low": 1, "high": 64}, "gpu-memory-utilization": {"low": 0.01, "high": 0.25},  # two at once fit the node
                   "max-model-len": {"low": 1024, "high": 4096}, "kv-cache-dtype": {"choices": ["auto", "fp8"]}},
         "workload": {"requests": 24, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
                      "output": [32, 64], "arrival": {"process": "closed", "concurrency": 8}},
