@@ -144,9 +144,27 @@ def settled(values, leader, noise: Noise | None, maximize: bool) -> bool:
 def t95(df: int) -> float:
     """The two-sided 95% Student's t quantile for `df` degrees of freedom; between tabled values the
     next lower df's (a wider interval, never a narrower one)."""
-    return T95[max(k for k in T95 if k <= max(1, df))]
+    return t_quantile(df, 0.95)
+
+
+def t_quantile(df: int, level: float = 0.95) -> float:
+    """The two-sided Student's t quantile at `level` (0.95 or 0.90) for `df` degrees of freedom;
+    between tabled values the next lower df's."""
+    table = {0.95: T95, 0.90: T90}[level]
+    return table[max(k for k in table if k <= max(1, df))]
+
+
+def next_point_band(logs, level: float = 0.95) -> float:
+    """The half-width, on the log scale, of where one more point lands, from the spread of `logs`
+    (two or more): t(n - 1) x sd x sqrt(1 + 1/n), as `estimate(one_run=True)` gives a run."""
+    logs = list(logs)
+    n = len(logs)
+    return t_quantile(n - 1, level) * statistics.stdev(logs) * math.sqrt(1 + 1 / n)
 
 
 # Two-sided 95% Student's t quantiles by degrees of freedom (n - 1); 1000 stands for the normal's 1.96.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
        12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980, 1000: 1.960}
+# Two-sided 90% quantiles: the what-if band's level (whatif/calibration.py); 1000 stands for 1.645.
+T90 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812,
+       12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671, 1000: 1.645}

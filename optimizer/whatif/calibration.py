@@ -3,10 +3,10 @@
 The estimate is run for configurations that were also measured (a study's trials on its own
 hardware, or a published row). Per metric, the correction is the geometric mean of measured /
 predicted over those points, and the band comes from the spread of their log residuals, the
-same log-scale statistic every comparison in this project uses (measure/noise.py), at the 90%
-level the prior below is read at:
+same log-scale statistic every comparison in this project uses (`measure/noise.py`'s
+`next_point_band`, where one more point lands), at the 90% level the prior below is read at:
 
-    band = t90(n - 1) x sd(log residuals) x sqrt(1 + 1/n)   (where one more point lands)
+    band = t(n - 1, 90%) x sd(log residuals) x sqrt(1 + 1/n)
 
 shown as +-(e^band - 1): the value's range is [v / e^band, v x e^band], positive always. With
 fewer than three points the spread is not worth reading, so the band is the prior: the
@@ -28,6 +28,8 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
+from optimizer.measure.noise import next_point_band
+
 METRICS = ("ttft_s", "tpot_s", "throughput")
 # 90th percentile of |log(predicted / measured)| of the uncorrected estimate on the 18 published rows
 # it was never fitted on (bench/whatif_validation.py, 2026-12-04; docs/what-if.md): factors of 8.7, 4.2
@@ -37,14 +39,8 @@ PRIOR = {"ttft_s": math.log(1 + 7.69), "tpot_s": math.log(1 + 3.15), "throughput
 # 90th percentile of the calibrated transfer's TPOT error (one device's ratio carried to another):
 # 35%. The published rows give no throughput beside it: TPOT's stands for it.
 TRANSFER = {"tpot_s": math.log(1.35), "throughput": math.log(1.35)}
-MIN_SPREAD_POINTS = 3  # fewer: two residuals' spread is too unstable to print (t90 at 1 df is 6.3)
-# Two-sided 90% Student's t quantiles by degrees of freedom; between tabled values the next lower df's.
-T90 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812,
-       12: 1.782, 15: 1.753, 20: 1.725, 30: 1.697, 60: 1.671, 1000: 1.645}
-
-
-def t90(df: int) -> float:
-    return T90[max(k for k in T90 if k <= max(1, df))]
+MIN_SPREAD_POINTS = 3  # fewer: two residuals' spread is too unstable to print (t at 90% and 1 df is 6.3)
+LEVEL = 0.90  # the level PRIOR is read at
 
 
 @dataclass(frozen=True)
@@ -93,8 +89,7 @@ def fit(pairs: list[tuple[dict, dict]], basis: str = "", device: str = "", by: s
         if len(logs) < MIN_SPREAD_POINTS:
             bands[metric] = PRIOR[metric]
         else:
-            n = len(logs)
-            bands[metric] = t90(n - 1) * statistics.stdev(logs) * math.sqrt(1 + 1 / n)
+            bands[metric] = next_point_band(logs, LEVEL)
     return Calibration(factors, bands, points, basis, device, by)
 
 
