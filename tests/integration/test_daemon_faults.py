@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import warnings
 from pathlib import Path
 
 import optuna
@@ -160,14 +159,12 @@ def _trial(storage: str, n: int, study: str = STUDY) -> optuna.trial.FrozenTrial
 @pytest.fixture
 def small_disk(tmp_path):
     """(the artifacts directory, whether it is a real 64 MB tmpfs). Mounting needs root; without it
-    the other four faults still run, and only the full disk of fault 4 is left out (with a warning)."""
+    the other four faults still run, the full disk of fault 4 is left out, and the test ends as
+    skipped, saying so."""
     disk = tmp_path / "artifacts"
     disk.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True, text=True)
     mounted = done.returncode == 0
-    if not mounted:
-        warnings.warn(f"the full-disk fault is not exercised: cannot mount a small tmpfs (needs root): "
-                      f"{done.stderr.strip()}")
     yield disk, mounted
     if mounted:
         subprocess.run(["umount", "-l", str(disk)], check=False)
@@ -320,3 +317,5 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
     figures["vllm_processes_left"] = len(_servers())
     print(f"\ndaemon fault figures: {figures}")
     assert figures["vllm_processes_left"] == 0
+    if not full_disk:  # the rest passed; reported as a skip, never as a pass of what did not run
+        pytest.skip("faults 1-3 and 5 passed; the full disk (fault 4) was not tried: mounting a small tmpfs needs root")

@@ -54,7 +54,8 @@ def test_regress_exits_zero_and_writes_every_comparison(regress):
         refused = json.loads((root / "regress.json").read_text())["candidates"][1]
         assert refused["error"].startswith("invalid_config: ") and "AVX-512 or AMX" in refused["error"], refused
         assert "use kv-cache-dtype auto" in refused["error"]
-        return
+        pytest.skip("this CPU refuses an fp8 KV cache (no AVX-512 or AMX): exit 1 and the refusal were checked; "
+                    "exit 0 with every comparison needs a CPU that runs fp8")
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
     report = json.loads((root / "regress.json").read_text())
     assert len(report["prompts"]) == 8 and report["max_tokens"] == 24
@@ -73,7 +74,7 @@ def test_fp8_kv_cache_is_compared_token_by_token_as_measured(regress):
     fp8 = json.loads((root / "regress.json").read_text())["candidates"][1]
     if not cpu_runs_fp8_kv():
         assert "flips" not in fp8 and "AVX-512 or AMX" in fp8["error"]  # refused at start: nothing compared
-        return
+        pytest.skip("this CPU refuses an fp8 KV cache (no AVX-512 or AMX): there is nothing to compare")
     flips, firsts = fp8["flips"], fp8["first_divergence"]
     # At most one flip per prompt, at its first divergence; each diverging prompt compared up to it.
     assert len(flips) == sum(f is not None for f in firsts) <= 8
