@@ -20,6 +20,7 @@ from optimizer.config.model_info import ModelInfo, load_model_info
 from optimizer.config.paths import directory_expected
 from optimizer.config.schema import StudyConfig
 from optimizer.driver import resources as slots_mod
+from optimizer.driver.store import record_version
 from optimizer.driver.ray_runtime import check_address, job_working_dir
 from optimizer.driver.store.database import check_storage, normalize_url, open_storage
 from optimizer.engine.compile_cache import cache_dir, default_root
@@ -160,6 +161,7 @@ def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
     # Optuna 5 keeps a stored study's direction silently; the stamp check catches an objective change.
     study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage,
                                 directions=list(plan.objective.directions), load_if_exists=True)
+    record_version.check(study)  # another program's study, or a newer version's: refused, left as it is
     mismatch = stamp_mismatch(study, plan)
     if mismatch and plan.new_study:
         name = f"{plan.cfg.study_name}-{_stamp_digest(plan)[:8]}"
@@ -177,6 +179,7 @@ def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
                                                n_startup_trials=4, multivariate=not plan.objective.multi)
     if not study.user_attrs.get("workload_hash"):
         _stamp(study, plan)
+    record_version.migrate(study)
     if study.user_attrs.get("fp8_kv") != plan.device.fp8_kv:  # the driver's CPU now: a study may move
         study.set_user_attr("fp8_kv", plan.device.fp8_kv)  # whether remedies may suggest an fp8 KV cache
     return study, plan
@@ -222,6 +225,7 @@ def _stamp(study: optuna.Study, plan: Plan) -> None:
     study.set_user_attr("vllm_version", installed_vllm() or "")  # the deployment manifests' image (fleet/manifests.py)
     if plan.device.kind == "gpu" and gpu_name():  # which GPU: what-if calibrates on it (whatif/study_calibration.py)
         study.set_user_attr("device_name", gpu_name())
+    study.set_user_attr(record_version.RECORD_KEY, record_version.RECORD_VERSION)
     for key, value in sorted(_stamp_of(plan).items(), key=lambda kv: kv[0] == "workload_hash"):
         study.set_user_attr(key, value)
 

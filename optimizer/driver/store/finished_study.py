@@ -12,6 +12,7 @@ import optuna
 from objectives import get_objective
 from optimizer.driver.plan import objective_stamp
 from optimizer.driver.ray_runtime import job_working_dir
+from optimizer.driver.store import record_version
 from optimizer.driver.store.database import (
     check_storage,
     masked,
@@ -49,6 +50,7 @@ def open_finished(cfg, check_objective: bool = True) -> Finished:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
         raise ConfigError(f"no study '{cfg.study_name}' in {masked(url)} (it holds: {', '.join(names) or 'none'}); "
                           "pass --study-name, or run `python -m optimizer run` first") from None
+    record_version.check(study)
     try:
         objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos),
                                   cfg.objective.fleet)

@@ -30,6 +30,7 @@ import ray
 from optimizer.cli import main
 from optimizer.driver.store.database import close_storage, open_storage
 from optimizer.driver.store.driver_lock import RunState
+from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION
 from optimizer.errors import StorageError
 
 SPACE = "space: {max-num-seqs: {low: 4, high: 8}}\n"  # keeps the node's memory out of these tests
@@ -135,6 +136,7 @@ def _stored_study(db: Path) -> None:
     (its default rollback journal); its storage closed again, as a finished run leaves it."""
     storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
     study = optuna.create_study(study_name="tune", storage=storage, direction="maximize")
+    study.set_user_attr(RECORD_KEY, RECORD_VERSION)  # as the tool stamps its studies
     study.set_user_attr("objective", "throughput:output_throughput")
     study.add_trial(_trial(100.0, 4, baseline=True))
     study.add_trial(_trial(150.0, 8))
@@ -186,7 +188,8 @@ def test_the_daemon_s_look_at_its_generations_changes_no_byte(tmp_path):
     db = tmp_path / "trials.db"
     _stored_study(db)
     before = _sha(db)
-    assert study_attrs(f"sqlite:///{db}") == [("tune", {"objective": "throughput:output_throughput"})]
+    assert study_attrs(f"sqlite:///{db}") == [("tune", {RECORD_KEY: RECORD_VERSION,
+                                                        "objective": "throughput:output_throughput"})]
     assert _sha(db) == before and _journal_mode(db) == "delete" and _sidecars(db) == []
 
 
@@ -215,6 +218,8 @@ def _wal_study(workdir: Path, name: str = "tune", **attrs) -> None:
 
 
 STAMPED = {"objective": "latency:ttft_p95", "workload_hash": "0" * 64, "model": "/m"}
+FOREIGN = ("study 'tune' was not made by vllm-optimizer (it holds attributes owner and no stamp of this tool): pass "
+           "--study-name NEW; the study is left as it is")
 # (id, command, extra config, setup, the exact line): rows of docs/troubleshooting.md refused once the
 # storage was checked (read) or opened, with a study (WAL mode, as `run` leaves it) already there
 OPENED_ROWS = [
@@ -234,6 +239,11 @@ OPENED_ROWS = [
     ("report-other-objective", ["report"], "", lambda d: _wal_study(d, **STAMPED),
      "study 'tune' was run with objective latency:ttft_p95, the config says throughput:output_throughput; pass the "
      "config (or --goal / --objective / --slo) it ran with"),
+    ("foreign-study", ["run"], "", lambda d: _wal_study(d, owner="another tool"), FOREIGN),
+    ("report-of-a-foreign-study", ["report"], "", lambda d: _wal_study(d, owner="another tool"), FOREIGN),
+    ("newer-record", ["run"], "", lambda d: _wal_study(d, **STAMPED, **{RECORD_KEY: RECORD_VERSION + 1}),
+     f"study 'tune' was written by a newer vllm-optimizer (study record version {RECORD_VERSION + 1}; this one "
+     f"reads up to {RECORD_VERSION}): upgrade vllm-optimizer, or pass --study-name NEW"),
     ("plan-before-a-completed-trial", ["plan", "--peak-qps", "50", "--tokens-per-request", "2000"], "", _wal_study,
      "study 'tune' has no completed trial: nothing measured to plan on; run `python -m optimizer run` until one "
      "completes"),

@@ -11,6 +11,7 @@ from optimizer.cli.entry import parser as _parser
 from optimizer.config.schema import build_config
 from optimizer.driver.plan import open_study, prepare
 from optimizer.driver.store.database import open_storage
+from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION
 from optimizer.errors import ConfigError
 from optimizer.workload.materialize import read_workload
 
@@ -45,6 +46,7 @@ def test_a_new_study_is_stamped_with_its_workload(make_cfg):
     assert opened.cfg.study_name == "stamp"
     assert attrs["workload_hash"] == plan.workload.content_hash()
     assert attrs["objective"] == "throughput:output_throughput" and attrs["model"] == plan.model.source
+    assert attrs[RECORD_KEY] == RECORD_VERSION
     stored = read_workload(attrs["workload_file"])
     assert stored.content_hash() == attrs["workload_hash"] and stored == plan.workload
     # reopened with the same config: the same study, the stamp kept

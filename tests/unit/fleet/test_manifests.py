@@ -14,6 +14,7 @@ from rich.console import Console
 
 from optimizer.cli import plan as plan_command
 from optimizer.cli.entry import parser
+from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION
 from optimizer.fleet.manifests import dns_label, manifests, to_yaml
 
 K8S = "1.32"
@@ -64,6 +65,7 @@ def test_plan_writes_the_planned_replicas(tmp_path):
 
     url = f"sqlite:///{tmp_path / 'trials.db'}"
     study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    study.set_user_attr(RECORD_KEY, RECORD_VERSION)  # as the tool stamps its studies
     study.set_user_attr("objective", GOODPUT)
     study.set_user_attr("device", "gpu")
     add(study, 5.0, metrics(10000.0, 5.0, goodput_rate=5.0), args=("--max-num-seqs", "32", "--tensor-parallel-size", "2"))

@@ -10,6 +10,7 @@ from rich.console import Console
 from optimizer.cli import plan as plan_command
 from optimizer.cli.entry import parser
 from optimizer.driver import confirm
+from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import parse_slos
 from optimizer.verdict import confirmed
@@ -316,6 +317,7 @@ def run_plan(argv):
 def test_the_command_plans_from_a_stored_study(tmp_path):
     url = f"sqlite:///{tmp_path / 'trials.db'}"
     study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    study.set_user_attr(RECORD_KEY, RECORD_VERSION)  # as the tool stamps its studies
     study.set_user_attr("objective", GOODPUT)
     add(study, 5.0, metrics(10000.0, 5.0, goodput_rate=5.0))
     config = tmp_path / "study.yaml"

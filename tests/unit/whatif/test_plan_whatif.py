@@ -14,6 +14,7 @@ from rich.console import Console
 
 from optimizer.cli import plan as plan_command
 from optimizer.cli.entry import parser
+from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import parse_slos
 from optimizer.whatif import architecture, calibration, devices, fleet_rows, roofline
@@ -37,6 +38,7 @@ def _gpu_study(url: str, model: str, bias: float, device_name: str = "NVIDIA L4"
     """A GPU study whose trials measured `bias` x the roofline's TPOT (and its TTFT and throughput as
     predicted) at closed loads of `loads` requests in flight, 900 prompt + 100 output tokens."""
     study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    study.set_user_attr(RECORD_KEY, RECORD_VERSION)  # as the tool stamps its studies
     study.set_user_attr("objective", "throughput:output_throughput")
     study.set_user_attr("device", "gpu")
     study.set_user_attr("device_name", device_name)
