@@ -146,8 +146,9 @@ def cpu_memory_range(device: Device, model: ModelInfo, longest_request: int = 0,
     high = min(0.9, (device.memory.available - CPU_HEADROOM - CPU_HEADROOM_SHARE * machine) / total / at_once)
     low, high = round(low + 0.005, 2), round(high - 0.005, 2)
     if low >= high:
-        raise ConfigError(f"space: node 0 has {device.memory.available / GIB:.1f} GiB available of "
-                          f"{total / GIB:.1f} GiB, too little to start this model; free memory or use a smaller model")
+        more = (f" shared by {at_once} trials at once (ray.parallel)", ", run fewer at once,") if at_once > 1 else ("", "")
+        raise ConfigError(f"space: node 0 has {device.memory.available / GIB:.1f} GiB available of {total / GIB:.1f} GiB"
+                          f"{more[0]}, too little to start this model; free memory{more[1]} or use a smaller model")
     return low, high
 
 

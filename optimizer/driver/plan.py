@@ -120,11 +120,11 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
 
 
 def trials_at_once(cfg: StudyConfig) -> int:
-    """Trials side by side on this machine: the embedded Ray's `ray.parallel`, at most one a core
-    (on a cluster each node is another machine: 1)."""
+    """Trials side by side on this machine: the embedded Ray's `ray.parallel`, at most as many as
+    its cores hold at `ray.trial_cpus` each (on a cluster each node is another machine: 1)."""
     if cfg.ray.address or os.environ.get("RAY_ADDRESS"):
         return 1
-    return min(cfg.ray.parallel or 1, os.cpu_count() or 1)
+    return max(1, min(cfg.ray.parallel or 1, (os.cpu_count() or 1) // (cfg.ray.trial_cpus or 1)))
 
 
 def _check_budget(plan: Plan) -> None:
@@ -157,11 +157,11 @@ def load_workload(cfg: StudyConfig) -> tuple[ModelInfo, Workload]:
 def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
     """Open (or create) the study; with `new_study`, a study stamped with another workload,
     objective or model is left as it is and a separate one, named after the new stamp, is opened."""
+    record_version.check_stored(plan.storage_url, plan.cfg.study_name)  # refused before a byte is written
     storage = open_storage(plan.storage_url)
     # Optuna 5 keeps a stored study's direction silently; the stamp check catches an objective change.
     study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage,
                                 directions=list(plan.objective.directions), load_if_exists=True)
-    record_version.check(study)  # another program's study, or a newer version's: refused, left as it is
     mismatch = stamp_mismatch(study, plan)
     if mismatch and plan.new_study:
         name = f"{plan.cfg.study_name}-{_stamp_digest(plan)[:8]}"

@@ -32,6 +32,7 @@ import ray
 from optimizer.config import topology
 from optimizer.config.flags import named_flags
 from optimizer.config.kv_fit import DEFAULT_UTILIZATION
+from optimizer.config.space import CPU_HEADROOM, CPU_HEADROOM_SHARE
 from optimizer.engine.device import GIB
 from optimizer.errors import ConfigError
 
@@ -220,12 +221,18 @@ def cpu_bind(plan, slot: int, slots: int) -> tuple[int, str]:
 
 
 def _largest_utilization(plan) -> tuple[float, str]:
-    """The largest gpu-memory-utilization a trial of this study can run with, and where it comes from."""
+    """The largest gpu-memory-utilization a trial of this study can run with, and where it comes from:
+    extra_args over everything; else the baseline's (vLLM's default when it sets none), an enqueued
+    trial's own, and the space's high (a knob not searched holds the baseline's value)."""
     pinned = named_flags([str(a) for a in plan.cfg.engine.extra_args]).get("gpu-memory-utilization")
     if pinned is not None:
-        return float(pinned), "engine.extra_args"
-    found = [(float(p.get("gpu-memory-utilization", DEFAULT_UTILIZATION)), where) for where, p in
-             [("the baseline", plan.cfg.baseline or {})] + [(f"enqueue.{i}", e) for i, e in enumerate(plan.cfg.enqueue)]]
+        try:
+            return float(pinned if not isinstance(pinned, bool) else "x"), "engine.extra_args"
+        except ValueError:
+            raise ConfigError("engine.extra_args: --gpu-memory-utilization needs a fraction, e.g. 0.4") from None
+    found = [(float((plan.cfg.baseline or {}).get("gpu-memory-utilization", DEFAULT_UTILIZATION)), "the baseline")]
+    found += [(float(e["gpu-memory-utilization"]), f"enqueue.{i}") for i, e in enumerate(plan.cfg.enqueue)
+              if "gpu-memory-utilization" in e]
     dim = next((d for d in plan.space.dims if d.knob.name == "gpu-memory-utilization"), None)
     if dim is not None:
         found.append((float(max(dim.choices) if dim.choices else dim.high), "the space's high"))
@@ -234,8 +241,9 @@ def _largest_utilization(plan) -> tuple[float, str]:
 
 def check_memory_together(plan, nodes: list[dict]) -> None:
     """On CPU with several trials at once on the embedded Ray (one node, this machine): ConfigError
-    when the trials that run together could claim more than the node has available (module
-    docstring), naming the fraction each may take."""
+    when the trials that run together could claim more than the node has available less the
+    machine's headroom (config/space.py: what the default range keeps free), naming the fraction
+    each may take."""
     slots = plan_slots(plan.cfg.ray.parallel, plan.device.kind, nodes, largest_request(plan, nodes)).count
     if plan.device.kind != "cpu" or slots < 2:
         return
@@ -243,14 +251,18 @@ def check_memory_together(plan, nodes: list[dict]) -> None:
     cores = int(nodes[0].get("Resources", {}).get("CPU", 1))
     ranks = max(1, min(cores // slots, max(topology.ranks(dict(c)) for c in _parallel_combos(plan))))
     memory = plan.device.memory
+    headroom = CPU_HEADROOM + CPU_HEADROOM_SHARE * (memory.machine_total or memory.total)
+    usable = memory.available - headroom
     claimed = slots * ranks * util * memory.total
-    if claimed <= memory.available:
+    if claimed <= usable:
         return
-    fits = math.floor(memory.available / (slots * ranks * memory.total) * 100) / 100
+    fits = math.floor(max(0.0, usable) / (slots * ranks * memory.total) * 100) / 100
+    fix = f"keep every gpu-memory-utilization at or below {fits:.2f}, or run fewer trials at once" if fits >= 0.01 \
+        else "run fewer trials at once"
     raise ConfigError(f"ray.parallel: {slots} trials at once, {ranks} rank(s) each at gpu-memory-utilization "
-                      f"{util:g} ({where}), claim {claimed / GIB:.1f} GiB of this node's memory together, and "
-                      f"{memory.available / GIB:.1f} GiB of {memory.total / GIB:.1f} is available: keep every "
-                      f"gpu-memory-utilization at or below {fits:.2f}, or run fewer trials at once")
+                      f"{util:g} ({where}), claim {claimed / GIB:.1f} GiB of this node's memory together; "
+                      f"{memory.available / GIB:.1f} GiB of {memory.total / GIB:.1f} is available, and "
+                      f"{headroom / GIB:.1f} GiB of it stays free for the machine: {fix}")
 
 
 def _parallel_combos(plan):

@@ -19,9 +19,13 @@ before it gives up).
 from __future__ import annotations
 
 import os
+import queue
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -44,7 +48,8 @@ REFUSED = "Unauthenticated"
 def _head_command() -> tuple[dict[str, str], list[str]]:
     """The file's `ray start --head` line: its leading VAR=value settings, and its argv."""
     commands = yaml.safe_load(CLUSTER_FILE.read_text())["head_start_ray_commands"]
-    line = next(c for c in commands if "ray start --head" in c)
+    line = next((c for c in commands if "ray start --head" in c), None)
+    assert line, f"{CLUSTER_FILE.name} has no `ray start --head` in head_start_ray_commands"
     words = shlex.split(line)
     env = {}
     while "=" in words[0] and not words[0].startswith("-"):
@@ -53,33 +58,52 @@ def _head_command() -> tuple[dict[str, str], list[str]]:
     return env, words
 
 
+def _without(argv: list[str], flag: str) -> list[str]:
+    """argv less `flag`, written `--flag=value` or `--flag value`."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == flag:
+            skip = True
+        elif not a.startswith(flag + "="):
+            out.append(a)
+    return out
+
+
 def _local(argv: list[str], temp_dir: str) -> tuple[list[str], int, int]:
-    """The head's argv on this machine: free ports for GCS, dashboard and agents, its own temp
-    dir; the autoscaler's config (written by the cluster launcher) left out."""
+    """The head's argv on this machine: free ports for GCS, dashboard and agents (never the file's
+    6379, where a real cluster may listen), its own temp dir; the autoscaler's config (written by the
+    cluster launcher) left out."""
     gcs, dashboard = ray_head.free_port(), ray_head.free_port()
-    out = [str(ray_head.RAY) if a == "ray" else a for a in argv
-           if not a.startswith("--autoscaling-config=")]
-    out = [f"--port={gcs}" if a.startswith("--port=") else a for a in out]
-    return out + ["--temp-dir", temp_dir, "--dashboard-port", str(dashboard),
+    out = [str(ray_head.RAY) if a == "ray" else a for a in _without(_without(argv, "--port"), "--autoscaling-config")]
+    return out + [f"--port={gcs}", "--temp-dir", temp_dir, "--dashboard-port", str(dashboard),
                   "--dashboard-agent-listen-port", str(ray_head.free_port()),
                   "--ray-client-server-port", str(ray_head.free_port()), "--disable-usage-stats"], gcs, dashboard
 
 
 def _join(address: str, env: dict[str, str], timeout: float = 60.0) -> tuple[str, str]:
     """('joined' | 'refused' | 'failed', what it said): a driver joining at `address`, stopped at the
-    GCS's first refusal."""
+    GCS's first refusal, or at `timeout` whatever it is doing."""
     proc = subprocess.Popen([sys.executable, "-c", JOIN, address], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put(None)], daemon=True).start()
     said, deadline = [], time.monotonic() + timeout
     try:
-        for line in proc.stdout:
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
             said.append(line)
             if REFUSED in line:
                 return "refused", line.strip()
-            if line.startswith("joined") or time.monotonic() > deadline:
-                break
-        proc.wait(timeout=30)
-        return ("joined" if proc.returncode == 0 and said and said[-1].startswith("joined") else "failed"), "".join(said[-5:])
+            if line.startswith("joined"):
+                return "joined", line.strip()
+        return "failed", "".join(said[-5:]) or "nothing said"
     finally:
         proc.kill()
         proc.wait()
@@ -107,18 +131,20 @@ def head(tmp_path_factory):
     assert made.returncode == 0, made.stderr[-2000:]
     settings, argv = _head_command()
     assert settings.get("RAY_AUTH_MODE") == "token", f"{CLUSTER_FILE.name} starts its head without token auth"
-    temp_dir = str(Path("/tmp") / f"ray-token-{os.getpid()}")  # Ray's socket paths must stay short
+    temp_dir = tempfile.mkdtemp(prefix="rtok", dir="/tmp")  # Ray's socket paths must stay short
     argv, gcs, dashboard = _local(argv, temp_dir)
     env = {**clean, **settings, "HOME": str(operator)}
-    started = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     running = ray_head.Head(temp_dir, gcs, dashboard, env)
     try:
+        started = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
         assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-3000:]
         token = (operator / ".ray" / "auth_token").read_text().strip()
         yield {"gcs": f"127.0.0.1:{gcs}", "dashboard": dashboard, "token": token, "clean": clean,
                "operator": str(operator), "stranger": str(stranger)}
     finally:
-        assert not ray_head.stop(running), "the head's processes outlived it"
+        left = ray_head.stop(running)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not left, "the head's processes outlived it"
 
 
 def test_a_driver_without_the_token_is_refused(head):

@@ -13,6 +13,9 @@ stamped with the rest of what it measures (driver/plan.py). On opening:
 
 from __future__ import annotations
 
+import optuna
+
+from optimizer.driver.store.database import close_storage, open_storage, sqlite_path
 from optimizer.errors import ConfigError
 
 RECORD_KEY = "vllm_optimizer_record"
@@ -39,6 +42,24 @@ def check(study) -> None:
         held = f"{trials} trial(s)" if trials else f"attributes {', '.join(foreign[:3])}"
         raise ConfigError(f"study '{study.study_name}' was not made by vllm-optimizer (it holds {held} and no stamp "
                           "of this tool): pass --study-name NEW; the study is left as it is")
+
+
+def check_stored(url: str, name: str) -> None:
+    """`check` on the stored study `name`, read without changing a byte: before the driver opens the
+    storage for writing (which turns a SQLite file's WAL mode on), so a refused study is left as it
+    was. Nothing to check where there is no such study yet."""
+    path = sqlite_path(url)
+    if path is not None and (not path.is_file() or path.stat().st_size == 0):
+        return
+    storage = open_storage(url, read_only=True)
+    try:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:
+            return
+        check(study)
+    finally:
+        close_storage(storage)
 
 
 def migrate(study) -> None:

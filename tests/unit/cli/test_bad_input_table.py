@@ -105,8 +105,8 @@ CASES = [
     ("parallel-memory", "trials at once that could claim more memory than the node has",
      "space: {max-num-seqs: {low: 4, high: 8}}\nbaseline: {gpu-memory-utilization: 0.6}\nray: {parallel: 2}\n", [],
      None, "ray.parallel: 2 trials at once, 1 rank(s) each at gpu-memory-utilization 0.6 (the baseline), claim <n> GiB "
-     "of this node's memory together, and <n> GiB of <n> is available: keep every gpu-memory-utilization at or below "
-     "<fraction>, or run fewer trials at once"),
+     "of this node's memory together; <n> GiB of <n> is available, and <n> GiB of it stays free for the machine: "
+     "keep every gpu-memory-utilization at or below <fraction>, or run fewer trials at once"),
     ("fleet-peak", "a fleet peak of 0", SPACE + "objective: {name: fleet, slos: 'ttft:500', fleet: {peak_qps: 0}}\n",
      [], None, "config study.yaml: field 'objective.fleet.peak_qps': Input should be greater than 0"),
     ("fleet-budget", "a fleet budget smaller than one replica",

@@ -62,3 +62,27 @@ def test_a_study_stored_before_the_stamp_still_reads_and_is_stamped_version_1_wh
     check(study)
     migrate(study)  # as open_study does once the run goes on
     assert optuna.load_study(study_name="live", storage=f"sqlite:///{db}").user_attrs[RECORD_KEY] == 1
+
+
+def test_a_refused_study_is_left_byte_for_byte_even_in_sqlites_default_journal_mode(tmp_path, tiny_model):
+    """The driver opens storage for writing in WAL mode, which rewrites a rollback-journal file's header:
+    the check runs on a read-only look first."""
+    from optimizer.config.schema import build_config
+    from optimizer.driver.plan import open_study, prepare
+    from optimizer.driver.store.database import close_storage
+
+    db = tmp_path / "trials.db"
+    storage = optuna.storages.RDBStorage(f"sqlite:///{db}")  # Optuna's own default: a rollback journal
+    other = optuna.create_study(study_name="tune", storage=storage)
+    other.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=1.0))
+    close_storage(storage)
+    before = db.read_bytes()
+    cfg = build_config({"study_name": "tune", "storage": f"sqlite:///{db}", "artifacts_dir": str(tmp_path / "a"),
+                        "model": {"path": str(tiny_model)}, "space": {"max-num-seqs": {"low": 4, "high": 8}},
+                        "workload": {"requests": 4, "warmup_requests": 1, "short_input": [8, 16],
+                                     "long_input": [32, 64], "output": [4, 8]}})
+    with pytest.raises(ConfigError, match=r"not made by vllm-optimizer \(it holds 1 trial\(s\)") as err:
+        open_study(prepare(cfg))
+    del err
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("trials.db")) == ["trials.db"]

@@ -178,25 +178,35 @@ def test_cpu_trials_at_once_must_fit_in_the_nodes_memory_together():
     from optimizer.errors import ConfigError
 
     two = [node(CPU=2.0)]
-    # 20 GiB node, 16 available: two trials at 0.4 claim 16 GiB (fits); at 0.41, 16.4 (refused, 0.40 named).
-    check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.4}), two)
+    # 20 GiB node, 16 available, 3 GiB of it kept free (2 GiB + 5% of the machine, as the default range
+    # keeps): two trials at 0.32 claim 12.8 GiB (fit); at 0.33, 13.2 (refused, 0.32 named).
+    check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.32}), two)
     with pytest.raises(ConfigError, match=r"^ray\.parallel: 2 trials at once, 1 rank\(s\) each at gpu-memory-"
-                                          r"utilization 0\.41 \(the baseline\), claim 16\.4 GiB .* 16\.0 GiB of 20\.0 is "
-                                          r"available: keep every gpu-memory-utilization at or below 0\.40, or run fewer"):
-        check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.41}), two)
-    # The largest a trial can take counts: an enqueued trial, the space's high, or extra_args over all of them.
+                                          r"utilization 0\.33 \(the baseline\), claim 13\.2 GiB .*; 16\.0 GiB of 20\.0 is "
+                                          r"available, and 3\.0 GiB of it stays free for the machine: keep every "
+                                          r"gpu-memory-utilization at or below 0\.32, or run fewer trials at once$"):
+        check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.33}), two)
+    # The largest a trial can take counts: an enqueued trial's own, the space's high, or extra_args over all.
     util = Dimension(Knob("gpu-memory-utilization", "float"), 0.05, 0.5)
     with pytest.raises(ConfigError, match=r"0\.5 \(the space's high\)"):
         check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.1}, dims=[util]), two)
     with pytest.raises(ConfigError, match=r"0\.6 \(enqueue\.0\)"):
         check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.1},
                                            enqueue=[{"gpu-memory-utilization": 0.6}]), two)
+    # An enqueued trial that leaves the fraction out runs the sampler's draw or the baseline's value.
+    check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.1}, enqueue=[{"max-num-seqs": 16}]), two)
     check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.6}, extra=["--gpu-memory-utilization", "0.3"]), two)
+    check_memory_together(_memory_plan(2, {"gpu-memory-utilization": 0.6}, extra=["--gpu-memory-utilization=0.3"]), two)
+    with pytest.raises(ConfigError, match=r"^engine\.extra_args: --gpu-memory-utilization needs a fraction"):
+        check_memory_together(_memory_plan(2, extra=["--gpu-memory-utilization", "lots"]), two)
     # vLLM's own default (0.92) when nothing sets it; one trial at a time is vLLM's own check at start.
     with pytest.raises(ConfigError, match=r"0\.92 \(the baseline\)"):
         check_memory_together(_memory_plan(2), two)
     check_memory_together(_memory_plan(None, {"gpu-memory-utilization": 0.9}), two)
     check_memory_together(_memory_plan(1, {"gpu-memory-utilization": 0.9}), two)
+    # So many trials that none fits beside the headroom: only fewer trials is offered.
+    with pytest.raises(ConfigError, match=r"stays free for the machine: run fewer trials at once$"):
+        check_memory_together(_memory_plan(128, {"gpu-memory-utilization": 0.01}), [node(CPU=128.0)])
 
 
 def test_the_default_memory_range_is_shared_by_the_trials_at_once():
