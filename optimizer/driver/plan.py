@@ -103,7 +103,6 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
         raise ConfigError(f"objective goodput: the workload '{workload.name}' has no open-loop schedule to scale "
                           "(a closed loop fixes the concurrency, not the rate); give it an arrival process such as "
                           "{process: poisson, rate: 8}, or use --goal agent")
-    local = not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))  # the embedded Ray: its one node is this machine
     space = space_mod.resolve(cfg, device, model, workload.longest_request(), trials_at_once(cfg))
     if speculation.check_args(cfg.engine.extra_args, "engine.extra_args", model.vocab_size) is not None \
             and speculation.KNOB in cfg.space:
@@ -112,7 +111,7 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     outputcheck.trial_spec_part(cfg)  # a missing or empty prompts file is refused here
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     plan = Plan(cfg, model, device, space, workload, objective, url, artifacts, new_study)
-    if local:
+    if _embedded_ray(cfg):  # its one node is this machine
         slots_mod.check_sizes(plan, [_this_machine(device)], "the embedded local Ray")
         slots_mod.check_memory_together(plan, [_this_machine(device)])
     _check_budget(plan)
@@ -122,9 +121,14 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
 def trials_at_once(cfg: StudyConfig) -> int:
     """Trials side by side on this machine: the embedded Ray's `ray.parallel`, at most as many as
     its cores hold at `ray.trial_cpus` each (on a cluster each node is another machine: 1)."""
-    if cfg.ray.address or os.environ.get("RAY_ADDRESS"):
+    if not _embedded_ray(cfg):
         return 1
     return max(1, min(cfg.ray.parallel or 1, (os.cpu_count() or 1) // (cfg.ray.trial_cpus or 1)))
+
+
+def _embedded_ray(cfg: StudyConfig) -> bool:
+    """No cluster named (config or RAY_ADDRESS): the trials run on this machine's embedded Ray."""
+    return not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
 
 
 def _check_budget(plan: Plan) -> None:

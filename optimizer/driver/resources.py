@@ -163,9 +163,7 @@ def ray_resources(plan, params: dict | None = None) -> dict:
 def largest_request(plan, nodes: list[dict] | None = None) -> dict:
     """The biggest trial the space can ask for (every combination of the parallel sizes it may
     pick) that some node of `nodes` holds (None: the biggest of all)."""
-    dims = [d for d in plan.space.dims if d.knob.name in topology.PARALLEL]
-    combos = itertools.product(*[[(d.knob.name, int(c)) for c in d.choices or ()] for d in dims])
-    requests = [trial_request(plan, dict(c)) for c in combos] + [trial_request(plan, {})]
+    requests = [trial_request(plan, c) for c in _parallel_combos(plan)] + [trial_request(plan, {})]
     fitting = [r for r in requests if nodes is None or any(node_slots(n.get("Resources", {}), r) for n in nodes)]
     return max(fitting or requests, key=lambda r: (r.get("GPU", 0.0), r["CPU"]))
 
@@ -227,7 +225,9 @@ def _largest_utilization(plan) -> tuple[float, str]:
     pinned = named_flags([str(a) for a in plan.cfg.engine.extra_args]).get("gpu-memory-utilization")
     if pinned is not None:
         try:
-            return float(pinned if not isinstance(pinned, bool) else "x"), "engine.extra_args"
+            if isinstance(pinned, bool):  # the flag with no value after it
+                raise ValueError(pinned)
+            return float(pinned), "engine.extra_args"
         except ValueError:
             raise ConfigError("engine.extra_args: --gpu-memory-utilization needs a fraction, e.g. 0.4") from None
     found = [(float((plan.cfg.baseline or {}).get("gpu-memory-utilization", DEFAULT_UTILIZATION)), "the baseline")]
@@ -249,7 +249,8 @@ def check_memory_together(plan, nodes: list[dict]) -> None:
         return
     util, where = _largest_utilization(plan)
     cores = int(nodes[0].get("Resources", {}).get("CPU", 1))
-    ranks = max(1, min(cores // slots, max(topology.ranks(dict(c)) for c in _parallel_combos(plan))))
+    base = plan.cfg.baseline or {}
+    ranks = max(1, min(cores // slots, max(topology.ranks({**base, **c}) for c in _parallel_combos(plan))))
     memory = plan.device.memory
     headroom = CPU_HEADROOM + CPU_HEADROOM_SHARE * (memory.machine_total or memory.total)
     usable = memory.available - headroom
@@ -265,8 +266,7 @@ def check_memory_together(plan, nodes: list[dict]) -> None:
                       f"{headroom / GIB:.1f} GiB of it stays free for the machine: {fix}")
 
 
-def _parallel_combos(plan):
-    """Every combination of the parallel sizes the space may pick, over the baseline's."""
+def _parallel_combos(plan) -> list[dict]:
+    """Every combination of the parallel sizes the space may pick ([{}] when it picks none)."""
     dims = [d for d in plan.space.dims if d.knob.name in topology.PARALLEL]
-    base = {k: v for k, v in (plan.cfg.baseline or {}).items() if k in topology.PARALLEL}
-    return [base | dict(c) for c in itertools.product(*[[(d.knob.name, int(c)) for c in d.choices or ()] for d in dims])]
+    return [dict(c) for c in itertools.product(*[[(d.knob.name, int(c)) for c in d.choices or ()] for d in dims])]
