@@ -13,6 +13,7 @@ from optimizer.errors import ConfigError, OptimizerError
 from optimizer.fleet.scaling import for_trial
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import parse_slos
+from optimizer.record import of_trial
 from optimizer.report.capacity import (
     check_inputs,
     describe,
@@ -157,7 +158,7 @@ def _manifests(ns, console, finished, p) -> None:
 
     trial = finished.study.trials[p.measurement.trial]
     rec = recommend(finished.study) if ns.trial is None else None
-    args = list(rec.args) if rec is not None else list(trial.user_attrs.get("vllm_args") or [])
+    args = list(rec.args) if rec is not None else of_trial.vllm_args(trial)
     path = write_manifests(Path(ns.manifests), finished.study, finished.model, args, trial, p.replicas)
     if path is None:
         raise ConfigError(f"--manifests {ns.manifests}: cannot write it; give a writable file path")

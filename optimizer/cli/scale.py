@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.errors import ConfigError
+from optimizer.record import of_trial, remeasured
 
 NAME = "scale"
 BOOTS_VLLM = True
@@ -41,7 +42,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 def main(ns: argparse.Namespace, console) -> int:
     """Measure, print, and store the scaling on the study; raises OptimizerError for bad input."""
     from optimizer.fleet import together  # noqa: PLC0415
-    from optimizer.fleet.scaling import ATTR, scaling_of, with_record  # noqa: PLC0415
+    from optimizer.fleet.scaling import scaling_of, with_record  # noqa: PLC0415
     from optimizer.measure.noise import geomean  # noqa: PLC0415
 
     _check_flags(ns)
@@ -61,7 +62,7 @@ def main(ns: argparse.Namespace, console) -> int:
         return 1
     result = scaling_of(list(runs.one), list(runs.fleet), ns.replicas, number,
                         datetime.date.today().isoformat(), _data_parallel(study, ns.replicas))
-    study.set_user_attr(ATTR, with_record(study, result))
+    remeasured.write_scaling(study, with_record(study, result))
     say(result.describe())
     if result.data_parallel:
         dp = result.data_parallel
@@ -109,7 +110,7 @@ def _what_to_measure(ns):
     number = measurement_from_study(study, ns.trial).trial
     trial = study.trials[number]
     rec = recommend(study) if ns.trial is None else None
-    args = list(rec.args) if rec is not None and rec.trial.number == number else list(trial.user_attrs["vllm_args"])
+    args = list(rec.args) if rec is not None and rec.trial.number == number else of_trial.vllm_args(trial)
     spec = replace(make_spec(number, plan, dict(trial.params), f"scale-{number}"), vllm_args=tuple(args),
                    mode="goodput")
     together.placements(args, ns.replicas)  # refused here, before any boot, when the machine is too small
@@ -134,11 +135,11 @@ def _data_parallel(study, replicas: int) -> dict | None:
 
     best = None
     for t in study.get_trials(deepcopy=False):
-        if t.state.name != "COMPLETE" or "repeat_of" in t.user_attrs:
+        if t.state.name != "COMPLETE" or of_trial.is_repeat(t):
             continue
         p = params_of(t)
         sizes = [int(p.get(k) or 1) for k in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")]
-        rate = (t.user_attrs.get("metrics") or {}).get("goodput_rate")
+        rate = of_trial.metrics(t).get("goodput_rate")
         if sizes == [1, 1, replicas] and rate and (best is None or rate > best["goodput"]):
             best = {"trial": t.number, "goodput": float(rate)}
     return best

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from optimizer.errors import ConfigError
+from optimizer.record import of_study, of_trial
 from optimizer.whatif import architecture, devices
 from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.devices import DeviceSpec
@@ -45,7 +46,7 @@ class WhatIfArgs:
         return total - osl, osl
 
     def serving(self, study, measured) -> Serving:
-        if study is None or measured is None or study.user_attrs.get("device") != "gpu":
+        if study is None or measured is None or of_study.device(study) != "gpu":
             return Serving()
         t = study.trials[measured.measurement.trial]
         from optimizer.whatif.study_calibration import serving_of  # noqa: PLC0415
@@ -56,7 +57,7 @@ class WhatIfArgs:
 def _output_share(study, measured) -> float | None:
     if study is None or measured is None:
         return None
-    metrics = study.trials[measured.measurement.trial].user_attrs.get("metrics") or {}
+    metrics = of_trial.metrics(study.trials[measured.measurement.trial])
     out, total = metrics.get("output_throughput"), metrics.get("total_token_throughput")
     return out / total if out and total else None
 

@@ -47,6 +47,7 @@ from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.study import run
 from optimizer.errors import ConfigError, OptimizerError, first_line
 from optimizer.measure.slo import parse_slos
+from optimizer.record import of_generation, of_study
 from optimizer.report.console import print_report
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.verdict.trials import finished_count
@@ -118,8 +119,8 @@ class Daemon:
     def _as_stamped(self, plan: Plan, attrs: dict) -> Plan:
         """A resumed generation replays the workload it was stamped with, not its trace as it is now
         (a trace appended to since is the same traffic: `_watch` decides that, not a refusal)."""
-        stored = attrs.get("workload_file")
-        if not stored or not Path(stored).exists() or attrs.get("workload_hash") == plan.workload.content_hash():
+        stored = of_study.workload_file(attrs)
+        if not stored or not Path(stored).exists() or of_study.workload_hash(attrs) == plan.workload.content_hash():
             return plan
         workload = read_workload(stored)
         space = space_mod.resolve(plan.cfg, plan.device, plan.model, workload.longest_request(), trials_at_once(plan.cfg))
@@ -131,17 +132,13 @@ class Daemon:
         admitted_notes = list(self._admission)
 
         def on_open(study) -> None:
-            if "generation" in study.user_attrs:
+            if of_generation.has_generation(study):
                 return  # resumed: it keeps what it started with
-            attrs = {"generation": n, "trigger": trigger, "generation_started": time.time(),
-                     "traffic_shape": shape.to_dict(), "previous_study": previous, "warm_start": warm,
-                     "admission": admitted_notes}
-            if source is not None:
-                attrs.update(traffic_source=str(source), traffic_fingerprint=drift.fingerprint(source))
-            if window is not None:
-                attrs.update(production=production_of(window))
-            for key, value in attrs.items():
-                study.set_user_attr(key, value)
+            of_generation.write_generation(
+                study, n=n, trigger=trigger, started=time.time(), shape=shape.to_dict(), previous=previous, warm=warm,
+                admission=admitted_notes, source=str(source) if source is not None else None,
+                fingerprint=drift.fingerprint(source) if source is not None else None,
+                production=production_of(window) if window is not None else None)
         return on_open
 
     # --- the loop ------------------------------------------------------------------------------
@@ -153,7 +150,7 @@ class Daemon:
         n, attrs = latest_generation(self.url, self.cfg.study_name) if self._storage_exists() else (1, {})
         if self._storage_exists():
             self.publisher.restore(study_attrs(self.url), self.cfg.study_name)
-        source = Path(attrs["traffic_source"]) if attrs.get("traffic_source") else newest
+        source = Path(of_generation.traffic_source(attrs)) if of_generation.traffic_source(attrs) else newest
         if source is not None and not source.exists():
             raise ConfigError(f"daemon: the trace {source} of study '{generation_name(self.cfg.study_name, n)}' "
                               "is gone; put it back, or pass --study-name NEW to start over")
@@ -185,7 +182,7 @@ class Daemon:
                     if not handed:
                         self._report(study, plan)
                         self.publisher.publish(study, plan.cfg, plan.model.source, n)
-                    self._seen = study.user_attrs.get("traffic_fingerprint")
+                    self._seen = of_generation.traffic_fingerprint(study)
                     trigger, new_source, warm, next_plan, dropped = self._next_plan(study, plan, source, n)
                     plan, source, previous, n = next_plan, new_source, study.study_name, n + 1
                     warm = [p for p in warm if p in plan.cfg.enqueue]
@@ -246,8 +243,7 @@ class Daemon:
                 return (*run(plan, progress, runstate, on_open), False)
         except shutdown.Handoff:
             study, plan = open_study(plan)
-            study.set_user_attr("ended_early", {"at": time.time(), "why": "; ".join(watch.moved),
-                                                "saturated": watch.saturated})
+            of_generation.write_ended_early(study, time.time(), "; ".join(watch.moved), watch.saturated)
             self.console.print(f"generation {n} ended early for the new traffic: its {finished_count(study)} finished "
                                "trial(s) are kept, the running one was stopped and queued again")
             return study, plan, True
@@ -303,9 +299,9 @@ class Daemon:
 
     def _watch(self, study, plan: Plan, source: Path | None) -> tuple[str, Path | None]:
         """Wait until the traffic changes or the schedule says so; returns (trigger, the trace to tune on)."""
-        shape = (drift.Shape.from_dict(study.user_attrs["traffic_shape"]) if "traffic_shape" in study.user_attrs
-                 else drift.shape_of(plan.workload))
-        started = study.user_attrs.get("generation_started", time.time())
+        stored = of_generation.traffic_shape(study)
+        shape = drift.Shape.from_dict(stored) if stored is not None else drift.shape_of(plan.workload)
+        started = of_generation.started(study, time.time())
         if self.observer is not None:
             return self._watch_live(shape, started, source, self._pending)
         watch = {"source": str(source) if source else None, "last_check": None, "last_change": None}

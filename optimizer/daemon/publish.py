@@ -39,19 +39,19 @@ from optimizer.atomic_file import write_atomic
 from optimizer.http_open import urlopen
 from optimizer.config.flags import random_weights
 from optimizer.config.schema import StudyConfig
+from optimizer.record import of_generation, of_trial
 from optimizer.verdict.confirmed import baseline_trial
 from optimizer.verdict.recommendation import MINIMAL, SINGLE, recommend
 from optimizer.report.verdict_text import gain_text
 from optimizer.report.summary import serve_command, serve_yaml
 
-ATTR = "publish"
 WEBHOOK_TIMEOUT_S = 10.0
 
 
 def _regression_problem(rec, cfg: StudyConfig) -> str | None:
     if not cfg.regression.enabled:
         return None
-    record = rec.trial.user_attrs.get("regression") or {}
+    record = of_trial.regression(rec.trial)
     flip = record.get("flip_rate")
     if flip is None:
         return f"the output-regression gate did not compare its outputs ({record.get('summary', 'no record')})"
@@ -87,7 +87,7 @@ class Decision:
 
 def _same_as_baseline(rec, base) -> Decision | None:
     """The recommendation deploys the baseline's own flags: the baseline won, or every change was put back."""
-    if base is None or tuple(base.user_attrs.get("vllm_args") or ()) != rec.args:
+    if base is None or tuple(of_trial.vllm_args(base)) != rec.args:
         return None
     if rec.source == MINIMAL:
         kept = [r["knob"] for r in rec.rows if r.get("verdict") == "kept"]
@@ -131,12 +131,11 @@ def payload(study, cfg: StudyConfig, model: str, generation: int) -> dict | None
     rec = recommend(study)
     if rec is None:
         return None
-    attrs = study.user_attrs
     return {"study": study.study_name, "generation": generation, "trial": rec.trial.number, "source": rec.source,
             "flags": list(rec.args), "config": serve_yaml(list(rec.args)), "command": serve_command(model, list(rec.args)),
             "objective": cfg.objective.name, "value": rec.value, "runs": len(rec.values), "gain": rec.gain,
-            "traffic": {"source": attrs.get("traffic_source"), "shape": attrs.get("traffic_shape"),
-                        "production": attrs.get("production")}}
+            "traffic": {"source": of_generation.traffic_source(study), "shape": of_generation.traffic_shape(study),
+                        "production": of_generation.production(study)}}
 
 
 def write_config(path: str | Path, config: dict) -> Path:

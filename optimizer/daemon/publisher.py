@@ -14,6 +14,7 @@ from pathlib import Path
 from optimizer.config.daemon_spec import PublishSpec
 from optimizer.config.schema import StudyConfig
 from optimizer.daemon import publish
+from optimizer.record import of_generation
 from optimizer.errors import ConfigError
 from optimizer.verdict.trials import finished_count
 
@@ -29,8 +30,8 @@ class Publisher:
     def restore(self, studies: list[tuple[str, dict]], base: str) -> None:
         """`studies`: (name, user attributes) of the storage; the latest published generation of `base`."""
         ours = re.compile(rf"^{re.escape(base)}(-g\d+)?$")
-        found = [a[publish.ATTR] for name, a in studies
-                 if isinstance(a.get(publish.ATTR), dict) and a[publish.ATTR].get("published") and ours.match(name)]
+        decisions = [(name, of_generation.publish_decision(a)) for name, a in studies]
+        found = [d for name, d in decisions if isinstance(d, dict) and d.get("published") and ours.match(name)]
         if found:
             latest = max(found, key=lambda r: r.get("generation") or 0)
             self._show({"decision": _decision(latest)})
@@ -61,7 +62,7 @@ class Publisher:
         decided (a restarted daemon resuming a finished study) is not published again: a webhook
         may restart a fleet. One that measured more trials since (its n_trials was raised) is
         decided again."""
-        done, trials = study.user_attrs.get(publish.ATTR), finished_count(study)
+        done, trials = of_generation.publish_decision(study), finished_count(study)
         if isinstance(done, dict) and done.get("generation") == generation and done.get("trials", trials) >= trials:
             self._show({"decision": _decision(done)})
             return done
@@ -83,7 +84,7 @@ class Publisher:
                     "decision": decision.as_dict(), "decided_at": record["decided_at"]}
         if self.webhook is not None:
             self.webhook.send(body)
-        study.set_user_attr(publish.ATTR, record)
+        of_generation.write_publish_decision(study, record)
         with self._lock:
             hook = dict(self.webhook.status) if self.webhook is not None else None
         self._show({"decision": _decision(record), **({"webhook": hook} if hook else {})})

@@ -7,6 +7,7 @@ from optimizer.config import space as space_mod
 from optimizer.config.flags import from_cli_args
 from optimizer.driver.plan import Plan, trials_at_once
 from optimizer.errors import ConfigError
+from optimizer.record import of_study
 from optimizer.verdict.recommendation import recommend
 from optimizer.verdict.trials import knobs_of, ranked_feasible
 
@@ -22,7 +23,7 @@ def warm_starts(study, k: int) -> list[dict]:
     out: list[dict] = []
     # The knobs the space asks for: a trial's own draws, and the ones screening held at the
     # baseline's value (not drawn, so not in its params, but part of what it ran).
-    held = set(study.user_attrs.get("screening") or {})
+    held = set(of_study.screening(study) or {})
     if rec is not None:
         ran = from_cli_args(list(rec.args)) if rec.changed_from_trial else knobs_of(rec.trial)
         out.append({name: ran[name] for name in set(rec.trial.params) | held if name in ran})

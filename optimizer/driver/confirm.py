@@ -29,8 +29,9 @@ from optimizer.driver.plan import Plan
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.measure.noise import geomean, ratio, settled
+from optimizer.record import remeasured
 from optimizer.verdict import confirmed
-from optimizer.verdict.confirmed import ATTR, baseline_trial, candidates, decide, noise_of
+from optimizer.verdict.confirmed import baseline_trial, candidates, decide, noise_of
 from optimizer.verdict.trials import knobs_of
 
 
@@ -40,8 +41,8 @@ def remeasure(study: optuna.Study, top: int, repeats: int, measure: Callable[[op
     """Measure each candidate, and the baseline, until it has 1 + `repeats` values or is settled
     (already measurably worse than the leader: module docstring), resuming from the study's record.
     `measure(trial, k)` boots and measures the trial's configuration (None: that run failed)."""
-    record = dict(study.user_attrs.get(ATTR) or {})
-    runs = dict(record.get("runs") or {})
+    record = remeasured.confirmation(study)
+    runs = remeasured.runs(record)
     current = candidates(study, top)
     base = baseline_trial(study)
     if base is not None and (base.state != optuna.trial.TrialState.COMPLETE or not base.value):
@@ -64,11 +65,11 @@ def remeasure(study: optuna.Study, top: int, repeats: int, measure: Callable[[op
             else:
                 entry["values"].append(value)
             on_value(t.number, len(entry["values"]) + entry["failed"] - 1, value)
-            study.set_user_attr(ATTR, {**record, "runs": runs})  # after every run: an interruption loses one
+            remeasured.write_confirmation(study, {**record, "runs": runs})  # after every run: an interruption loses one
     record = {"runs": runs, "repeats": repeats, "top": top, "candidates": names,
               "baseline": base.number if base is not None else None,
               **decide(runs, names, noise_of(study, runs), maximize)}
-    study.set_user_attr(ATTR, record)
+    remeasured.write_confirmation(study, record)
     return record
 
 
@@ -94,7 +95,7 @@ def _baseline_short(study: optuna.Study, repeats: int) -> bool:
     base = baseline_trial(study)
     if base is None or base.state != optuna.trial.TrialState.COMPLETE or not base.value:
         return False
-    entry = ((study.user_attrs.get(ATTR) or {}).get("runs") or {}).get(str(base.number)) or {}
+    entry = remeasured.entry(remeasured.confirmation(study), base.number)
     return not entry.get("settled") and len(entry.get("values") or []) + int(entry.get("failed") or 0) < 1 + repeats
 
 

@@ -16,13 +16,11 @@ from optimizer.config import flags
 from optimizer.config import kv_fit as kvfit
 from optimizer.engine.device import Device, detect
 from optimizer.engine.failures import Failure, kv_too_small_remedy
+from optimizer.record import of_study, of_trial
 from optimizer.trial.spec import TrialResult
 
-CALIBRATION_ATTR = "kv_calibration"
-
-
 def calibration(study: optuna.Study) -> kvfit.Calibration | None:
-    return kvfit.Calibration.from_dict(study.user_attrs.get(CALIBRATION_ATTR))
+    return kvfit.Calibration.from_dict(of_study.kv_calibration(study))
 
 
 def full_params(vllm_args) -> dict:
@@ -69,9 +67,9 @@ def learn(study: optuna.Study, plan, vllm_args, result: TrialResult,
     if found is None:
         return None
     merged = found.merge(calibration(study))
-    study.set_user_attr(CALIBRATION_ATTR, merged.to_dict())
+    of_study.write_kv_calibration(study, merged.to_dict())
     return merged
 
 
 def boots_avoided(study: optuna.Study) -> int:
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("precheck") == "pruned")
+    return sum(1 for t in study.get_trials(deepcopy=False) if of_trial.pruned_by_precheck(t))

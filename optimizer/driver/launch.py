@@ -27,22 +27,20 @@ from optimizer.engine import cpu_cores
 from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
+from optimizer.record import of_study, of_trial
 from optimizer.report import dashboard_notes as dashboard
 from optimizer.verdict.confirmed import baseline_trial
-from optimizer.verdict.screening import RELEASE_AFTER, RELEASED, SCREEN, held, screening, screening_moves
+from optimizer.verdict.screening import RELEASE_AFTER, held, screening, screening_moves
 from optimizer.verdict.trials import COMPLETE, FINISHED, best_feasible, feasible, finished_count, repeat_streak
 from optimizer.engine.failures import Failure
 from optimizer.trial.spec import TrialResult, TrialSpec
-
-
-TOO_BIG = "too_big"  # the `precheck` mark of a trial whose ranks no node holds (the KV precheck's is "pruned")
 
 
 def trial_params(trial: optuna.Trial, plan: Plan, held: set[str] = frozenset()) -> dict:
     """The knobs a trial runs: the baseline's (a screening trial: with its one knob moved), or the
     sampler's draws with the `held` knobs at the baseline's value (verdict/screening.py) and the
     baseline's knobs the space does not search."""
-    if trial.user_attrs.get("baseline") or SCREEN in trial.user_attrs:
+    if of_trial.is_baseline(trial) or of_trial.is_screen(trial):
         fixed = {**baseline_params(plan), **(getattr(trial, "_fixed_params", None) or {})}
         params = space_mod.suggest(trial, plan.space, only=set(fixed))
         return {**fixed, **params}  # baseline knobs outside the space still reach vLLM
@@ -60,26 +58,21 @@ def queue_screening(study: optuna.Study, plan: Plan) -> None:
     Once per study; not in a study the sampler drew for after the baseline's value came (one made
     before screening), though draws started beside the baseline (parallel slots) do not count."""
     trials = study.get_trials(deepcopy=False)
-    if not plan.cfg.search.screen or study.user_attrs.get(QUEUED):
+    if not plan.cfg.search.screen or of_study.screening_queued(study):
         return
     base = _measured_baseline(study)
     if base is None:
         return
-    roles = ("baseline", "enqueued", "retry_of", SCREEN)
-    if any(not any(r in t.user_attrs for r in roles) and t.datetime_start and t.datetime_start > base.datetime_complete
-           for t in trials):
+    if any(not of_trial.queued(t) and t.datetime_start and t.datetime_start > base.datetime_complete for t in trials):
         return
     pending = sum(1 for t in trials if not t.state.is_finished())
     room = plan.cfg.n_trials - finished_count(study) - pending
     if room <= 0:
         return
-    study.set_user_attr(QUEUED, True)  # first: an interruption must not queue the moves twice
+    of_study.mark_screening_queued(study)  # first: an interruption must not queue the moves twice
     fixed = baseline_params(plan)
     for knob, value in screening_moves(fixed, plan.space)[:room]:
-        study.enqueue_trial({**fixed, knob: value}, user_attrs={SCREEN: knob})
-
-
-QUEUED = "screening_queued"
+        of_trial.enqueue_screen(study, {**fixed, knob: value}, knob)
 
 
 def _measured_baseline(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -99,12 +92,12 @@ def _screened(study: optuna.Study, plan: Plan, progress: Progress) -> set[str]:
     """The knobs screening held at the baseline's value; said once when screening is done, and
     once when the sampler has nothing new to try among the others (all released)."""
     found = screening(study)
-    if found is not None and "screening" not in study.user_attrs:
-        study.set_user_attr("screening", found)
+    if found is not None and not of_study.has_screening(study):
+        of_study.write_screening(study, found)
         progress.screened(found, baseline_params(plan))
     kept = held(study)
     if kept and repeat_streak(study, plan.cfg.n_trials) >= RELEASE_AFTER:
-        study.set_user_attr(RELEASED, len(study.trials))
+        of_study.mark_screening_released(study, len(study.trials))
         progress.note(f"the sampler proposed {RELEASE_AFTER} measured configurations in a row among the knobs it "
                       f"moves: from now on it moves the held ones too ({', '.join(sorted(kept))})")
         return set()
@@ -114,8 +107,8 @@ def _screened(study: optuna.Study, plan: Plan, progress: Progress) -> set[str]:
 def spec_for(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:
     # The baseline always runs in full: the gain is measured against it.
     spec = make_spec(trial.number, plan, params, f"trial-{trial.number}",
-                     early_stop=not trial.user_attrs.get("baseline"), best=best, outputs=True)
-    trial.set_user_attr("vllm_args", list(spec.vllm_args))
+                     early_stop=not of_trial.is_baseline(trial), best=best, outputs=True)
+    of_trial.write_vllm_args(trial, spec.vllm_args)
     return spec
 
 
@@ -155,17 +148,11 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     )
 
 
-# What a repeat carries over from the trial it repeats: what was measured and judged, not how
-# the boot went (phases, start-up, host): a repeat never booted.
-REPEAT_COPIED = ("metrics", "server", "slo_excess", "feasible", "value_from_partial_run", "early_stop",
-                 "failure_kind", "evidence", "remedy", "fits_max_model_len")
-
-
 def repeated_trial(study: optuna.Study, vllm_args, number: int) -> optuna.trial.FrozenTrial | None:
     """The first finished trial (COMPLETE or PRUNED, not itself a repeat) that ran exactly `vllm_args`."""
     args = list(vllm_args)
     for t in study.get_trials(deepcopy=False, states=FINISHED):
-        if t.number != number and "repeat_of" not in t.user_attrs and t.user_attrs.get("vllm_args") == args:
+        if t.number != number and not of_trial.is_repeat(t) and of_trial.vllm_args(t) == args:
             return t
     return None
 
@@ -173,11 +160,7 @@ def repeated_trial(study: optuna.Study, vllm_args, number: int) -> optuna.trial.
 def tell_repeat(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.FrozenTrial, budget: int):
     """Tell `trial` the outcome `source` had (its values and constraints, or PRUNED); returns the state.
     `budget` (the n_trials in force) is kept with it: a raised budget starts a new convergence streak."""
-    trial.set_user_attr("repeat_of", source.number)
-    trial.set_user_attr("budget", budget)
-    for key in REPEAT_COPIED:
-        if key in source.user_attrs:
-            trial.set_user_attr(key, source.user_attrs[key])
+    of_trial.mark_repeat(trial, source, budget)  # what it measured and how it was judged, not how it booted
     for key, value in (source.constraints or {}).items():
         trial.set_constraint(key, value)
     if source.state == optuna.trial.TrialState.COMPLETE:
@@ -209,28 +192,28 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
     queue_screening(study, plan)
     trial = study.ask()
     params = trial_params(trial, plan, _screened(study, plan, progress))
-    best = _baseline_value(study) if SCREEN in trial.user_attrs else best_feasible(study, plan.objective)
+    best = _baseline_value(study) if of_trial.is_screen(trial) else best_feasible(study, plan.objective)
     spec = spec_for(trial, plan, params, best)
     slot, cores = bind
     if cores and topology.ranks(params) > 1:  # the slot's cores, one list per rank ('' when too few)
         cores = cpu_cores.rank_cores(cpu_cores.parse_cpu_list(cores), topology.ranks(params)) or cores
     if cores:
         spec = replace(spec, env=spec.env + (("VLLM_CPU_OMP_THREADS_BIND", cores),))
-        trial.set_user_attr("cpu_bind", cores)
-    source = None if trial.user_attrs.get("baseline") else repeated_trial(study, spec.vllm_args, trial.number)
+        of_trial.write_cpu_bind(trial, cores)
+    source = None if of_trial.is_baseline(trial) else repeated_trial(study, spec.vllm_args, trial.number)
     if source is not None:
         state = tell_repeat(study, trial, source, plan.cfg.n_trials)
         progress.repeated(study, trial.number, params, source.number, state)
         return state, None
     position = finished_count(study) + running + 1
-    progress.trial_started(trial.number, position, plan.cfg.n_trials, params, bool(trial.user_attrs.get("baseline")),
-                           trial.user_attrs.get(SCREEN))
+    progress.trial_started(trial.number, position, plan.cfg.n_trials, params, of_trial.is_baseline(trial),
+                           of_trial.screen(trial))
     device = precheck.device_now(plan.cfg.engine.device)  # read once: the prediction and the learning
     estimate = precheck.predict(study, plan, spec.vllm_args, device)
-    trial.set_user_attr("kv_estimate", estimate.to_dict())
+    of_trial.write_kv_estimate(trial, estimate.to_dict())
     too_big = resources.too_big(plan, params)
     if too_big or (plan.cfg.precheck and not estimate.fits):
-        trial.set_user_attr("precheck", TOO_BIG if too_big else "pruned")
+        of_trial.mark_precheck(trial, bool(too_big))
         predicted = (precheck.predicted_result(trial.number, estimate, plan.device.fp8_kv) if not too_big else
                      TrialResult(trial.number, Failure("invalid_config", f"predicted, not booted: {too_big}",
                                                        "lower the parallel sizes, or add a node that has the devices")))

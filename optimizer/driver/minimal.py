@@ -31,9 +31,10 @@ from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.measure.reversion import minimal_change
+from optimizer.record import remeasured
 from optimizer.verdict import confirmed
 from optimizer.verdict.evidence import config_key, evidence
-from optimizer.verdict.recommendation import ATTR, minimal_record
+from optimizer.verdict.recommendation import minimal_record
 from optimizer.verdict.trials import knobs_of
 
 MINIMAL_KEY = CONFIRM_KEY // 2  # board keys of these runs: above any trial number, below confirmation's
@@ -115,11 +116,11 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     """Run the step for the confirmed winner; returns (and stores) its record."""
     number = confirmed.current_winner(study)
     winner = knobs_of(study.trials[number])
-    conf = study.user_attrs[confirmed.ATTR]
+    conf = remeasured.confirmation(study)
     base = confirmed.baseline_trial(study)
     baseline = knobs_of(base) if base is not None else baseline_params(plan)
     back = reversions(winner, baseline, plan)
-    old = study.user_attrs.get(ATTR) or {}
+    old = remeasured.minimal(study)
     record = {"winner": number, "runs": dict(old.get("runs") or {}) if old.get("winner") == number else {}}
     started = time.monotonic() - ((old.get("wall_s") or 0.0) if record["runs"] else 0.0)  # resumed: time so far
     progress.minimizing(number, back, plan.cfg.confirm.minimal_boots)
@@ -131,11 +132,11 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
                             board, progress, runstate, within_slos=True)
 
     def save() -> None:  # after every run: an interruption loses one at most
-        study.set_user_attr(ATTR, copy.deepcopy({**record, "wall_s": time.monotonic() - started}))
+        remeasured.write_minimal(study, copy.deepcopy({**record, "wall_s": time.monotonic() - started}))
 
     runs = _Runs(known, record, boot, save)
-    values = conf["runs"][str(number)]["values"]
-    outcome = minimal_change(winner, baseline, back, values, [e["values"] for e in conf["runs"].values()], runs.measure,
+    values = remeasured.values(conf, number)
+    outcome = minimal_change(winner, baseline, back, values, remeasured.every_values(conf), runs.measure,
                              maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
                              cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted,
                              spent=lambda: sum(len(r) for r in record["runs"].values()),
@@ -151,6 +152,6 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
                   combined=_row(outcome.combined, sources) if outcome.combined else None,
                   final={"knobs": outcome.final, "args": args, "values": outcome.final_values, "dir": where,
                          "metrics": metrics})
-    study.set_user_attr(ATTR, record)
+    remeasured.write_minimal(study, record)
     progress.minimized(record, plan.objective)
     return record

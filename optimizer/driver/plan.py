@@ -20,9 +20,8 @@ from optimizer.config.model_info import ModelInfo, load_model_info
 from optimizer.config.paths import directory_expected
 from optimizer.config.schema import StudyConfig
 from optimizer.driver import resources as slots_mod
-from optimizer.driver.store import record_version
 from optimizer.driver.ray_runtime import check_address, job_working_dir
-from optimizer.driver.store.database import check_storage, normalize_url, open_storage
+from optimizer.driver.store.database import check_storage, check_stored, normalize_url, open_storage
 from optimizer.engine.compile_cache import cache_dir, default_root
 from optimizer.engine.device import Device, detect, gpu_name
 from optimizer.engine import speculative_config as speculation
@@ -33,6 +32,7 @@ from optimizer.errors import ConfigError, OptimizerError
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import parse_slos
 from optimizer.outputs import gate as outputcheck
+from optimizer.record import of_study, version
 from optimizer.trial.rate_search import nominal_rate
 from optimizer.workload import Vocabulary, Workload, build_workload
 from optimizer.workload.materialize import write_workload
@@ -161,7 +161,7 @@ def load_workload(cfg: StudyConfig) -> tuple[ModelInfo, Workload]:
 def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
     """Open (or create) the study; with `new_study`, a study stamped with another workload,
     objective or model is left as it is and a separate one, named after the new stamp, is opened."""
-    record_version.check_stored(plan.storage_url, plan.cfg.study_name)  # refused before a byte is written
+    check_stored(plan.storage_url, plan.cfg.study_name)  # refused before a byte is written
     storage = open_storage(plan.storage_url)
     # Optuna 5 keeps a stored study's direction silently; the stamp check catches an objective change.
     study = optuna.create_study(study_name=plan.cfg.study_name, storage=storage,
@@ -181,11 +181,11 @@ def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
     # said here so a change of Optuna's default cannot change the search (docs/search.md).
     study.sampler = optuna.samplers.TPESampler(seed=plan.cfg.seed + len(study.trials), constant_liar=True,
                                                n_startup_trials=4, multivariate=not plan.objective.multi)
-    if not study.user_attrs.get("workload_hash"):
+    if not of_study.stamped(study):
         _stamp(study, plan)
-    record_version.migrate(study)
-    if study.user_attrs.get("fp8_kv") != plan.device.fp8_kv:  # the driver's CPU now: a study may move
-        study.set_user_attr("fp8_kv", plan.device.fp8_kv)  # whether remedies may suggest an fp8 KV cache
+    version.migrate(study)
+    if of_study.fp8_kv(study) != plan.device.fp8_kv:  # the driver's CPU now: a study may move
+        of_study.write_fp8_kv(study, plan.device.fp8_kv)  # whether remedies may suggest an fp8 KV cache
     return study, plan
 
 
@@ -196,8 +196,7 @@ def objective_stamp(objective) -> str:
 
 
 def _stamp_of(plan: Plan) -> dict:
-    return {"objective": objective_stamp(plan.objective),
-            "workload_hash": plan.workload.content_hash(), "model": plan.model.source}
+    return of_study.identity(objective_stamp(plan.objective), plan.workload.content_hash(), plan.model.source)
 
 
 def _stamp_digest(plan: Plan) -> str:
@@ -206,12 +205,12 @@ def _stamp_digest(plan: Plan) -> str:
 
 def stamp_mismatch(study: optuna.Study, plan: Plan) -> tuple[str, str] | None:
     """A resumed study must measure the same thing: the first stamp key that differs, with its old value."""
-    old = study.user_attrs
-    if not old.get("workload_hash"):
+    if not of_study.stamped(study):
         return None
+    old = of_study.identity_of(study)
     for key, value in _stamp_of(plan).items():
-        if old.get(key) != value:
-            return key, old.get(key)
+        if old[key] != value:
+            return key, old[key]
     return None
 
 
@@ -219,19 +218,16 @@ def _stamp(study: optuna.Study, plan: Plan) -> None:
     """A new study records what it measures, and the file its workload was materialized to.
     `workload_hash` goes last: a study is stamped only once all of it is there."""
     try:
-        study.set_user_attr("workload_file", str(write_workload(plan.workload, plan.artifacts)))
+        of_study.write_workload_file(study, str(write_workload(plan.workload, plan.artifacts)))
     except OptimizerError as exc:  # a full disk: the study still runs (trials get the workload through Ray)
-        study.set_user_attr("workload_file_error", str(exc))
-    study.set_user_attr("workload", plan.workload.description)
-    if plan.workload.notes:
-        study.set_user_attr("workload_notes", list(plan.workload.notes))
-    study.set_user_attr("device", plan.device.kind)
-    study.set_user_attr("vllm_version", installed_vllm() or "")  # the deployment manifests' image (fleet/manifests.py)
-    if plan.device.kind == "gpu" and gpu_name():  # which GPU: what-if calibrates on it (whatif/study_calibration.py)
-        study.set_user_attr("device_name", gpu_name())
-    study.set_user_attr(record_version.RECORD_KEY, record_version.RECORD_VERSION)
-    for key, value in sorted(_stamp_of(plan).items(), key=lambda kv: kv[0] == "workload_hash"):
-        study.set_user_attr(key, value)
+        of_study.write_workload_file_error(study, str(exc))
+    of_study.write_workload(study, plan.workload.description, list(plan.workload.notes))
+    # the vLLM version: the deployment manifests' image (fleet/manifests.py); which GPU: what-if
+    # calibrates on it (whatif/study_calibration.py)
+    of_study.write_device(study, plan.device.kind, installed_vllm() or "",
+                          gpu_name() if plan.device.kind == "gpu" else "")
+    version.stamp(study)
+    of_study.write_identity(study, _stamp_of(plan))
 
 
 def baseline_params(plan: Plan) -> dict:

@@ -30,6 +30,7 @@ from optimizer.driver.store.driver_lock import RunState
 from optimizer.engine import lifeline
 from optimizer.engine.vllm import NOT_READY_STOP_S, group_pids
 from optimizer.errors import first_line
+from optimizer.record import of_trial
 from optimizer.trial import early_stop as earlystop
 from optimizer.trial.spec import lost_trial_result
 
@@ -68,7 +69,7 @@ def poll(running: list[Running], plan: Plan, board, progress: Progress, runstate
                                plan.cfg.early_stop.margin)
         where = note_server(board, n, r.key, runstate, plan)
         if where:
-            r.trial.set_user_attr("server_process", where)
+            of_trial.write_server_process(r.trial, where)
         if r.ref in ready:
             try:
                 result = ray.get(r.ref)

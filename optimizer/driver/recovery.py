@@ -15,7 +15,7 @@ from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.trial_files import is_disk_failure, writable
 from optimizer.errors import OptimizerError
-from optimizer.verdict.screening import SCREEN
+from optimizer.record import of_trial
 
 MAX_CONSECUTIVE_INFRA = 3
 
@@ -26,13 +26,11 @@ DISK_POLL_S = 5
 def queue_again(study: optuna.Study, trial, always: bool = False, reason: str = "") -> bool:
     """Queue a FAIL trial's configuration once more: an infrastructure fault says nothing
     about the configuration. Once per configuration, unless `always` (interrupted runs, a full disk)."""
-    if not always and trial.user_attrs.get("retry_of") is not None:
+    if not always and of_trial.retry_of(trial) is not None:
         return False
-    roles = {k: trial.user_attrs[k] for k in ("baseline", "enqueued", "warm_start", SCREEN) if k in trial.user_attrs}
-    extra = {"retry_reason": reason} if reason else {}
-    ran = flags.from_cli_args(list(trial.user_attrs.get("vllm_args") or []))  # the rounded values it ran with
+    ran = flags.from_cli_args(of_trial.vllm_args(trial))  # the rounded values it ran with
     params = {name: ran.get(name, value) for name, value in trial.params.items()}
-    study.enqueue_trial(params, user_attrs={**roles, "retry_of": trial.number, **extra})
+    of_trial.enqueue_again(study, params, of_trial.roles(trial), trial.number, reason)
     return True
 
 
@@ -43,23 +41,21 @@ def recover(study: optuna.Study, previous: dict | None = None) -> int:
     who = f"pid {previous.get('pid')} on {previous.get('host')}" if previous else "a previous driver"
     lost = (previous or {}).get("storage_lost")
     for t in stale:
-        attrs = {"failure_kind": "infra", "evidence": f"the storage was lost while this trial ran ({lost})" if lost
-                 else f"the driver ({who}) died while this trial ran",
-                 "remedy": "nothing to fix in the configuration: it is queued again"}
-        for key, value in attrs.items():
-            study._storage.set_trial_user_attr(t._trial_id, key, value)
+        of_trial.write_failure_stored(study, t, "infra", f"the storage was lost while this trial ran ({lost})" if lost
+                                      else f"the driver ({who}) died while this trial ran",
+                                      "nothing to fix in the configuration: it is queued again")
         study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        queue_again(study, t, always=t.user_attrs.get("retry_reason") != "driver_lost", reason="driver_lost")
+        queue_again(study, t, always=of_trial.retry_reason(t) != "driver_lost", reason="driver_lost")
     return len(stale)
 
 
 def ensure_baseline(study: optuna.Study, plan: Plan) -> None:
     """Queue the baseline first, then the configured warm starts (once per study)."""
-    if any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
+    if any(of_trial.is_baseline(t) for t in study.get_trials(deepcopy=False)):
         return
-    study.enqueue_trial(baseline_params(plan), user_attrs={"baseline": True})
+    of_trial.enqueue_baseline(study, baseline_params(plan))
     for params in plan.cfg.enqueue:
-        study.enqueue_trial(dict(params), user_attrs={"enqueued": True}, skip_if_exists=True)
+        of_trial.enqueue_configured(study, dict(params))
 
 
 class InfraTally:

@@ -31,6 +31,7 @@ from optimizer.driver.store.trial_files import is_disk_failure, store_trial
 from optimizer.engine.failures import RETRIED, Failure, without_fp8_remedy
 from optimizer.measure import slo
 from optimizer.outputs import gate as outputcheck
+from optimizer.record import of_trial
 from optimizer.report import dashboard_notes as dashboard
 from optimizer.trial.spec import TrialResult
 
@@ -52,32 +53,23 @@ def _clean(value):
 
 def record(trial: optuna.Trial, result: TrialResult) -> None:
     """Store what the trial measured as user attributes."""
-    trial.set_user_attr("phases_s", {k: round(v, 2) for k, v in result.phases.items()})
-    if result.startup.get("steps") or result.startup.get("cpu"):  # the CPU it got: also when it logged nothing
-        trial.set_user_attr("startup", dict(result.startup))
-    if result.replay_cpu:
-        trial.set_user_attr("replay_cpu", dict(result.replay_cpu))
-    trial.set_user_attr("metrics", {k: _clean(result.metrics[k]) for k in METRIC_KEYS if k in result.metrics})
-    if result.server:
-        trial.set_user_attr("server", {k: _clean(v) for k, v in result.server.items()})
-    trial.set_user_attr("host", result.host)
-    trial.set_user_attr("omp_threads", result.omp_threads)
-    if result.stop is not None:
-        trial.set_user_attr("stop", {"port": result.port, "killed": result.stop.killed,
-                                     "leftover_pids": list(result.stop.leftover_pids),
-                                     "port_free": result.stop.port_free})
-    if result.probes:
-        trial.set_user_attr("rate_search", list(result.probes))
-    if result.early_stop:
-        trial.set_user_attr("early_stop", dict(result.early_stop))
-    if result.channel:
-        trial.set_user_attr("driver_channel", dict(result.channel))
+    stop = result.stop
+    of_trial.write_measured(
+        trial, phases={k: round(v, 2) for k, v in result.phases.items()},
+        # the CPU it got: also when it logged nothing
+        startup=dict(result.startup) if result.startup.get("steps") or result.startup.get("cpu") else None,
+        replay_cpu=dict(result.replay_cpu) if result.replay_cpu else None,
+        metrics={k: _clean(result.metrics[k]) for k in METRIC_KEYS if k in result.metrics},
+        server={k: _clean(v) for k, v in result.server.items()} if result.server else None,
+        host=result.host, omp_threads=result.omp_threads,
+        stop=None if stop is None else {"port": result.port, "killed": stop.killed,
+                                        "leftover_pids": list(stop.leftover_pids), "port_free": stop.port_free},
+        rate_search=list(result.probes) if result.probes else None,
+        early_stop=dict(result.early_stop) if result.early_stop else None,
+        channel=dict(result.channel) if result.channel else None)
     if result.failure:
-        trial.set_user_attr("failure_kind", result.failure.kind)
-        trial.set_user_attr("evidence", result.failure.evidence[:1000])
-        trial.set_user_attr("remedy", result.failure.remedy)
-        if result.failure.fits_max_model_len:
-            trial.set_user_attr("fits_max_model_len", result.failure.fits_max_model_len)
+        f = result.failure
+        of_trial.write_failure(trial, f.kind, f.evidence[:1000], f.remedy, f.fits_max_model_len)
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, result: TrialResult,
@@ -122,7 +114,7 @@ def _tell_infeasible(study: optuna.Study, trial: optuna.Trial, result: TrialResu
     learns the region is infeasible, as for a full run that missed), its value from the partial
     run (marked so), never a candidate for best."""
     record(trial, result)
-    trial.set_user_attr("value_from_partial_run", True)
+    of_trial.mark_value_from_partial_run(trial)
     try:
         value = objective.score(result.metrics)
     except ValueError:
@@ -142,15 +134,14 @@ def constrain(trial: optuna.Trial, slos, metrics: dict, lost: str = "") -> None:
             excess[s.key] = max(excess[s.key], 1e-3)
     for key, value in excess.items():
         trial.set_constraint(key, value if math.isfinite(value) else 1e9)
-    trial.set_user_attr("slo_excess", {k: _clean(v) for k, v in excess.items()})
-    trial.set_user_attr("feasible", all(v <= 0 for v in excess.values()))
+    of_trial.write_slo_excess(trial, {k: _clean(v) for k, v in excess.items()}, all(v <= 0 for v in excess.values()))
 
 
 def fleet(trial: optuna.Trial, objective, metrics: dict) -> None:
     """The fleet objective's devices for the peak (`fleet_devices`) and its budget as a constraint."""
     if objective.name != "fleet":
         return
-    trial.set_user_attr("fleet_devices", objective.devices(metrics))
+    of_trial.write_fleet_devices(trial, objective.devices(metrics))
     for key, value in objective.constraints(metrics).items():
         trial.set_constraint(key, value)
 

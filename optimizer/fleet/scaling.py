@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optimizer.measure.noise import geomean, pooled, ratio
+from optimizer.record import remeasured
 
-ATTR = "scaling"
 
 
 @dataclass(frozen=True)
@@ -77,12 +77,12 @@ def scaling_of(one: list[float], fleet: list[float], replicas: int, trial: int, 
 
 def stored(study) -> dict[int, Scaling]:
     """Every scaling measured on the study, by the trial whose flags the replicas ran."""
-    return {int(k): Scaling.from_dict(d) for k, d in (study.user_attrs.get(ATTR) or {}).items()}
+    return {int(k): Scaling.from_dict(d) for k, d in remeasured.scaling(study).items()}
 
 
 def with_record(study, record: Scaling) -> dict:
     """The study's `scaling` attribute with `record` put in (or over) its trial's place."""
-    return {**(study.user_attrs.get(ATTR) or {}), str(record.trial): record.as_dict()}
+    return {**remeasured.scaling(study), str(record.trial): record.as_dict()}
 
 
 def for_trial(study, trial: int) -> Scaling | None:

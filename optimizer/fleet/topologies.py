@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from optimizer.config import topology
 from optimizer.config.flags import from_cli_args
+from optimizer.record import of_trial
 
 TITLE = "Devices for the fleet, per topology"
 HEADERS = ("topology", "devices per replica", "goodput (req/s)", "p95 TTFT (ms)", "replicas", "devices for the peak",
@@ -17,7 +18,7 @@ HEADERS = ("topology", "devices per replica", "goodput (req/s)", "p95 TTFT (ms)"
 
 def params_of(t) -> dict:
     """A trial's knobs: the flags it ran, its sampled parameters over them."""
-    return {**from_cli_args([str(a) for a in t.user_attrs.get("vllm_args") or []]), **t.params}
+    return {**from_cli_args([str(a) for a in of_trial.vllm_args(t)]), **t.params}
 
 
 def rows(trials, objective) -> list[list[str]]:
@@ -27,14 +28,14 @@ def rows(trials, objective) -> list[list[str]]:
     best: dict[str, tuple] = {}
     skipped: dict[str, str] = {}
     for t in trials:
-        if "repeat_of" in t.user_attrs:
+        if of_trial.is_repeat(t):
             continue
         params = params_of(t)
         label = topology.label(params)
-        m = t.user_attrs.get("metrics") or {}
+        m = of_trial.metrics(t)
         if t.state.name != "COMPLETE" or "goodput_rate" not in m:
-            evidence = str(t.user_attrs.get("evidence") or "")
-            if t.user_attrs.get("precheck") == "too_big":  # its ranks fit no node: pruned before its boot
+            evidence = of_trial.evidence(t)
+            if of_trial.too_big(t):  # its ranks fit no node: pruned before its boot
                 skipped[label] = evidence.removeprefix("predicted, not booted: ")
             continue
         devices = objective.devices(m)

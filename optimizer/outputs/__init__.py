@@ -2,5 +2,5 @@
 fixed prompts greedily and compares; gate.py is the study's gate (a trial whose outputs flip
 too often is pruned as output_changed).
 
-Imports: engine, errors, shutdown. No optuna or ray.
+Imports: engine, record (the reference answers, each trial's comparison), errors, shutdown. No optuna or ray.
 """

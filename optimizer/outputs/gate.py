@@ -28,8 +28,7 @@ from optimizer.engine import speculative_config as speculation
 from optimizer.outputs import compare as regression
 from optimizer.outputs import speculation_check
 from optimizer.outputs.speculation_check import split
-
-REFERENCE = "regression_reference"  # study user attribute: the baseline's answers
+from optimizer.record import of_study, of_trial
 
 
 def prompt_set(spec) -> tuple[str, ...]:
@@ -72,34 +71,34 @@ def gate(study, trial, result, cfg):
     if not r.enabled or result.failure is not None:
         return result
     if result.outputs_error or not result.outputs:
-        trial.set_user_attr("regression", {"summary": f"not checked: {result.outputs_error or 'no outputs'}"})
+        of_trial.write_regression(trial, {"summary": f"not checked: {result.outputs_error or 'no outputs'}"})
         return result
     asked = asked_for(cfg)
-    if trial.user_attrs.get("baseline"):
-        study.set_user_attr(REFERENCE, {"trial": trial.number, "outputs": list(result.outputs), **asked})
+    if of_trial.is_baseline(trial):
+        of_study.write_regression_reference(study, trial.number, result.outputs, asked)
         if r.max_flip_rate is not None:
-            study.set_user_attr("max_flip_rate", r.max_flip_rate)  # diagnosis.Context reads it
-        trial.set_user_attr("regression", {"summary": "the reference: the other trials' outputs are compared with these"})
+            of_study.write_max_flip_rate(study, r.max_flip_rate)  # diagnosis.Context reads it
+        of_trial.write_regression(trial, {"summary": "the reference: the other trials' outputs are compared with these"})
         return result
-    reference = study.user_attrs.get(REFERENCE)
+    reference = of_study.regression_reference(study)
     if not reference:
-        trial.set_user_attr("regression", {"summary": "not compared: the baseline's outputs are not recorded (it "
-                                                      "did not finish first, failed, or ran before the check was on)"})
+        of_trial.write_regression(trial, {"summary": "not compared: the baseline's outputs are not recorded (it "
+                                                     "did not finish first, failed, or ran before the check was on)"})
         return result
     if any(reference.get(k, 1 if k == "batch" else None) != v for k, v in asked.items()):  # no batch: alone only
-        trial.set_user_attr("regression", {"summary": "not compared: the baseline answered another prompt set, "
-                                                      "max_tokens, top_k or batch (the config's regression section "
-                                                      "or the searched knobs changed)"})
+        of_trial.write_regression(trial, {"summary": "not compared: the baseline answered another prompt set, "
+                                                     "max_tokens, top_k or batch (the config's regression section "
+                                                     "or the searched knobs changed)"})
         return result
     try:
         record, rate, summary = _compared([regression.Output.from_dict(o) for o in reference["outputs"]],
                                           [regression.Output.from_dict(o) for o in result.outputs],
                                           speculating(trial.params))
     except ValueError as exc:  # another prompt set than the reference's (the config changed)
-        trial.set_user_attr("regression", {"summary": f"not compared: {exc}"})
+        of_trial.write_regression(trial, {"summary": f"not compared: {exc}"})
         return result
-    trial.set_user_attr("regression", {**record, "summary": summary, "reference_trial": reference["trial"],
-                                       "max_flip_rate": r.max_flip_rate})
+    of_trial.write_regression(trial, {**record, "summary": summary, "reference_trial": reference["trial"],
+                                      "max_flip_rate": r.max_flip_rate})
     if r.max_flip_rate is not None and rate > r.max_flip_rate:
         return replace(result, failure=Failure(
             "output_changed", f"vs trial {reference['trial']}: {summary}"[:1000],
@@ -133,8 +132,8 @@ def hold_launches(study, cfg, running_trials) -> bool:
     """With a maximum flip rate, no trial starts beside the baseline while its answers (the reference)
     are pending: a trial compared with nothing could become the best unchecked."""
     r = cfg.regression
-    return bool(r.enabled and r.max_flip_rate is not None and REFERENCE not in study.user_attrs
-                and any(t.user_attrs.get("baseline") for t in running_trials))
+    return bool(r.enabled and r.max_flip_rate is not None and not of_study.has_regression_reference(study)
+                and any(of_trial.is_baseline(t) for t in running_trials))
 
 
 # ---- python -m optimizer regress ---------------------------------------------------------------

@@ -3,6 +3,6 @@ and its pictures, what the study says in words (verdict_text), diagnosis in oper
 capacity plan, one-knob sensitivity, notes for optuna-dashboard. What the study says is decided
 in verdict/.
 
-Imports: verdict, config, measure, engine (its names and parsers), errors; optuna (it reads studies).
+Imports: verdict, config, measure, engine (its names and parsers), record, errors; optuna (it reads studies).
 Never driver/, trial/ or ray.
 """

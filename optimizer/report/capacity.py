@@ -36,6 +36,7 @@ from optimizer.errors import ConfigError
 from optimizer.fleet.scaling import Scaling, for_trial
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.record import of_study, of_trial, remeasured
 from optimizer.verdict import confirmed
 from optimizer.verdict.recommendation import recommend
 
@@ -198,12 +199,12 @@ def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
     trial = _pick(study, trial_number)
     rec = recommend(study) if trial_number is None else None
     own = bool(rec is not None and rec.changed_from_trial and rec.metrics)  # the minimal change's own run
-    metrics = rec.metrics if own else trial.user_attrs.get("metrics") or {}
+    metrics = rec.metrics if own else of_trial.metrics(trial)
     total, requests = _positive(metrics, "total_token_throughput"), _positive(metrics, "request_throughput")
     if total is None or requests is None:
         raise ConfigError(f"trial {trial.number} recorded no total_token_throughput and request_throughput: "
                           "nothing to plan on; name a trial that measured them with --trial N")
-    objective = (study.user_attrs.get("objective") or "").partition(" slos ")
+    objective = of_study.objective(study).partition(" slos ")
     study_slos = objective[2]
     if "goodput_rate" in metrics:
         metric, value, unit = "goodput_rate", _positive(metrics, "goodput_rate"), "req/s"
@@ -223,9 +224,9 @@ def measurement_from_study(study: optuna.Study, trial_number: int | None = None,
         bounded = True
     value, runs, other_runs = (value, 1, 0) if own else _remeasured(study, trial, value,
                                                                      objective[0].partition(":")[2])
-    tp, gpus = parallel_sizes(list(rec.args) if own else list(trial.user_attrs.get("vllm_args") or []), trial.params)
+    tp, gpus = parallel_sizes(list(rec.args) if own else of_trial.vllm_args(trial), trial.params)
     return Measurement(trial.number, metric, value, unit, total / requests, bounded, text, tp, gpus, runs,
-                       other_runs, str(study.user_attrs.get("device") or ""),
+                       other_runs, of_study.device(study),
                        objective[0].partition(":")[2].split(" ")[0] or "latency")
 
 
@@ -277,7 +278,7 @@ def _remeasured(study: optuna.Study, trial: optuna.trial.FrozenTrial, value: flo
                 objective_metric: str) -> tuple[float, int, int]:
     """`value` scaled to the trial's re-measured mean (driver/confirm.py), the runs behind it, and the
     re-measured runs of a latency objective (they say nothing about the rate: not used, but counted)."""
-    ci = (confirmed.stored(study).get("intervals") or {}).get(str(trial.number))
+    ci = remeasured.interval(confirmed.stored(study), trial.number)
     runs = int((ci or {}).get("n") or 1)
     if not ci or runs < 2 or not trial.value:
         return value, 1, 0
@@ -310,9 +311,9 @@ def topology_plans(study: optuna.Study, slos: tuple[Slo, ...], peak_qps: float, 
     a `--slo` it missed) is left out."""
     best: dict[str, tuple] = {}
     for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
-        if "repeat_of" in t.user_attrs:
+        if of_trial.is_repeat(t):
             continue
-        given = named_flags([str(a) for a in t.user_attrs.get("vllm_args") or []])
+        given = named_flags([str(a) for a in of_trial.vllm_args(t)])
         sizes = {name: given.get(name, t.params.get(name, 1)) for name in PARALLEL_SHORT.values()}
         label = topology.label({k: int(v) for k, v in sizes.items()})
         try:
@@ -322,7 +323,7 @@ def topology_plans(study: optuna.Study, slos: tuple[Slo, ...], peak_qps: float, 
             continue
         key = (p.gpus, -p.measurement.value)
         if label not in best or key < best[label][0]:
-            best[label] = (key, p, _slo_room(slos or study_slos, t.user_attrs.get("metrics") or {}))
+            best[label] = (key, p, _slo_room(slos or study_slos, of_trial.metrics(t)))
     return [(label, p, room) for label, (_, p, room) in sorted(best.items(), key=lambda kv: kv[1][0])]
 
 

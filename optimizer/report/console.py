@@ -16,6 +16,7 @@ from rich.table import Table
 
 from optimizer.fleet import topologies
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.record import of_trial, remeasured
 from optimizer.report.production import CAVEAT, production_table
 from optimizer.report.verdict_text import attribution, gain_text, range_text, verdict_phrase
 from optimizer.report.startup import startup_text, startup_totals
@@ -67,9 +68,8 @@ def _trials_table(study: optuna.Study, objective) -> Table:
 
 
 def _trial_row(t: optuna.trial.FrozenTrial) -> list[str]:
-    a = t.user_attrs
-    failure = a.get("failure_kind", "") + (" (predicted)" if a.get("precheck") == "pruned" else "")
-    role = f"repeat of {a['repeat_of']}" if "repeat_of" in a else "baseline" if a.get("baseline") else ""
+    failure = of_trial.failure_kind(t) + (" (predicted)" if of_trial.pruned_by_precheck(t) else "")
+    role = f"repeat of {of_trial.repeat_of(t)}" if of_trial.is_repeat(t) else "baseline" if of_trial.is_baseline(t) else ""
     knobs = "\n".join(fmt_params({k: v}) for k, v in knobs_of(t).items()) or fmt_params({})
     return [str(t.number), role, t.state.name, knobs, " ".join(x for x in (_value(t), failure.strip()) if x)]
 
@@ -90,7 +90,7 @@ def _print_front(s: Summary, model: str, objective, console: Console) -> None:
     console.print(f"[bold]Pareto front[/] ({' / '.join(objective.metric.split(','))}): {len(s.front)} trial(s), "
                   "none beats another on both")
     for t in sorted(s.front, key=lambda t: -t.values[0]):
-        console.print(f"  trial {t.number}: {_value(t)} -> {serve_command(model, list(t.user_attrs.get('vllm_args', [])))}")
+        console.print(f"  trial {t.number}: {_value(t)} -> {serve_command(model, of_trial.vllm_args(t))}")
     console.print(f"written to {s.yaml_path}; pick the point whose latency you can live with" if s.yaml_path
                   else "[red]pareto_front.yaml not written[/]: the artifacts disk refused it")
 
@@ -101,7 +101,7 @@ def _print_best(s: Summary, objective, console: Console) -> None:
     origin = f"trial {s.best.number}" + (" with the knobs that had no effect put back" if rec.changed_from_trial else "")
     console.print(f"[bold]Recommended ({rec.source}): {origin}[/], {objective.metric} = {rec.value:.2f} "
                   f"{objective.unit} ({runs})" + (f"; SLOs {describe_slos(objective.slos)} hold" if objective.slos else ""))
-    ci = (s.confirmation.get("intervals") or {}).get(str(s.best.number))
+    ci = remeasured.interval(s.confirmation, s.best.number)
     if ci and ci.get("low") is not None:
         console.print(f"  trial {s.best.number} re-measured: {ci['mean']:.2f} {objective.unit} over {ci['n']} "
                       f"run(s), {range_text(ci)}; {verdict_phrase(s.confirmation)}")
@@ -118,9 +118,9 @@ def _print_best(s: Summary, objective, console: Console) -> None:
 def _print_gain(s: Summary, objective, console: Console) -> None:
     if s.baseline is None or s.baseline.state != COMPLETE:
         if s.baseline is not None and s.baseline.state == optuna.trial.TrialState.PRUNED:
-            console.print(f"Baseline could not be measured ({s.baseline.user_attrs.get('failure_kind')}): "
+            console.print(f"Baseline could not be measured ({of_trial.failure_kind(s.baseline)}): "
                           "no gain to report. That is itself a finding: your current configuration "
-                          f"fails here. Remedy: {s.baseline.user_attrs.get('remedy')}")
+                          f"fails here. Remedy: {of_trial.remedy(s.baseline)}")
         else:
             console.print("Baseline not measured yet (it failed for reasons outside the configuration "
                           "or did not run): no gain to report; re-run to measure it.")

@@ -23,6 +23,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna_dashboard import save_note
 
 from optimizer.errors import first_line
+from optimizer.record import of_trial
 from optimizer.report import speculation
 from optimizer.report.verdict_text import attribution, gain_text
 from optimizer.verdict.trials import knobs_of
@@ -58,31 +59,30 @@ def upload_trial_files(trial: optuna.Trial, trial_dir: Path, artifacts_dir: str 
 
 def note_text(t: optuna.trial.FrozenTrial, metric: str, unit: str, diagnosis=None) -> str:
     """The trial's note in Markdown: what ran, what it measured, why it failed and what to do."""
-    role = " (baseline)" if t.user_attrs.get("baseline") else ""
-    kind = t.user_attrs.get("failure_kind")
+    role = " (baseline)" if of_trial.is_baseline(t) else ""
+    kind = of_trial.failure_kind(t)
     head = f"## Trial {t.number}{role}: {t.state.name}" + (f", `{kind}`" if kind else "")
-    args = list(t.user_attrs.get("vllm_args", []))
+    args = of_trial.vllm_args(t)
     knobs = knobs_of(t)
     lines = [head, "", "**Configuration**: " + (" ".join(f"`{k}={v}`" for k, v in knobs.items()) or "vLLM defaults")]
     if t.values is not None:
-        feasible = t.user_attrs.get("feasible")
+        feasible = of_trial.marked_feasible(t)
         value = " / ".join(f"{v:.4g}" for v in t.values)
         lines.append(f"**{metric}**: {value} {unit}" + ("" if feasible is not False else " (SLOs missed)"))
-    metrics = t.user_attrs.get("metrics") or {}
+    metrics = of_trial.metrics(t)
     rows = [f"| {label} | {metrics[key]:.4g} {u} |" for key, label, u in HEADLINE
             if isinstance(metrics.get(key), (int, float))]
     if rows:
         lines += ["", "| metric | value |", "|---|---|", *rows]
-    spec = speculation.note_line(t.user_attrs.get("server") or {})
+    spec = speculation.note_line(of_trial.server(t))
     if spec:
         lines += ["", f"**Speculation**: {spec}"]
     if kind:
-        lines += ["", f"**Failure**: `{kind}`: {_quote(t.user_attrs.get('evidence', ''))}",
-                  f"**Remedy**: {t.user_attrs.get('remedy', '')}"]
+        lines += ["", f"**Failure**: `{kind}`: {_quote(of_trial.evidence(t))}", f"**Remedy**: {of_trial.remedy(t)}"]
     if diagnosis is not None:
         lines += ["", f"**Diagnosis** ({diagnosis.kind}): {diagnosis.cause}", f"**Do**: {diagnosis.remedy}"]
-    if t.user_attrs.get("regression"):
-        lines += ["", f"**Outputs vs baseline**: {t.user_attrs['regression'].get('summary', '')}"]
+    if of_trial.regression(t):
+        lines += ["", f"**Outputs vs baseline**: {of_trial.regression(t).get('summary', '')}"]
     lines += ["", "Files: " + ", ".join(TRIAL_FILES) + " (artifacts below; also in "
               f"`artifacts/<study>/trial-{t.number}/`)", "", "`vllm serve MODEL " + shlex.join(args) + "`"]
     return "\n".join(lines) + "\n"

@@ -44,6 +44,7 @@ from typing import Callable
 
 import optuna
 
+from optimizer.record import of_study, of_trial
 from optimizer.report.diagnosis_evidence import (
     _Facts,
     _float,
@@ -123,15 +124,15 @@ def context_of(study: optuna.Study) -> Context:
     """The study's best feasible value (Optuna's rule: constraints <= 0), direction, objective
     metric (from its `objective` stamp, 'name:metric ...') and `max_flip_rate` if recorded."""
     direction = "maximize" if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else "minimize"
-    stamp = str(study.user_attrs.get("objective", ""))
+    stamp = of_study.objective(study)
     metric = stamp.split(" ", 1)[0].partition(":")[2] or "value"
     best = None
     if len(study.directions) == 1:
         values = [t.value for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
                   if t.value is not None and all(c <= 0 for c in (t.constraints or {}).values())]
         best = (max if direction == "maximize" else min)(values) if values else None
-    return Context(best, direction, metric, _float(study.user_attrs.get("max_flip_rate")),
-                   study.user_attrs.get("fp8_kv", True) is not False, prefix_hits_without_speculation(study))
+    return Context(best, direction, metric, _float(of_study.max_flip_rate(study)),
+                   of_study.fp8_kv(study) is not False, prefix_hits_without_speculation(study))
 
 
 def diagnose(trial: optuna.trial.FrozenTrial, context: Context) -> Diagnosis | None:
@@ -160,7 +161,7 @@ class _Rule:
 
 
 def _output_changed(f: _Facts, ctx: Context) -> _Found | None:
-    reg = f.attrs.get("regression") or {}
+    reg = of_trial.regression(f.attrs)
     rate = _float(reg.get("flip_rate"))
     limit = next((x for x in (ctx.max_flip_rate, _float(reg.get("max_flip_rate"))) if x is not None),
                  DEFAULT_MAX_FLIP_RATE)
@@ -216,7 +217,7 @@ def _recorded(kind: str, lead: str | Callable[[_Facts], str]) -> _Rule:
 def _early_stopped(f: _Facts, ctx: Context) -> _Found | None:
     if f.failure != "early_stopped":
         return None
-    early = f.attrs.get("early_stop") or {}
+    early = of_trial.early_stop(f.attrs)
     when = (f" after {early['finished']} of {early['planned']} requests"
             if {"finished", "planned"} <= early.keys() else "")
     lead = "cut short" if early.get("by") == "slo" else "not a fault: cut short"
@@ -270,7 +271,7 @@ _SLO = re.compile(r"^(ttft|tpot|itl|e2el)_p(\d+)$")
 
 
 def _slo_missed(f: _Facts, ctx: Context) -> _Found | None:
-    excess = f.attrs.get("slo_excess") or {}
+    excess = of_trial.slo_excess(f.attrs)
     missed = {k: v for k, v in excess.items() if v is None or v > 0}
     if f.state != COMPLETE or not missed:
         return None
@@ -278,11 +279,10 @@ def _slo_missed(f: _Facts, ctx: Context) -> _Found | None:
     words, remedy = _slo_words(f, worst[0], missed[worst[0]])
     if worst[1:]:
         words += f" ({', '.join(_slo_name(k) for k in worst[1:])} missed too)"
-    if f.attrs.get("value_from_partial_run"):
+    if of_trial.value_from_partial_run(f.attrs):
         words += "; the run was cut once it could not recover"
-    evidence = f"slo_excess {excess}" + (f"; early stop: {f.attrs['early_stop'].get('reason', '')}"
-                                         if f.attrs.get("early_stop") else "")
-    return _Found(words, remedy, evidence)
+    early = of_trial.early_stop(f.attrs)
+    return _Found(words, remedy, f"slo_excess {excess}" + (f"; early stop: {early.get('reason', '')}" if early else ""))
 
 
 def _slo_name(key: str) -> str:
@@ -349,7 +349,7 @@ def _prefix_fall(f: _Facts, ctx: Context) -> str:
 
 def _light_load(f: _Facts, ctx: Context) -> _Found | None:
     cap, running, kv = f.max_num_seqs, f.get("running_peak"), f.get("kv_cache_usage_peak")
-    if f.state != COMPLETE or f.attrs.get("rate_search") or cap is None or running is None or kv is None:
+    if f.state != COMPLETE or of_trial.rate_search(f.attrs) or cap is None or running is None or kv is None:
         return None  # a goodput search picks the rate itself: its load is what the SLOs allow
     if running > LIGHT_RUNNING_SHARE * cap or kv >= LIGHT_KV or _queued(f):
         return None

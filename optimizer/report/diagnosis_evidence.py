@@ -27,6 +27,7 @@ from typing import NamedTuple
 import optuna
 
 from optimizer.config.flags import from_cli_args
+from optimizer.record import of_trial
 
 GIB = 1024 ** 3
 
@@ -49,11 +50,10 @@ class _Facts:
 
     @classmethod
     def of(cls, t: optuna.trial.FrozenTrial) -> _Facts:
-        a = t.user_attrs
-        args = [str(x) for x in a.get("vllm_args") or []]
-        return cls(t.number, t.state, t.values[0] if t.values else None, a.get("failure_kind", ""),
-                   a.get("evidence", ""), a.get("remedy", ""), {**t.params, **from_cli_args(args)},
-                   tuple(t.params), a.get("metrics") or {}, a.get("server") or {}, a)
+        args = [str(x) for x in of_trial.vllm_args(t)]
+        return cls(t.number, t.state, t.values[0] if t.values else None, of_trial.failure_kind(t),
+                   of_trial.evidence(t), of_trial.remedy(t), {**t.params, **from_cli_args(args)},
+                   tuple(t.params), of_trial.metrics(t), of_trial.server(t), of_trial.all_attrs(t))
 
     def knob(self, name: str) -> str:
         """'max-num-seqs 16' (or just the name when the trial left it at vLLM's default)."""
@@ -76,11 +76,11 @@ class _Facts:
     @property
     def under_load(self) -> bool:
         """It got as far as the measured replay (trial/task.py records replay_s only then)."""
-        return "replay_s" in (self.attrs.get("phases_s") or {})
+        return "replay_s" in of_trial.phases(self.attrs)
 
     @property
     def predicted(self) -> bool:
-        return self.attrs.get("precheck") == "pruned"
+        return of_trial.pruned_by_precheck(self.attrs)
 
     def server_evidence(self, *keys: str) -> str:
         shown = [f"{k}={_n(self.get(k))}" for k in keys if self.get(k) is not None]
@@ -205,7 +205,7 @@ def _flag(value) -> str:
 def prefix_hits_without_speculation(study: optuna.Study) -> float | None:
     """The median prefix-cache hit rate of the measured trials that drafted nothing (None: no such trial)."""
     rates = sorted(rate for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                   if "spec_acceptance" not in (server := t.user_attrs.get("server") or {})
+                   if "spec_acceptance" not in (server := of_trial.server(t))
                    and (rate := _float(server.get("prefix_cache_hit_rate"))) is not None)
     return rates[len(rates) // 2] if rates else None
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import optuna
 
 from optimizer.measure.metrics import percentile
+from optimizer.record import of_trial
 from optimizer.report import startup
 from optimizer.report import summary as rep
 from optimizer.report.summary import fmt_params
@@ -102,7 +103,7 @@ def _tradeoff(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
 
     pts = []
     for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
-        m = t.user_attrs.get("metrics") or {}
+        m = of_trial.metrics(t)
         x, y = m.get("ttft_ms_p95"), m.get("output_throughput")
         if finite(x) and finite(y):
             pts.append((t, float(x), float(y)))
@@ -125,7 +126,7 @@ def _tradeoff(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
                                    hovertext=[_hover(pts[i][0]) for i in idx]))
     for i in front:
         ax.annotate(f"#{pts[i][0].number}", (pts[i][1], pts[i][2]), textcoords="offset points", xytext=(5, 5))
-    base = [p for p in pts if p[0].user_attrs.get("baseline")]
+    base = [p for p in pts if of_trial.is_baseline(p[0])]
     if base:
         t, x, y = base[0]
         ax.scatter([x], [y], marker="*", s=220, color="black", label=f"baseline #{t.number}", zorder=3)
@@ -236,13 +237,13 @@ def _startup(study: optuna.Study, s: rep.Summary, artifacts: Path) -> dict:
     if not booted:
         return {"note": "Start-up: no trial's server log was read (none booted, or the logs predate the breakdown)."}
     labels = [f"#{t.number}" + {"hit": " (cache hit)", "reload_failed": " (cache reload failed)"}.get(
-        t.user_attrs["startup"].get("compile_cache"), "") for t in booted]
+        of_trial.startup(t).get("compile_cache"), "") for t in booted]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(booted) + 1.5))
     fig_i = go.Figure()
     left = [0.0] * len(booted)
     for step, color in STEP_COLORS.items():
-        widths = [t.user_attrs["startup"]["steps"].get(step, 0.0) for t in booted]
+        widths = [of_trial.startup(t)["steps"].get(step, 0.0) for t in booted]
         if not any(widths):
             continue
         name = step.replace("_", " ")

@@ -7,6 +7,7 @@ load: a reference for the order of magnitude, not a ratio to read a gain from.
 from __future__ import annotations
 
 from optimizer.verdict.confirmed import baseline_trial
+from optimizer.record import of_generation, of_trial
 
 CAVEAT = ("Production's numbers come from the watched servers' own histograms (within a bucket's width), on "
           "other machines under other load: a reference, not a measurement to compare ratios with.")
@@ -22,11 +23,11 @@ def _ms(value) -> str:
 def production_table(study) -> tuple[str, list[list[str]], str] | None:
     """(a one-line title, rows [quantity, production, baseline trial], the flags line), or None
     when the study was not tuned on live traffic."""
-    prod = study.user_attrs.get("production")
+    prod = of_generation.production(study)
     if not isinstance(prod, dict) or not prod.get("latencies"):
         return None
     base = baseline_trial(study)
-    metrics = (base.user_attrs.get("metrics") or {}) if base is not None else {}
+    metrics = of_trial.metrics(base) if base is not None else {}
     rows = [[label, _ms(prod["latencies"].get(key)), _ms(metrics.get(mine))] for label, key, mine in ROWS
             if prod["latencies"].get(key) is not None]
     title = (f"Production ({prod.get('requests', 0):.0f} requests at {prod.get('rate', 0):.2f} req/s) beside the "

@@ -24,10 +24,10 @@ from optimizer.verdict.screening import moved
 from optimizer.config.space import SearchSpace, active
 from optimizer.errors import ConfigError
 from optimizer.measure.noise import Estimate, estimate, pooled
+from optimizer.record import remeasured
 from optimizer.verdict.recommendation import recommend
 from optimizer.verdict.trials import knobs_of
 
-ATTR = "sensitivity"
 KEY = 2_000_000  # board keys of these runs: no trial or confirmation reaches them
 
 
@@ -116,15 +116,14 @@ def run(study: optuna.Study, plan, progress, measure, prepared, repeats: int = 0
         if value is not None:
             values.append(value)
         progress.console.print(f"  best again: {value if value is None else round(value, 2)}")
-    others = ((study.user_attrs.get("confirmation") or {}).get("runs") or {})
-    noise = band(values, [e.get("values") or [] for n, e in others.items() if n != str(best.number)])
+    noise = band(values, remeasured.every_values(remeasured.confirmation(study), but=best.number))
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     record = []
     for i, (name, old, new) in enumerate(planned):
         value = measure({**base, name: new}, KEY + 100 + i, f"sensitivity/{name}")
         record.append({**effect(name, old, new, value, noise, maximize), "trial": best.number})
         progress.console.print(f"  {name} {old} -> {new}: {describe(record[-1], plan.objective.unit)}")
-        study.set_user_attr(ATTR, record)
+        remeasured.write_sensitivity(study, record)
     return record
 
 

@@ -11,6 +11,7 @@ import json
 import optuna
 
 from optimizer.engine.speculative_config import KNOB, OFF, given
+from optimizer.record import of_trial
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -42,7 +43,7 @@ def by_position(server: dict) -> list[float]:
 
 def method_of(t: optuna.trial.FrozenTrial) -> str:
     """'ngram, 4 tokens, lookup 2-4' for a trial's speculative config; 'off' when it had none."""
-    text = t.params.get(KNOB) or given([str(a) for a in t.user_attrs.get("vllm_args") or []]) or OFF
+    text = t.params.get(KNOB) or given([str(a) for a in of_trial.vllm_args(t)]) or OFF
     if text == OFF:
         return OFF
     try:
@@ -63,12 +64,12 @@ def method_of(t: optuna.trial.FrozenTrial) -> str:
 
 def rows(study: optuna.Study) -> list[list[str]]:
     """The report's table, one row per measured trial, when any trial drafted tokens; [] otherwise."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,)) if "repeat_of" not in t.user_attrs]
-    if not any("spec_acceptance" in (t.user_attrs.get("server") or {}) for t in done):
+    done = [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,)) if not of_trial.is_repeat(t)]
+    if not any("spec_acceptance" in of_trial.server(t) for t in done):
         return []
     out = []
     for t in done:
-        server = t.user_attrs.get("server") or {}
+        server = of_trial.server(t)
         value = f"{t.values[0]:.4g}" if t.values else "-"
         acc = server.get("spec_acceptance")
         length = server.get("spec_mean_accepted_length")

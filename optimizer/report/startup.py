@@ -8,19 +8,20 @@ from __future__ import annotations
 from collections import Counter
 
 from optimizer.engine.startup_log import STEPS
+from optimizer.record import of_trial
 
 CACHE_WORDS = {"hit": "hit", "miss": "missed", "reload_failed": "failed to load"}
 
 
 def booted(trials) -> list:
     """The trials whose start-up was read from their server's log."""
-    return [t for t in trials if (t.user_attrs.get("startup") or {}).get("steps")]
+    return [t for t in trials if of_trial.startup(t).get("steps")]
 
 
 def startup_totals(trials) -> dict | None:
     """{"boots", "seconds", "steps": step -> seconds, "cache": state -> boots} over the trials whose
     start-up was read; None when none was."""
-    read = [t.user_attrs["startup"] for t in booted(trials)]
+    read = [of_trial.startup(t) for t in booted(trials)]
     if not read:
         return None
     steps = {step: round(sum(s["steps"].get(step, 0.0) for s in read), 1) for step in STEPS}

@@ -22,6 +22,7 @@ from optimizer.atomic_file import write_atomic
 from optimizer.config.flags import from_cli_args, random_weights, split_flags
 from optimizer.config.space import KNOBS
 from optimizer.fleet.manifests import manifests, to_yaml
+from optimizer.record import of_study, of_trial
 from optimizer.verdict import confirmed
 from optimizer.verdict.recommendation import Recommendation, recommend
 from optimizer.verdict.trials import COMPLETE, feasible, knobs_of, savings  # noqa: F401 - rep.feasible etc. for the report
@@ -79,7 +80,7 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
             return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
         path = _write(artifacts / "pareto_front.yaml",
                       [{"trial": t.number, "values": list(t.values),
-                        "config": serve_yaml(list(t.user_attrs.get("vllm_args", [])))} for t in front])
+                        "config": serve_yaml(of_trial.vllm_args(t))} for t in front])
         return Summary(None, base, None, None, path, front, savings=saved)
     rec = recommend(study)
     if rec is None:
@@ -102,9 +103,9 @@ def write_manifests(path: Path, study: optuna.Study, model: str, args: list[str]
     from optimizer.report.capacity import parallel_sizes  # noqa: PLC0415
 
     gpus = parallel_sizes(args, trial.params)[1]
-    version = str(study.user_attrs.get("vllm_version") or installed_vllm() or "0.32.0")
-    docs = manifests(study.study_name, model, args, replicas, str(study.user_attrs.get("device") or "gpu"), gpus,
-                     cores(str(trial.user_attrs.get("cpu_bind") or "")), vllm_version=version,
+    version = of_study.vllm_version(study) or installed_vllm() or "0.32.0"
+    docs = manifests(study.study_name, model, args, replicas, of_study.device(study) or "gpu", gpus,
+                     cores(of_trial.cpu_bind(trial)), vllm_version=version,
                      memory_bytes=claimed_bytes(trial, parallel_sizes(args, trial.params)[1]))
     try:
         write_atomic(path, to_yaml(docs))
@@ -115,7 +116,7 @@ def write_manifests(path: Path, study: optuna.Study, model: str, args: list[str]
 
 def claimed_bytes(trial: optuna.trial.FrozenTrial, ranks: int) -> int | None:
     """What a trial's server claimed, from its KV estimate: the KV budget and the rest, per rank."""
-    est = trial.user_attrs.get("kv_estimate") or {}
+    est = of_trial.kv_estimate(trial)
     per_rank = int(est.get("budget_bytes") or 0) + int(est.get("non_kv_bytes") or 0)
     return per_rank * max(1, ranks) if per_rank > 0 else None
 

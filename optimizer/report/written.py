@@ -29,6 +29,7 @@ from optimizer.atomic_file import write_atomic
 from optimizer.config.flags import from_cli_args
 from optimizer.fleet import topologies
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.record import of_trial, remeasured
 from optimizer.report import speculation
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
@@ -149,8 +150,8 @@ def _badge(study: optuna.Study, s: rep.Summary) -> str:
 
 def _unmeasured(base: optuna.trial.FrozenTrial | None) -> str:
     if base is not None and base.state == optuna.trial.TrialState.PRUNED:
-        return (f"Baseline could not be measured ({base.user_attrs.get('failure_kind')}): no gain to report. That is "
-                f"itself a finding: your current configuration fails here. Remedy: {base.user_attrs.get('remedy')}")
+        return (f"Baseline could not be measured ({of_trial.failure_kind(base)}): no gain to report. That is "
+                f"itself a finding: your current configuration fails here. Remedy: {of_trial.remedy(base)}")
     return "Baseline not measured (it failed outside the configuration, or did not run): no gain to report."
 
 
@@ -182,7 +183,7 @@ def _deploy(doc: _Doc, s: rep.Summary, model: str) -> None:
     if s.front:
         for t in sorted(s.front, key=lambda t: -t.values[0]):
             doc.para(f"Trial {t.number} ({_values(t)}):")
-            doc.code(rep.serve_command(model, list(t.user_attrs.get("vllm_args", []))))
+            doc.code(rep.serve_command(model, of_trial.vllm_args(t)))
         doc.para("The front's configurations are in pareto_front.yaml beside this report." if s.yaml_path
                  else "pareto_front.yaml could not be written (the disk refused it).")
         return
@@ -203,7 +204,7 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
     doc.heading("Top configurations")
     maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
     done = [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
-            if rep.feasible(t) and "repeat_of" not in t.user_attrs]  # each configuration once
+            if rep.feasible(t) and not of_trial.is_repeat(t)]  # each configuration once
     done.sort(key=lambda t: -t.values[0] if maximize else t.values[0])
     if s.best is not None:
         done.sort(key=lambda t: t.number != s.best.number)  # the recommendation's trial first, the rest as ranked
@@ -220,8 +221,8 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
         mine = s.best is not None and t.number == s.best.number
         role = ("winner" if rec is not None and rec.changed_from_trial else "recommended") if mine else \
             "front" if t.number in front else ""
-        role = ", ".join(r for r in ("baseline" if t.user_attrs.get("baseline") else "", role) if r)
-        m = t.user_attrs.get("metrics") or {}
+        role = ", ".join(r for r in ("baseline" if of_trial.is_baseline(t) else "", role) if r)
+        m = of_trial.metrics(t)
         params = fmt_params(rep.knobs_of(t))
         rows.append([str(t.number), role, params, _values(t), *(_num(m.get(k)) for k in keys)])
     doc.table(["#", "role", "parameters", f"{objective.metric} ({objective.unit})", *keys], rows)
@@ -262,19 +263,18 @@ def _failures(doc: _Doc, study: optuna.Study) -> None:
 
 def _failure_row(t: optuna.trial.FrozenTrial, d, missed: bool) -> list[str]:
     """The diagnosis's words where it has them, the trial's own record where it does not."""
-    a = t.user_attrs
-    kind = a.get("failure_kind") or ("slo_missed" if missed else "")
-    evidence = a.get("evidence") or _missed(a.get("slo_excess") or t.constraints)
+    kind = of_trial.failure_kind(t) or ("slo_missed" if missed else "")
+    evidence = of_trial.evidence(t) or _missed(of_trial.slo_excess(t) or t.constraints)
     if d is None:
-        return [str(t.number), t.state.name, kind, _cut(evidence), "", a.get("remedy", "")]
+        return [str(t.number), t.state.name, kind, _cut(evidence), "", of_trial.remedy(t)]
     return [str(t.number), t.state.name, d.kind or kind, _cut(d.evidence or evidence), d.cause,
-            d.remedy or a.get("remedy", "")]
+            d.remedy or of_trial.remedy(t)]
 
 
 def _savings(doc: _Doc, study: optuna.Study, s: rep.Summary) -> None:
     doc.heading("Savings")
     doc.para(rep.savings_text(s.savings) + ".")
-    rows = study.user_attrs.get("sensitivity")
+    rows = remeasured.sensitivity(study)
     if not rows:
         return
     doc.heading("Sensitivity")

@@ -2,6 +2,6 @@
 budget spent, convergence), the confirmed winner, and the one recommendation with its gain over
 the baseline. The driver, the daemon and the report all ask here; nothing here presents.
 
-Imports: measure (the statistic), config; optuna (it reads studies). Never driver/, daemon/,
+Imports: measure (the statistic), config, record; optuna (it reads studies). Never driver/, daemon/,
 report/, trial/ or ray.
 """

@@ -8,8 +8,7 @@ from __future__ import annotations
 import optuna
 
 from optimizer.measure.noise import estimate, pooled, rank
-
-ATTR = "confirmation"
+from optimizer.record import of_trial, remeasured
 
 
 def candidates(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
@@ -22,7 +21,7 @@ def candidates(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     done.sort(key=lambda t: -t.value if maximize else t.value)
     out, seen = [], set()
     for t in done:
-        key = tuple(t.user_attrs.get("vllm_args") or sorted(t.params.items()))
+        key = tuple(of_trial.vllm_args(t) or sorted(t.params.items()))
         if key not in seen:
             seen.add(key)
             out.append(t)
@@ -33,10 +32,10 @@ def stored(study: optuna.Study) -> dict:
     """The stored confirmation, its verdict read again with this statistic when it was stored by a
     version that used another (no `noise` key: a per-configuration linear interval). Nothing is
     written: the next `run` stores it again, without a boot (every configuration has its runs)."""
-    record = dict(study.user_attrs.get(ATTR) or {})
+    record = remeasured.confirmation(study)
     if record.get("runs") and "candidates" in record and "noise" not in record and "winner" in record:
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-        runs = {n: e for n, e in record["runs"].items() if "values" in e}
+        runs = {n: e for n, e in remeasured.runs(record).items() if "values" in e}
         names = [n for n in record["candidates"] if n in runs]
         record.update(decide(runs, names, noise_of(study, runs), maximize))
     return record
@@ -45,7 +44,7 @@ def stored(study: optuna.Study) -> dict:
 def settled(study: optuna.Study, top: int, repeats: int) -> bool:
     """Confirmation is done for the study's current top configurations (new trials may have
     changed them since, or the settings may differ), and stored with this statistic."""
-    record = study.user_attrs.get(ATTR) or {}
+    record = remeasured.confirmation(study)
     return ("winner" in record and "noise" in record and record.get("repeats") == repeats and record.get("top") == top
             and record.get("candidates") == [str(t.number) for t in candidates(study, top)])
 
@@ -66,7 +65,7 @@ def _describes(study: optuna.Study, record: dict) -> bool:
 def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The study's baseline trial once it finished without an infrastructure failure (COMPLETE or PRUNED)."""
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get("baseline") and t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL:
+        if of_trial.is_baseline(t) and t.state.is_finished() and t.state != optuna.trial.TrialState.FAIL:
             return t
     return None
 
@@ -74,10 +73,8 @@ def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 def noise_of(study: optuna.Study, runs: dict | None = None):
     """The noise of one run, pooled over every configuration measured more than once: the
     confirmation's runs (or `runs`, while it is being made) and the minimal-change step's."""
-    conf_runs = runs if runs is not None else (study.user_attrs.get(ATTR) or {}).get("runs") or {}
-    groups = [e.get("values") or [] for e in conf_runs.values()]
-    minimal = study.user_attrs.get("minimal") or {}
-    groups += [[v for v in values if v is not None] for values in (minimal.get("runs") or {}).values()]
+    groups = remeasured.every_values({"runs": runs} if runs is not None else remeasured.confirmation(study))
+    groups += [[v for v in values if v is not None] for values in remeasured.runs(remeasured.minimal(study)).values()]
     return pooled(groups)
 
 

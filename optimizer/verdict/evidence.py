@@ -13,7 +13,7 @@ import json
 
 import optuna
 
-from optimizer.verdict.confirmed import ATTR
+from optimizer.record import of_trial, remeasured
 from optimizer.verdict.trials import COMPLETE, feasible, knobs_of
 
 
@@ -24,15 +24,15 @@ def config_key(config: dict) -> str:
 
 def evidence(study: optuna.Study) -> dict[str, list[tuple[float | None, str]]]:
     """config_key -> [(value or None, where it was measured)], in trial order."""
-    runs = (study.user_attrs.get(ATTR) or {}).get("runs") or {}
+    conf = remeasured.confirmation(study)
     out: dict[str, list] = {}
     for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
-        if "repeat_of" in t.user_attrs or t.value is None:
+        if of_trial.is_repeat(t) or t.value is None:
             continue
         found = out.setdefault(config_key(knobs_of(t)), [])
         if not feasible(t):
             found.append((None, f"trial {t.number} (SLOs missed)"))
             continue
-        values = (runs.get(str(t.number)) or {}).get("values") or [t.value]
+        values = remeasured.values(conf, t.number) or [t.value]
         found += [(v, f"trial {t.number}" + (f" re-measure {k}" if k else "")) for k, v in enumerate(values)]
     return out

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 import optuna
 
 from optimizer.measure.noise import geomean, ratio
+from optimizer.record import of_trial, remeasured
 from optimizer.verdict import confirmed
 
-ATTR = "minimal"  # the study attribute the minimal-change step writes
 MINIMAL, CONFIRMED, SINGLE = "minimal change", "confirmed winner", "best single run"
 
 
@@ -44,13 +44,13 @@ class Recommendation:
     @property
     def changed_from_trial(self) -> bool:
         """The minimal change put knobs back: the flags are not the trial's own."""
-        return tuple(self.trial.user_attrs.get("vllm_args") or ()) != self.args
+        return tuple(of_trial.vllm_args(self.trial)) != self.args
 
 
 def minimal_record(study: optuna.Study) -> dict | None:
     """The minimal-change record, if it was made for the current confirmation (same winner, same
     candidates, same repeats: a confirmation done again makes it stale)."""
-    record = study.user_attrs.get(ATTR) or {}
+    record = remeasured.minimal(study)
     conf = confirmed.stored(study)
     winner = confirmed.current_winner(study)
     if (not record.get("done") or winner is None or record.get("winner") != winner
@@ -79,10 +79,9 @@ def recommend(study: optuna.Study) -> Recommendation | None:
                              metrics=final.get("metrics") if final.get("dir") else None)
     elif winner is not None:
         trial = study.trials[winner]
-        rec = Recommendation(trial, tuple(trial.user_attrs.get("vllm_args") or ()),
-                             tuple(conf["runs"][str(winner)]["values"]), CONFIRMED)
+        rec = Recommendation(trial, tuple(of_trial.vllm_args(trial)), tuple(remeasured.values(conf, winner)), CONFIRMED)
     else:
-        rec = Recommendation(best, tuple(best.user_attrs.get("vllm_args") or ()), (best.value,), SINGLE)
+        rec = Recommendation(best, tuple(of_trial.vllm_args(best)), (best.value,), SINGLE)
     return _with_gain(study, rec, conf)
 
 
@@ -91,8 +90,7 @@ def baseline_values(study: optuna.Study, conf: dict) -> list[float]:
     base = confirmed.baseline_trial(study)
     if base is None or base.state != optuna.trial.TrialState.COMPLETE or base.value is None:
         return []
-    entry = (conf.get("runs") or {}).get(str(base.number))
-    return list(entry["values"]) if entry and entry.get("values") else [base.value]
+    return remeasured.values(conf, base.number) or [base.value]
 
 
 def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict) -> Recommendation:

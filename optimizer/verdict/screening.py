@@ -32,10 +32,9 @@ import optuna
 
 from optimizer.config.round_values import round_draw
 from optimizer.measure.reversion import TOLERANCE
+from optimizer.record import of_study, of_trial
 from optimizer.verdict.trials import COMPLETE, feasible
 
-SCREEN = "screen"  # the user attribute a screening trial carries: the knob it moved
-RELEASED = "screening_released"  # the study attribute set once every knob is released
 RELEASE_AFTER = 4  # repeats in a row (half of CONVERGED_AFTER: the search goes on after)
 
 
@@ -50,17 +49,17 @@ def screening(study: optuna.Study) -> dict | None:
     """knob -> {"trial", "to", "ratio", "searched", "why"}; None until every screening trial finished
     (or when the study has none)."""
     trials = study.get_trials(deepcopy=False)
-    screens = [t for t in trials if SCREEN in t.user_attrs]
+    screens = [t for t in trials if of_trial.is_screen(t)]
     if not screens or any(not t.state.is_finished() for t in screens):
         return None
-    base = next((t for t in trials if t.user_attrs.get("baseline") and t.state == COMPLETE and feasible(t)), None)
-    return {t.user_attrs[SCREEN]: _row(t, base, study) for t in screens}
+    base = next((t for t in trials if of_trial.is_baseline(t) and t.state == COMPLETE and feasible(t)), None)
+    return {of_trial.screen(t): _row(t, base, study) for t in screens}
 
 
 def _row(t: optuna.trial.FrozenTrial, base, study: optuna.Study) -> dict:
-    source = study.trials[t.user_attrs["repeat_of"]] if "repeat_of" in t.user_attrs else t
-    row = {"trial": t.number, "to": t.params.get(t.user_attrs[SCREEN]), "ratio": None}
-    kind = source.user_attrs.get("failure_kind")
+    source = study.trials[of_trial.repeat_of(t)] if of_trial.is_repeat(t) else t
+    row = {"trial": t.number, "to": t.params.get(of_trial.screen(t)), "ratio": None}
+    kind = of_trial.failure_kind(source)
     if base is None or not base.value:
         return {**row, "searched": True, "why": "the baseline missed the SLOs or has no value: nothing to stay near"}
     if source.state == COMPLETE and source.value:
@@ -77,7 +76,7 @@ def _row(t: optuna.trial.FrozenTrial, base, study: optuna.Study) -> dict:
 def held(study: optuna.Study) -> set[str]:
     """The knobs the sampler leaves at the baseline's value (none until screening is done, and
     none once they are released)."""
-    if study.user_attrs.get(RELEASED) is not None:
+    if of_study.screening_released(study) is not None:
         return set()
     found = screening(study) or {}
     return {knob for knob, row in found.items() if not row["searched"]}

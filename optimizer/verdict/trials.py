@@ -8,6 +8,7 @@ from __future__ import annotations
 import optuna
 
 from optimizer.config.flags import from_cli_args
+from optimizer.record import of_trial
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -15,7 +16,7 @@ FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 def knobs_of(t: optuna.trial.FrozenTrial) -> dict:
     """The knobs a trial ran with: from its flags (a baseline's fixed ones included), else its params."""
-    return from_cli_args(list(t.user_attrs.get("vllm_args", []))) or t.params
+    return from_cli_args(of_trial.vllm_args(t)) or t.params
 
 
 def feasible(t: optuna.trial.FrozenTrial) -> bool:
@@ -29,7 +30,7 @@ def ranked_feasible(study: optuna.Study, maximize: bool | None = None) -> list[o
     if maximize is None:
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     done = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if feasible(t) and "repeat_of" not in t.user_attrs]  # a repeat's value is its source's
+            if feasible(t) and not of_trial.is_repeat(t)]  # a repeat's value is its source's
     return sorted(done, key=lambda t: t.value, reverse=maximize)
 
 
@@ -42,7 +43,7 @@ CONVERGED_AFTER = 8
 def finished_count(study: optuna.Study) -> int:
     """Trials that count against the budget (`n_trials`): COMPLETE or PRUNED (FAIL is retried),
     except repeats of a measured configuration (told without a boot: they measure nothing new)."""
-    return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if "repeat_of" not in t.user_attrs)
+    return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if not of_trial.is_repeat(t))
 
 
 def repeat_streak(study: optuna.Study, n_trials: int | None = None) -> int:
@@ -51,7 +52,7 @@ def repeat_streak(study: optuna.Study, n_trials: int | None = None) -> int:
     raising `n_trials` after the search converged starts a new streak, so the search goes on."""
     streak = 0
     for t in sorted(study.get_trials(deepcopy=False, states=FINISHED), key=lambda t: -t.number):
-        if "repeat_of" not in t.user_attrs or (n_trials is not None and t.user_attrs.get("budget", 0) < n_trials):
+        if not of_trial.is_repeat(t) or (n_trials is not None and of_trial.budget(t) < n_trials):
             break
         streak += 1
     return streak
@@ -86,11 +87,11 @@ def savings(study: optuna.Study) -> dict:
     """What the run did not have to spend: boots the precheck avoided, repeats told without a boot
     (driver/launch.py), replay cut short."""
     trials = study.get_trials(deepcopy=False)
-    stopped = [t for t in trials if t.user_attrs.get("early_stop")]
-    probe_saved = sum((t.user_attrs.get("metrics") or {}).get("probe_saved_s") or 0.0 for t in trials)
-    return {"boots_avoided": sum(1 for t in trials if t.user_attrs.get("precheck") == "pruned"),
-            "too_big": sum(1 for t in trials if t.user_attrs.get("precheck") == "too_big"),
-            "repeats": sum(1 for t in trials if "repeat_of" in t.user_attrs),
+    stopped = [t for t in trials if of_trial.early_stop(t)]
+    probe_saved = sum(of_trial.metrics(t).get("probe_saved_s") or 0.0 for t in trials)
+    return {"boots_avoided": sum(1 for t in trials if of_trial.pruned_by_precheck(t)),
+            "too_big": sum(1 for t in trials if of_trial.too_big(t)),
+            "repeats": sum(1 for t in trials if of_trial.is_repeat(t)),
             "early_stopped": len(stopped),
-            "replay_saved_s": round(sum(t.user_attrs["early_stop"].get("saved_s", 0.0) for t in stopped)
+            "replay_saved_s": round(sum(of_trial.early_stop(t).get("saved_s", 0.0) for t in stopped)
                                     + probe_saved, 1)}

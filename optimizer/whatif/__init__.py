@@ -8,5 +8,5 @@ calibration.py and study_calibration.py correct it with what a study measured an
 band; fleet_rows.py turns it into replicas, devices and cost for a peak load, table.py into
 the lines `plan` prints, and report_table.py into the written report's section.
 
-Imports: config (the model's facts), measure (SLOs, the log-scale statistic), errors. No ray or aiohttp.
+Imports: config (the model's facts), measure (SLOs, the log-scale statistic), record, errors. No ray or aiohttp.
 """

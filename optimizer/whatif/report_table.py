@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.record import of_trial
 from optimizer.whatif import architecture, devices, fleet_rows
 from optimizer.whatif.predict import DEFAULT_TPS, tp_allowed
 from optimizer.whatif.roofline import Serving
@@ -39,7 +40,7 @@ def _shape(study) -> tuple[int, int] | None:
         best = study.best_trial
     except ValueError:  # no feasible trial
         return None
-    load = load_of(best.user_attrs.get("metrics") or {})
+    load = load_of(of_trial.metrics(best))
     return (load.isl, load.osl) if load else None
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from optimizer.config.flags import named_flags
 from optimizer.errors import ConfigError
+from optimizer.record import of_study, of_trial
 from optimizer.whatif import calibration, devices
 from optimizer.whatif.architecture import Architecture
 from optimizer.whatif.calibration import Calibration
@@ -24,7 +25,7 @@ from optimizer.whatif.roofline import Load, Serving
 
 def measured_device(study, named: str | None) -> DeviceSpec | str:
     """The table's device the study ran on, or why there is none (one line)."""
-    kind = study.user_attrs.get("device")
+    kind = of_study.device(study)
     if kind == "cpu":
         if named:
             raise ConfigError(f"--measured-on {named}: study '{study.study_name}' ran on CPU, and a CPU's timings "
@@ -32,7 +33,7 @@ def measured_device(study, named: str | None) -> DeviceSpec | str:
         return "the study ran on CPU: no GPU measurement to calibrate on"
     if named:
         return devices.known(named)
-    reported = str(study.user_attrs.get("device_name") or "")
+    reported = of_study.device_name(study)
     if not reported:
         return "the study does not say which GPU it ran on: name it with --measured-on (e.g. h100)"
     found = devices.match(reported)
@@ -42,7 +43,7 @@ def measured_device(study, named: str | None) -> DeviceSpec | str:
 
 def knobs_of(trial) -> dict:
     """A stored trial's flags (long names, short ones such as -tp spelled out), its params over them."""
-    return {**named_flags(list(trial.user_attrs.get("vllm_args") or [])), **dict(trial.params)}
+    return {**named_flags(of_trial.vllm_args(trial)), **dict(trial.params)}
 
 
 def serving_of(trial, default: Serving) -> Serving:
@@ -76,7 +77,7 @@ def from_study(study, source: str, arch: Architecture, named: str | None = None)
     for t in study.get_trials(deepcopy=False):
         if t.state.name != "COMPLETE":
             continue
-        metrics = t.user_attrs.get("metrics") or {}
+        metrics = of_trial.metrics(t)
         load = load_of(metrics)
         knobs = knobs_of(t)
         if load is None or str(knobs.get("pipeline-parallel-size", 1)) != "1" or \

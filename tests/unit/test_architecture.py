@@ -1,6 +1,7 @@
 """The layout docs/architecture.md describes, held against the code's own imports: no import
 circles (lazy imports inside functions count), the packages that may import optuna, ray and
-aiohttp, no module past 400 lines, and each package saying what it holds."""
+aiohttp, no module past 400 lines, each package saying what it holds, and one owner (record/)
+of what a study stores."""
 
 from __future__ import annotations
 
@@ -98,3 +99,39 @@ def test_modules_stay_small_and_packages_say_what_they_hold():
         assert len(doc.split()) >= 12, f"{init.relative_to(PACKAGE.parent)} says too little about what it holds"
         folder = init.parent
         assert len(list(folder.glob("*.py"))) <= 14, f"{folder.name}/ holds {len(list(folder.glob('*.py')))} modules"
+
+
+# Optuna's names for what a study and its trials store (and its storage's calls that write them).
+ATTRIBUTE_NAMES = frozenset({"user_attrs", "system_attrs", "set_user_attr", "set_system_attr",
+                             "set_study_user_attr", "set_study_system_attr", "set_trial_user_attr",
+                             "set_trial_system_attr", "get_study_user_attrs", "get_study_system_attrs"})
+
+
+def _attribute_uses(path: Path) -> list[int]:
+    """The lines of `path` that touch a study's or a trial's stored attributes: an attribute, a
+    keyword argument (enqueue_trial(user_attrs=...)), a name or a string (getattr) of Optuna's."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = (node.attr if isinstance(node, ast.Attribute) else node.arg if isinstance(node, ast.keyword)
+                else node.id if isinstance(node, ast.Name) else node.value if isinstance(node, ast.Constant) else None)
+        if isinstance(name, str) and name in ATTRIBUTE_NAMES:
+            lines.append(getattr(node, "lineno", 0) or 0)
+    return sorted(lines)
+
+
+def test_only_the_record_touches_what_a_study_stores():
+    """Every key the tool stores on a study or a trial is named once, in record/, and read or written
+    there through its accessors and writers: no other module touches Optuna's user or system attributes."""
+    found = sorted(f"{m}:{n}" for m, p in MODULES.items() if _package(m) != "record" for n in _attribute_uses(p))
+    assert not found, found
+    assert any(_attribute_uses(p) for m, p in MODULES.items() if _package(m) == "record")  # the scan sees them
+
+
+def test_the_record_sits_below_every_package_that_reads_a_study():
+    """record/ imports nothing of the project but errors.py (so any package may import it), and no optuna."""
+    imported = {t for m, p in MODULES.items() if _package(m) == "record" for t in _imports(p)
+                if t.startswith("optimizer.") and _package(t) != "record"}
+    assert imported <= {"optimizer.errors"}, sorted(imported)
+    users = {_package(m) for m, p in MODULES.items() if any(_package(t) == "record" for t in _imports(p)
+                                                            if t.startswith("optimizer."))} - {"record"}
+    assert {"driver", "verdict", "report", "daemon", "outputs", "fleet", "whatif", "cli"} <= users, sorted(users)

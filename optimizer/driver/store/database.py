@@ -31,6 +31,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from optimizer.errors import StorageError, first_line
+from optimizer.record import of_study, version
 
 BUSY_TIMEOUT_S = 20
 
@@ -238,7 +239,25 @@ def study_attrs(storage_url: str) -> list[tuple[str, dict]]:
     """Every study in the storage, as (name, user attributes); read without changing a byte."""
     storage = open_storage(storage_url, read_only=True)
     try:
-        return [(s.study_name, dict(s.user_attrs))
+        return [(s.study_name, of_study.all_attrs(s))
                 for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
+    finally:
+        close_storage(storage)
+
+
+def check_stored(url: str, name: str) -> None:
+    """The record's version check (record/version.py `check`) on the stored study `name`, read without
+    changing a byte: before the driver opens the storage for writing (which turns a SQLite file's WAL
+    mode on), so a refused study is left as it was. Nothing to check where there is no such study yet."""
+    path = sqlite_path(url)
+    if path is not None and (not path.is_file() or path.stat().st_size == 0):
+        return
+    storage = open_storage(url, read_only=True)
+    try:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:
+            return
+        version.check(study)
     finally:
         close_storage(storage)

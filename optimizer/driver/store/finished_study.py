@@ -12,7 +12,6 @@ import optuna
 from objectives import get_objective
 from optimizer.driver.plan import objective_stamp
 from optimizer.driver.ray_runtime import job_working_dir
-from optimizer.driver.store import record_version
 from optimizer.driver.store.database import (
     check_storage,
     masked,
@@ -22,6 +21,7 @@ from optimizer.driver.store.database import (
 )
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import parse_slos
+from optimizer.record import of_study, version
 
 
 @dataclass(frozen=True)
@@ -50,16 +50,16 @@ def open_finished(cfg, check_objective: bool = True) -> Finished:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
         raise ConfigError(f"no study '{cfg.study_name}' in {masked(url)} (it holds: {', '.join(names) or 'none'}); "
                           "pass --study-name, or run `python -m optimizer run` first") from None
-    record_version.check(study)
+    version.check(study)
     try:
         objective = get_objective(cfg.objective.name, cfg.objective.metric, parse_slos(cfg.objective.slos),
                                   cfg.objective.fleet)
     except ValueError as exc:
         raise ConfigError(f"objective: {exc}") from exc
-    stored = study.user_attrs.get("objective")
+    stored = of_study.objective(study)
     if check_objective and stored and stored != objective_stamp(objective):
         raise ConfigError(f"study '{cfg.study_name}' was run with objective {stored}, the config says "
                           f"{objective_stamp(objective)}; pass the config (or --goal / --objective / --slo) it ran with")
-    model = study.user_attrs.get("model") or cfg.model.path
+    model = of_study.model(study) or cfg.model.path
     artifacts = Path(cfg.artifacts_dir).expanduser().resolve() / cfg.study_name
     return Finished(study, model, artifacts, objective, url)

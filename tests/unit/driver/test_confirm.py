@@ -6,7 +6,8 @@ import statistics
 import optuna
 import pytest
 
-from optimizer.driver.confirm import ATTR, candidates, remeasure
+from optimizer.driver.confirm import candidates, remeasure
+from optimizer.record.remeasured import CONFIRMATION as ATTR
 from optimizer.measure.noise import estimate, pooled, rank
 
 

@@ -14,7 +14,8 @@ from optimizer.driver.launch import Running, launch
 from optimizer.driver.plan import open_study, prepare
 from optimizer.driver.progress import Progress
 from optimizer.driver.recovery import ensure_baseline
-from optimizer.verdict.screening import SCREEN, held, screening, shows_effect
+from optimizer.record.of_trial import SCREEN
+from optimizer.verdict.screening import held, screening, shows_effect
 
 COMPLETE, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED
 BASE = {"max-num-seqs": 16, "max-model-len": 2048, "kv-cache-dtype": "auto"}

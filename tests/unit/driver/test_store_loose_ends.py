@@ -30,7 +30,7 @@ import ray
 from optimizer.cli import main
 from optimizer.driver.store.database import close_storage, open_storage
 from optimizer.driver.store.driver_lock import RunState
-from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION
+from optimizer.record.version import RECORD_KEY, RECORD_VERSION
 from optimizer.errors import StorageError
 
 SPACE = "space: {max-num-seqs: {low: 4, high: 8}}\n"  # keeps the node's memory out of these tests

@@ -11,7 +11,7 @@ from optimizer.cli.entry import parser as _parser
 from optimizer.config.schema import build_config
 from optimizer.driver.plan import open_study, prepare
 from optimizer.driver.store.database import open_storage
-from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION
+from optimizer.record.version import RECORD_KEY, RECORD_VERSION
 from optimizer.errors import ConfigError
 from optimizer.workload.materialize import read_workload
 

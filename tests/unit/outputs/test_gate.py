@@ -12,6 +12,7 @@ from optimizer.config.schema import build_config
 from optimizer.errors import ConfigError
 from optimizer.outputs import gate as outputcheck
 from optimizer.outputs.compare import DEFAULT_PROMPTS, Output
+from optimizer.record.of_study import REGRESSION_REFERENCE
 from optimizer.trial.spec import TrialResult
 
 
@@ -47,7 +48,7 @@ def _baseline(study, cfg):
 def test_the_baselines_answers_become_the_reference(study):
     cfg = _cfg(max_flip_rate=0.1)
     assert _baseline(study, cfg).failure is None
-    ref = study.user_attrs[outputcheck.REFERENCE]
+    ref = study.user_attrs[REGRESSION_REFERENCE]
     assert ref["trial"] == 0 and ref["outputs"] == list(REFERENCE)
     assert (ref["max_tokens"], ref["top_k"]) == (32, 5) and len(ref["prompts_sha256"]) == 16
     assert study.user_attrs["max_flip_rate"] == 0.1
@@ -162,5 +163,5 @@ def test_launches_wait_for_the_reference_only_with_a_maximum_and_while_the_basel
     assert outputcheck.hold_launches(study, _cfg(max_flip_rate=0.05), [baseline])
     assert not outputcheck.hold_launches(study, _cfg(), [baseline])  # report only: nothing to protect
     assert not outputcheck.hold_launches(study, _cfg(max_flip_rate=0.05), [other])  # the baseline is done
-    study.set_user_attr(outputcheck.REFERENCE, {"trial": 0})
+    study.set_user_attr(REGRESSION_REFERENCE, {"trial": 0})
     assert not outputcheck.hold_launches(study, _cfg(max_flip_rate=0.05), [baseline])

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from optimizer.cli import plan as plan_command
 from optimizer.cli.entry import parser
-from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION
+from optimizer.record.version import RECORD_KEY, RECORD_VERSION
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import parse_slos
 from optimizer.whatif import architecture, calibration, devices, fleet_rows, roofline

@@ -9,34 +9,34 @@ stamped with the rest of what it measures (driver/plan.py). On opening:
 - a study the tool did not make (same name, made by another program or by hand: trials, or
   attributes none of which are the tool's, and no stamp) is refused, never adopted and stamped;
 - a study with nothing in it yet (created, then stopped before its stamp) is the tool's to stamp.
+
+driver/store/database.py `check_stored` runs `check` on a read-only look before the driver opens
+the storage for writing.
 """
 
 from __future__ import annotations
 
-import optuna
-
-from optimizer.driver.store.database import close_storage, open_storage, sqlite_path
 from optimizer.errors import ConfigError
+from optimizer.record import of_study
+from optimizer.record._holder import attrs, get, put
 
 RECORD_KEY = "vllm_optimizer_record"
 RECORD_VERSION = 1
 # What the tool writes on a study before `workload_hash`, its last stamp key (driver/plan.py `_stamp`):
 # a study stopped half-stamped holds only these.
-STAMP_KEYS = frozenset({RECORD_KEY, "workload_file", "workload_file_error", "workload", "workload_notes", "device",
-                        "vllm_version", "device_name", "objective", "model", "fp8_kv"})
+STAMP_KEYS = frozenset({RECORD_KEY, *of_study.STAMP})
 
 
 def check(study) -> None:
     """ConfigError when `study` was written by a newer version of this tool, or not by this tool."""
-    attrs = study.user_attrs
-    version = attrs.get(RECORD_KEY)
+    version = get(study, RECORD_KEY)
     if isinstance(version, int) and version > RECORD_VERSION:
         raise ConfigError(f"study '{study.study_name}' was written by a newer vllm-optimizer (study record "
                           f"version {version}; this one reads up to {RECORD_VERSION}): upgrade vllm-optimizer, or "
                           "pass --study-name NEW")
-    if version is not None or attrs.get("workload_hash"):
+    if version is not None or of_study.stamped(study):
         return
-    foreign = sorted(set(attrs) - STAMP_KEYS)
+    foreign = sorted(set(attrs(study)) - STAMP_KEYS)
     trials = len(study.get_trials(deepcopy=False))
     if trials or foreign:
         held = f"{trials} trial(s)" if trials else f"attributes {', '.join(foreign[:3])}"
@@ -44,25 +44,12 @@ def check(study) -> None:
                           "of this tool): pass --study-name NEW; the study is left as it is")
 
 
-def check_stored(url: str, name: str) -> None:
-    """`check` on the stored study `name`, read without changing a byte: before the driver opens the
-    storage for writing (which turns a SQLite file's WAL mode on), so a refused study is left as it
-    was. Nothing to check where there is no such study yet."""
-    path = sqlite_path(url)
-    if path is not None and (not path.is_file() or path.stat().st_size == 0):
-        return
-    storage = open_storage(url, read_only=True)
-    try:
-        try:
-            study = optuna.load_study(study_name=name, storage=storage)
-        except KeyError:
-            return
-        check(study)
-    finally:
-        close_storage(storage)
+def stamp(study) -> None:
+    """Stamp this version on a study being created (driver/plan.py, before its identity keys)."""
+    put(study, RECORD_KEY, RECORD_VERSION)
 
 
 def migrate(study) -> None:
     """Stamp the record version on a study of this tool made before the stamp existed (version 1)."""
-    if study.user_attrs.get(RECORD_KEY) is None and study.user_attrs.get("workload_hash"):
-        study.set_user_attr(RECORD_KEY, RECORD_VERSION)
+    if get(study, RECORD_KEY) is None and of_study.stamped(study):
+        stamp(study)

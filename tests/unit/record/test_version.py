@@ -1,4 +1,4 @@
-"""driver/store/record_version.py: the version of the tool's study record, checked on opening a study."""
+"""record/version.py: the version of the tool's study record, checked on opening a study."""
 
 import shutil
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from optimizer.driver.store.record_version import RECORD_KEY, RECORD_VERSION, check, migrate
+from optimizer.record.version import RECORD_KEY, RECORD_VERSION, check, migrate
 from optimizer.errors import ConfigError
 
 
