@@ -25,12 +25,12 @@ run: setup
 # The unit tests two at a time (pytest-xdist: 2 cores, ~1.8x); the integration tests one at a time:
 # two at a time they were slower (BENCHMARKS.md "The test suite's time").
 test: setup
-	$(PY) -m pytest -q -rs -n 2 --dist loadfile tests/unit; unit=$$?; \
+	$(PY) -m pytest -q -rs -n 2 --dist loadfile --timeout 300 tests/unit; unit=$$?; \
 	$(PY) -m pytest -q -rs --durations=30 tests/integration; integration=$$?; \
 	exit $$(( unit || integration ))
 
 test-unit: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile tests/unit
+	$(PY) -m pytest -q -n 2 --dist loadfile --timeout 300 tests/unit
 
 dashboard: setup
 	.venv/bin/optuna-dashboard sqlite:///trials.db --artifact-dir artifacts
