@@ -401,6 +401,9 @@ def live(tmp_path_factory):
             deadline = time.monotonic() + 15
             while sum(b.get("event") == "published" for b in Receiver.got) < 2 and time.monotonic() < deadline:
                 time.sleep(0.2)
+            # Production's traffic ends here: its clients cancel what is still queued (vLLM aborts a
+            # request whose client went away), so the backlog of shape C drains in seconds, not ~20.
+            traffic.stop()
             _rejected_then_capped(out, root, model, vocab, prod, daemons, prom)
         finally:
             traffic.stop()
