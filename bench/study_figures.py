@@ -59,7 +59,7 @@ def main() -> None:
 def _recommendation(study) -> None:
     """What the study recommends (the report's answer), the minimal-change rows and what the step cost."""
     from optimizer.verdict.recommendation import recommend
-    from optimizer.report.verdict_text import attribution, gain_text
+    from optimizer.text.verdicts import attribution, gain_text
 
     rec = recommend(study)
     if rec is None:

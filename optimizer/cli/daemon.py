@@ -28,12 +28,15 @@ def register(sub) -> argparse.ArgumentParser:
 
 def main(ns: argparse.Namespace, console) -> int:
     from optimizer.daemon.loop import Daemon
+    from optimizer.report import dashboard_notes
+    from optimizer.report.console import print_report
 
     cfg = load(ns)
     d = cfg.daemon.model_copy(update={k: v for k, v in (("watch", ns.watch), ("status_host", ns.status_host),
                                                         ("status_port", ns.status_port)) if v is not None})
     cfg = cfg.model_copy(update={"daemon": d})
-    return Daemon(cfg, console, d.status_host, d.status_port, _token(ns.status_token_file)).run()
+    return Daemon(cfg, console, d.status_host, d.status_port, _token(ns.status_token_file),
+                  dashboard=dashboard_notes, report=print_report).run()
 
 
 def _token(path: str | None) -> str | None:

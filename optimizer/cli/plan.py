@@ -14,14 +14,8 @@ from optimizer.fleet.scaling import for_trial
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import parse_slos
 from optimizer.record import of_trial
-from optimizer.report.capacity import (
-    check_inputs,
-    describe,
-    describe_topologies,
-    measurement_from_study,
-    plan,
-    topology_plans,
-)
+from optimizer.fleet.capacity import check_inputs, measurement_from_study, plan, topology_plans
+from optimizer.report.capacity import describe, describe_topologies
 
 NAME = "plan"
 
@@ -153,7 +147,7 @@ def _manifests(ns, console, finished, p) -> None:
         return
     from pathlib import Path  # noqa: PLC0415
 
-    from optimizer.report.summary import write_manifests  # noqa: PLC0415
+    from optimizer.deploy.k8s import write_manifests  # noqa: PLC0415
     from optimizer.verdict.recommendation import recommend  # noqa: PLC0415
 
     trial = finished.study.trials[p.measurement.trial]

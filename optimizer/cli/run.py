@@ -32,12 +32,13 @@ def main(ns: argparse.Namespace, console) -> int:
     from optimizer.driver.plan import prepare
     from optimizer.driver.progress import Progress
     from optimizer.driver.study import run
+    from optimizer.report import dashboard_notes
     from optimizer.report.console import print_report
 
     cfg = load(ns)
     plan = prepare(cfg, new_study=ns.new_study)
     _warn_relative_artifacts(cfg, console)
-    study, plan = run(plan, Progress(console))
+    study, plan = run(plan, Progress(console, dashboard=dashboard_notes))
     summary = print_report(study, plan.model.source, plan.artifacts, plan.objective, console)
     write_report_files(study, plan.model.source, plan.artifacts, plan.objective, plan.artifacts / "report", console,
                        cfg=cfg)

@@ -93,7 +93,7 @@ def _what_to_measure(ns):
     from optimizer.driver.plan import prepare  # noqa: PLC0415
     from optimizer.driver.store.finished_study import open_finished  # noqa: PLC0415
     from optimizer.fleet import proxy, together  # noqa: PLC0415
-    from optimizer.report.capacity import measurement_from_study  # noqa: PLC0415
+    from optimizer.fleet.capacity import measurement_from_study  # noqa: PLC0415
     from optimizer.verdict.recommendation import recommend  # noqa: PLC0415
     from optimizer.workload import Vocabulary, build_workload  # noqa: PLC0415
 

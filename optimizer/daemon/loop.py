@@ -48,7 +48,6 @@ from optimizer.driver.study import run
 from optimizer.errors import ConfigError, OptimizerError, first_line
 from optimizer.measure.slo import parse_slos
 from optimizer.record import of_generation, of_study
-from optimizer.report.console import print_report
 from optimizer.traffic.prometheus import PrometheusSource
 from optimizer.verdict.trials import finished_count
 from optimizer.traffic import window as window_mod
@@ -56,8 +55,13 @@ from optimizer.workload import drift
 from optimizer.workload.materialize import read_workload
 
 class Daemon:
-    def __init__(self, cfg: StudyConfig, console: Console, host: str, port: int, token: str | None):
+    def __init__(self, cfg: StudyConfig, console: Console, host: str, port: int, token: str | None,
+                 dashboard=None, report=None):
+        """`dashboard` writes each trial's optuna-dashboard files and note (report/dashboard_notes.py) and
+        `report(study, model, artifacts, objective, console)` prints a generation's report
+        (report/console.py's print_report); the command passes both, the daemon imports neither."""
         self.cfg = cfg
+        self.dashboard, self.report = dashboard, report
         self.d = cfg.daemon
         self.console = console
         self.live = self.d.watch if isinstance(self.d.watch, LiveWatch) else None
@@ -170,7 +174,7 @@ class Daemon:
         trigger, previous, warm = "start", None, []
         try:
             with RunState(plan.storage_url, self.cfg.artifacts_dir, self.cfg.study_name) as runstate:
-                progress = StatusProgress(self.console, self.state, n)
+                progress = StatusProgress(self.console, self.state, n, self.dashboard)
                 progress.recovery(runstate.acquire())
                 while True:
                     if self.observer is not None:
@@ -292,8 +296,10 @@ class Daemon:
         return path is None or path.exists()
 
     def _report(self, study, plan: Plan) -> None:
+        if self.report is None:
+            return
         try:
-            print_report(study, plan.model.source, plan.artifacts, plan.objective, self.console)
+            self.report(study, plan.model.source, plan.artifacts, plan.objective, self.console)
         except OSError as exc:  # best.yaml on a full disk: the study is fine, the file is not written
             self.console.print(f"[red]report not written[/]: {exc.strerror or exc} in {plan.artifacts}")
 

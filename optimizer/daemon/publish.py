@@ -42,8 +42,8 @@ from optimizer.config.schema import StudyConfig
 from optimizer.record import of_generation, of_trial
 from optimizer.verdict.confirmed import baseline_trial
 from optimizer.verdict.recommendation import MINIMAL, SINGLE, recommend
-from optimizer.report.verdict_text import gain_text
-from optimizer.report.summary import serve_command, serve_yaml
+from optimizer.text.verdicts import gain_text
+from optimizer.deploy.serve import serve_command, serve_yaml
 
 WEBHOOK_TIMEOUT_S = 10.0
 

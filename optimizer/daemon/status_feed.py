@@ -13,8 +13,8 @@ from sqlalchemy.engine import make_url
 from optimizer.daemon.status_api import TRIAL_STATES, StatusState
 from optimizer.driver.progress import Progress
 from optimizer.verdict.recommendation import recommend
-from optimizer.report.verdict_text import attribution
-from optimizer.report.summary import serve_command
+from optimizer.text.verdicts import attribution
+from optimizer.deploy.serve import serve_command
 
 
 def masked(url: str) -> str:
@@ -49,8 +49,8 @@ MATTERED = ("knob", "baseline", "winner", "effect", "verdict", "rests_on")
 
 
 class StatusProgress(Progress):
-    def __init__(self, console, state: StatusState, generation: int = 1):
-        super().__init__(console)
+    def __init__(self, console, state: StatusState, generation: int = 1, dashboard=None):
+        super().__init__(console, dashboard)
         self.state = state
         self.generation = generation
         self._plan = None

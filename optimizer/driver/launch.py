@@ -28,7 +28,6 @@ from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.record import of_study, of_trial
-from optimizer.report import dashboard_notes as dashboard
 from optimizer.verdict.confirmed import baseline_trial
 from optimizer.verdict.screening import RELEASE_AFTER, held, screening, screening_moves
 from optimizer.verdict.trials import COMPLETE, FINISHED, best_feasible, feasible, finished_count, repeat_streak
@@ -219,7 +218,7 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
                                                        "lower the parallel sizes, or add a node that has the devices")))
         state, result = outcome.tell(study, trial, predicted, plan.objective)
         progress.trial_done(study, trial.number, result, state, plan.objective)
-        progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))
+        progress.noted(study, trial.number, plan.objective)
         return state, result.failure
     ref = run_trial.options(**ray_resources(plan, params)).remote(spec, board)
     return Running(trial, ref, f"{plan.cfg.study_name}/{trial.number}", spec, params, device, best,

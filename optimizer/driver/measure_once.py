@@ -32,7 +32,7 @@ CONFIRM_KEY = 1_000_000  # re-measurements post on the board under keys no trial
 
 @contextmanager
 def measuring(plan: Plan, progress: Progress):
-    """For measurements outside a study's loop (report/sensitivity.py): the storage's run-state held, Ray up
+    """For measurements outside a study's loop (cli/sensitivity.py): the storage's run-state held, Ray up
     and a board; yields `measure(params, key, log_dir) -> value or None` (measure_once)."""
     with RunState(plan.storage_url, plan.cfg.artifacts_dir, plan.cfg.study_name) as held:
         progress.recovery(held.acquire())

@@ -16,8 +16,8 @@ from optimizer.driver.store.database import masked
 from optimizer.engine.device import GIB
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import holds as slo_holds
-from optimizer.report.verdict_text import confirmation_lines, effect_text, screening_lines, shown
-from optimizer.report.summary import fmt_params
+from optimizer.text.knobs import fmt_params, shown
+from optimizer.text.verdicts import confirmation_lines, effect_text, screening_lines
 from optimizer.verdict.trials import best_feasible, finished_count
 
 
@@ -35,8 +35,12 @@ def best_line(study: optuna.Study, objective) -> str | None:
 
 
 class Progress:
-    def __init__(self, console: Console | None = None):
+    """The console's lines, and, given `dashboard` (report/dashboard_notes.py, or anything with its
+    upload_trial_files and save_trial_note), each trial's files and note for optuna-dashboard."""
+
+    def __init__(self, console: Console | None = None, dashboard=None):
         self.console = console or Console(highlight=False)
+        self.dashboard = dashboard
         self._phase: dict[int, str] = {}
         self._best: str = "none yet"
         self.tagged = False  # several trials run at once: their phase and stage lines name the trial
@@ -109,6 +113,16 @@ class Progress:
         """A side effect that did not happen (a dashboard note or artifact); the study goes on."""
         if text:
             self.console.print(f"  [yellow]note[/]: {text}")
+
+    def uploaded(self, trial, trial_dir, artifacts_dir) -> None:
+        """The trial's files attached to it for optuna-dashboard (before it is told)."""
+        if self.dashboard is not None:
+            self.note(self.dashboard.upload_trial_files(trial, trial_dir, artifacts_dir))
+
+    def noted(self, study: optuna.Study, number: int, objective) -> None:
+        """The trial's optuna-dashboard note (after it is told, when its state is known)."""
+        if self.dashboard is not None:
+            self.note(self.dashboard.save_trial_note(study, number, objective.metric, objective.unit))
 
     def heartbeat(self) -> None:
         """The driver's loop is alive (the daemon's status API reads it)."""

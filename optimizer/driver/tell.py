@@ -32,7 +32,6 @@ from optimizer.engine.failures import RETRIED, Failure, without_fp8_remedy
 from optimizer.measure import slo
 from optimizer.outputs import gate as outputcheck
 from optimizer.record import of_trial
-from optimizer.report import dashboard_notes as dashboard
 from optimizer.trial.spec import TrialResult
 
 METRIC_KEYS = (
@@ -191,11 +190,10 @@ def finish(study: optuna.Study, plan: Plan, r, result, progress: Progress) -> tu
         if written is not None:
             result = replace(result, failure=written)  # a full disk fails the trial, not the study
         else:  # before the tell: Optuna refuses attributes on a finished trial
-            progress.note(dashboard.upload_trial_files(trial, plan.artifacts / f"trial-{trial.number}",
-                                                       plan.cfg.artifacts_dir))
+            progress.uploaded(trial, plan.artifacts / f"trial-{trial.number}", plan.cfg.artifacts_dir)
     state, result = tell(study, trial, result, plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
-    progress.note(dashboard.save_trial_note(study, trial.number, plan.objective.metric, plan.objective.unit))
+    progress.noted(study, trial.number, plan.objective)
     if state == optuna.trial.TrialState.FAIL:
         disk = is_disk_failure(result.failure)
         queue_again(study, trial, always=disk, reason="disk_full" if disk else "")

@@ -39,18 +39,11 @@ from dataclasses import dataclass, replace
 import psutil
 
 from optimizer.engine.lifeline import NOTE_PREFIX as LIFELINE_PREFIX
+from optimizer.failure import Failure
 
 KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra",
          "replay_invalid", "early_stopped", "output_changed")
 RETRIED = ("infra", "replay_invalid")  # told FAIL: says nothing about the configuration
-
-
-@dataclass(frozen=True)
-class Failure:
-    kind: str
-    evidence: str  # the log line that shows it (empty when there is none)
-    remedy: str  # one line, in operator words
-    fits_max_model_len: int | None = None  # vLLM's own estimate, when it states one
 
 
 _KV_TOO_SMALL = re.compile(r"To serve at least one request with the models?'s max seq len \((\d+)\)")

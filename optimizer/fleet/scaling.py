@@ -8,7 +8,7 @@ so it never leaves (0, inf). With one run a side there is no noise to pool and n
 
 The records are stored on the study (user attribute `scaling`, one a trial: the winner's and the
 baseline's may both be measured) and `plan` divides the per-replica
-rate by it once a fleet has more than one replica (report/capacity.py).
+rate by it once a fleet has more than one replica (fleet/capacity.py).
 """
 
 from __future__ import annotations

@@ -2,5 +2,6 @@
 (TTFT, TPOT, ITL, E2E, throughput), whether a replay can be trusted, SLOs, and run-to-run
 noise (intervals).
 
-Imports: engine (failures), workload; aiohttp. No optuna or ray.
+Imports: workload, failure.py (what a replay that cannot be trusted is); aiohttp. Never engine/,
+report/, optuna or ray.
 """

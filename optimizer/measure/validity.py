@@ -12,7 +12,7 @@ A replay is flagged `replay_invalid` (told FAIL and retried, never scored) when:
 
 from __future__ import annotations
 
-from optimizer.engine.failures import Failure
+from optimizer.failure import Failure
 from optimizer.measure.replay import RequestRecord
 from optimizer.workload import Workload
 

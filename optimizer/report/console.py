@@ -18,9 +18,11 @@ from optimizer.fleet import topologies
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.record import of_trial, remeasured
 from optimizer.report.production import CAVEAT, production_table
-from optimizer.report.verdict_text import attribution, gain_text, range_text, verdict_phrase
+from optimizer.text.verdicts import attribution, gain_text, range_text, verdict_phrase
 from optimizer.report.startup import startup_text, startup_totals
-from optimizer.report.summary import Summary, fmt_params, savings_text, serve_command, summarize_study
+from optimizer.deploy.serve import serve_command
+from optimizer.report.summary import Summary, savings_text, summarize_study
+from optimizer.text.knobs import fmt_params
 from optimizer.verdict.trials import COMPLETE, feasible, knobs_of
 
 

@@ -25,7 +25,7 @@ from optuna_dashboard import save_note
 from optimizer.errors import first_line
 from optimizer.record import of_trial
 from optimizer.report import speculation
-from optimizer.report.verdict_text import attribution, gain_text
+from optimizer.text.verdicts import attribution, gain_text
 from optimizer.verdict.trials import knobs_of
 
 TRIAL_FILES = ("result.json", "requests.jsonl", "server.log")

@@ -26,7 +26,7 @@ from optimizer.measure.metrics import percentile
 from optimizer.record import of_trial
 from optimizer.report import startup
 from optimizer.report import summary as rep
-from optimizer.report.summary import fmt_params
+from optimizer.text.knobs import fmt_params
 
 COMPLETE = rep.COMPLETE
 # A fitted importance from a handful of trials ranks noise (measured: fitted on 4 trials it put the memory

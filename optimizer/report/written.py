@@ -34,8 +34,8 @@ from optimizer.report import speculation
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
 from optimizer.report.production import CAVEAT, production_table
-from optimizer.report.verdict_text import attribution, gain_text, noise_text, range_text, verdict_phrase
-from optimizer.report.summary import fmt_params
+from optimizer.text.verdicts import attribution, gain_text, noise_text, range_text, verdict_phrase
+from optimizer.text.knobs import fmt_params
 
 COMPLETE = rep.COMPLETE
 TOP = 5

@@ -1,7 +1,7 @@
 """The layout docs/architecture.md describes, held against the code's own imports: no import
 circles (lazy imports inside functions count), the packages that may import optuna, ray and
-aiohttp, no module past 400 lines, each package saying what it holds, and one owner (record/)
-of what a study stores."""
+aiohttp, report/ imported only by the commands, measure/ independent of engine/, no module past
+400 lines, each package saying what it holds, and one owner (record/) of what a study stores."""
 
 from __future__ import annotations
 
@@ -89,6 +89,32 @@ def test_what_a_study_says_imports_none_of_its_readers():
     imported = {_package(t) for m, p in MODULES.items() if _package(m) == "verdict"
                 for t in _imports(p) if t.startswith("optimizer.")}
     assert not imported & {"driver", "daemon", "report", "trial", "cli"}, sorted(imported)
+
+
+# The packages that run, serve and judge a study; report/ presents what they decided, they never ask it.
+NOT_PRESENTERS = ("driver", "daemon", "verdict", "measure", "search", "text", "deploy")
+
+
+@pytest.mark.parametrize("package", NOT_PRESENTERS)
+def test_only_the_commands_import_the_report(package):
+    """report/ presents only: what the driver, the daemon and the verdicts need to say or deploy lives
+    below it (text/, deploy/), and what they need of it is handed in by the command (cli/)."""
+    found = sorted(f"{m} -> {t}" for m, p in MODULES.items() if _package(m) == package
+                   for t in _imports(p) if t.startswith("optimizer.") and _package(t) == "report")
+    assert not found, found
+
+
+def test_the_report_is_the_commands_to_call():
+    users = {_package(m) for m, p in MODULES.items() if any(_package(t) == "report" for t in _imports(p)
+                                                            if t.startswith("optimizer."))}
+    assert users <= {"report", "cli"}, sorted(users)
+
+
+def test_measuring_knows_no_server_process():
+    """measure/ measures a replay; what a failure is (optimizer/failure.py) sits below both it and engine/."""
+    found = sorted(f"{m} -> {t}" for m, p in MODULES.items() if _package(m) == "measure"
+                   for t in _imports(p) if t.startswith("optimizer.") and _package(t) == "engine")
+    assert not found, found
 
 
 def test_modules_stay_small_and_packages_say_what_they_hold():

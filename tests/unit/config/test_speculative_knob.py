@@ -16,7 +16,7 @@ from optimizer.config.schema import StudyConfig
 from optimizer.config.space import DEFAULT_KNOBS, resolve, suggest
 from optimizer.engine import speculative_config as speculation
 from optimizer.errors import ConfigError
-from optimizer.report.summary import serve_yaml
+from optimizer.deploy.serve import serve_yaml
 from tests.unit.config.test_space import LONGEST, MODEL, cpu
 from tests.unit.report.test_written_report import parse_with_vllm
 
@@ -71,7 +71,7 @@ def test_vllm_parses_it_from_best_yaml(tmp_path, tiny_model):
 
 
 def test_the_deploy_command_quotes_it_for_a_shell():
-    from optimizer.report.summary import serve_command
+    from optimizer.deploy.serve import serve_command
 
     args = to_cli_args({"max-num-seqs": 8, "speculative-config": NGRAM_3})
     command = serve_command("/models/m", args)

@@ -97,13 +97,13 @@ def test_random_weights_are_left_out_and_the_tag_is_the_release():
 
 @pytest.mark.parametrize("bind, n", [("0-3", 4), ("0|1", 2), ("0,2,4", 3), ("", 1), ("auto", 1)])
 def test_a_trials_core_binding_counts_its_cores(bind, n):
-    from optimizer.report.summary import cores
+    from optimizer.deploy.k8s import cores
 
     assert cores(bind) == n
 
 
 def test_a_tp_the_minimal_change_put_back_is_not_deployed_as_gpus():
-    from optimizer.report.capacity import parallel_sizes
+    from optimizer.fleet.capacity import parallel_sizes
 
     # the winner ran TP 2; the recommendation put it back, so its flags say nothing of TP
     assert parallel_sizes(["--max-num-seqs", "64"], {"tensor-parallel-size": 2}) == (1, 1)

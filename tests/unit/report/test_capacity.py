@@ -1,4 +1,4 @@
-"""report/capacity.py: the best configuration's measured rate -> replicas and GPUs for a peak load."""
+"""fleet/capacity.py and report/capacity.py: the best configuration's measured rate -> replicas and GPUs for a peak load."""
 
 import io
 import math
@@ -14,12 +14,8 @@ from optimizer.record.version import RECORD_KEY, RECORD_VERSION
 from optimizer.errors import ConfigError
 from optimizer.measure.slo import parse_slos
 from optimizer.verdict import confirmed
-from optimizer.report.capacity import (
-    Measurement,
-    describe,
-    measurement_from_study,
-    plan,
-)
+from optimizer.fleet.capacity import Measurement, measurement_from_study, plan
+from optimizer.report.capacity import describe
 
 GOODPUT = "goodput:goodput_rate slos p95 TTFT <= 500 ms"
 
@@ -353,7 +349,8 @@ def test_the_command_checks_its_flags_before_opening_the_study(tmp_path):
 
 
 def test_plan_lists_each_measured_topology_on_its_best_trial_fewest_devices_first():
-    from optimizer.report.capacity import describe_topologies, topology_plans
+    from optimizer.fleet.capacity import topology_plans
+    from optimizer.report.capacity import describe_topologies
 
     study = optuna.create_study(direction="minimize")
     study.set_user_attr("objective", "fleet:fleet_devices peak 20 req/s, headroom 20% slos p95 TTFT <= 500 ms")

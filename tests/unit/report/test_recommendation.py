@@ -5,11 +5,13 @@ from optuna_dashboard import get_note
 
 from optimizer.daemon.loop import warm_starts
 from optimizer.daemon.status_feed import best_of
-from optimizer.report import capacity, sensitivity
+from optimizer.fleet import capacity
+from optimizer.verdict import sensitivity
 from optimizer.report.dashboard_notes import save_study_note
 from optimizer.verdict.recommendation import CONFIRMED, MINIMAL, recommend
-from optimizer.report.verdict_text import gain_text
-from optimizer.report.summary import serve_command, serve_yaml, summarize_study
+from optimizer.text.verdicts import gain_text
+from optimizer.deploy.serve import serve_command, serve_yaml
+from optimizer.report.summary import summarize_study
 from tests.unit.driver.test_minimal import finished_study
 
 MINIMAL_ARGS = ["--max-num-seqs", "36", "--gpu-memory-utilization", "0.5", "--max-model-len", "8192",

@@ -7,7 +7,9 @@ import pytest
 
 from optimizer.config.space import KNOBS, Dimension, SearchSpace
 from optimizer.errors import ConfigError
-from optimizer.report import sensitivity
+from optimizer.cli import sensitivity as driven
+from optimizer.text import sensitivity as words
+from optimizer.verdict import sensitivity
 
 
 def _space():
@@ -20,23 +22,23 @@ def _space():
 
 def test_each_knob_moves_one_step_inside_its_range():
     best = {"max-num-seqs": 16, "gpu-memory-utilization": 0.3, "kv-cache-dtype": "auto"}
-    assert sensitivity.moves(best, _space()) == [
+    assert driven.moves(best, _space()) == [
         ("max-num-seqs", 16, 32), ("gpu-memory-utilization", 0.3, 0.4), ("kv-cache-dtype", "auto", "fp8")]
 
 
 def test_a_knob_at_the_top_of_its_range_moves_down():
     best = {"max-num-seqs": 64, "gpu-memory-utilization": 0.6, "kv-cache-dtype": "fp8"}
-    assert sensitivity.moves(best, _space()) == [
+    assert driven.moves(best, _space()) == [
         ("max-num-seqs", 64, 32), ("gpu-memory-utilization", 0.6, 0.5), ("kv-cache-dtype", "fp8", "auto")]
 
 
 def test_chosen_knobs_and_values():
     best = {"max-num-seqs": 16, "gpu-memory-utilization": 0.3, "kv-cache-dtype": "auto"}
-    assert sensitivity.moves(best, _space(), ["max-num-seqs"], {"max-num-seqs": 8}) == [("max-num-seqs", 16, 8)]
+    assert driven.moves(best, _space(), ["max-num-seqs"], {"max-num-seqs": 8}) == [("max-num-seqs", 16, 8)]
     with pytest.raises(ConfigError, match="'block-size' is not a knob of this study's space"):
-        sensitivity.moves(best, _space(), ["block-size"])
+        driven.moves(best, _space(), ["block-size"])
     with pytest.raises(ConfigError, match="--to kv-cache-dtype=... names a knob not being moved"):
-        sensitivity.moves(best, _space(), ["max-num-seqs"], {"kv-cache-dtype": "fp8"})
+        driven.moves(best, _space(), ["max-num-seqs"], {"kv-cache-dtype": "fp8"})
 
 
 def test_effect_inside_the_band_is_noise_outside_is_better_or_worse():
@@ -57,7 +59,7 @@ def test_throughput_direction_and_a_single_measurement_has_no_band():
     row = sensitivity.effect("max-num-seqs", 16, 32, 1200.0, one, maximize=True)
     assert row["ratio"] == pytest.approx(1.2) and row["band_low"] is None
     assert row["verdict"] == "better (no band: nothing measured twice)"
-    assert "no band" in sensitivity.describe(row, "tok/s")
+    assert "no band" in words.describe(row, "tok/s")
 
 
 @pytest.mark.parametrize("n", [2, 3, 6])
@@ -80,4 +82,4 @@ def test_a_zero_throughput_run_is_worse_with_ratio_zero_and_describable():
     assert row["ratio"] == 0.0 and row["verdict"] == "worse"
     zero_latency = sensitivity.effect("x", 1, 2, 0.0, sensitivity.band([5.0, 5.2]), maximize=False)
     assert zero_latency["ratio"] is None
-    assert "no ratio to the best's mean" in sensitivity.describe(zero_latency, "ms")
+    assert "no ratio to the best's mean" in words.describe(zero_latency, "ms")

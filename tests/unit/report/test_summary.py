@@ -4,7 +4,8 @@ import optuna
 import pytest
 import yaml
 
-from optimizer.report.summary import serve_command, serve_yaml, summarize_study
+from optimizer.deploy.serve import serve_command, serve_yaml
+from optimizer.report.summary import summarize_study
 from optimizer.verdict.trials import gain
 
 ARGS = ["--max-num-seqs", "24", "--gpu-memory-utilization", "0.37", "--max-model-len", "8192",
@@ -89,7 +90,7 @@ def test_a_best_yaml_of_random_weights_says_so_first_and_is_replaced_whole(tmp_p
 
 
 def test_what_a_trial_claimed_is_its_kv_budget_and_the_rest_per_rank():
-    from optimizer.report.summary import claimed_bytes
+    from optimizer.deploy.k8s import claimed_bytes
 
     study = optuna.create_study()
     t = study.ask()

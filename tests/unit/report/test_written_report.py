@@ -17,7 +17,7 @@ from optimizer.measure.replay import RequestRecord
 from optimizer.measure.noise import pooled
 from optimizer.measure.slo import parse_slos
 from optimizer.report.pictures import TOO_FEW, log_axis, non_dominated, read_ttft_ms
-from optimizer.report.summary import serve_command, serve_yaml
+from optimizer.deploy.serve import serve_command, serve_yaml
 from optimizer.report.written import write_report
 from optimizer.verdict.confirmed import decide
 
@@ -324,7 +324,7 @@ def test_pareto_study_lists_its_front_and_writes_pareto_front_yaml(tmp_path):
 
 def test_sensitivity_table_when_the_study_has_one(tmp_path, study_dir):
     study = latency_study(tmp_path)
-    from optimizer.report import sensitivity
+    from optimizer.verdict import sensitivity
 
     noise = sensitivity.band([118.0, 120.0, 122.0])  # the best's p95 TTFT, ms
     row = sensitivity.effect("max-num-seqs", 16, 32, 141.5, noise, maximize=False)
@@ -418,7 +418,7 @@ def test_the_same_confirmation_gives_the_same_verdict_on_every_surface(tmp_path,
 
     from optimizer.driver.progress import Progress
     from optimizer.report.console import print_report
-    from optimizer.report.verdict_text import verdict_phrase
+    from optimizer.text.verdicts import verdict_phrase
 
     close = {"1": {"values": [120.0, 118.0, 126.0], "failed": 0}, "6": {"values": [123.0, 121.0, 119.0], "failed": 0},
              "0": {"values": [250.0, 244.0, 262.0], "failed": 0}}

@@ -1,4 +1,4 @@
-"""What a study says, in words: a knob's value as tables show it, the confirmation (each
+"""What a study says, in words: the confirmation (each
 re-measured configuration's geometric mean and 95% range, the verdict), the screening phase (each
 knob moved alone, searched or held), a reversion's measured effect, the "What mattered" rows, and
 the gain with its interval. The numbers come from verdict/.
@@ -7,12 +7,8 @@ the gain with its interval. The numbers come from verdict/.
 from __future__ import annotations
 
 from optimizer.measure.reversion import TOLERANCE
+from optimizer.text.knobs import shown
 from optimizer.verdict.recommendation import Recommendation
-
-
-def shown(value) -> str:
-    """A knob's value as a table shows it (None: vLLM's default)."""
-    return "(vLLM default)" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def effect_text(row: dict) -> str:
