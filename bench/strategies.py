@@ -129,7 +129,7 @@ def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repea
     `first`: points enqueued before the sampler's own; `held(streak)`: knobs not drawn, at these values."""
     import optuna
 
-    from optimizer.verdict.trials import CONVERGED_AFTER
+    from optimizer.search.convergence import CONVERGED_AFTER
 
     study = optuna.create_study(direction="maximize", sampler=sampler)
     for params in first:
@@ -239,7 +239,8 @@ def minimal_boots(land: Landscape, run: Run, baseline: dict) -> tuple[int, dict]
 def screen(land: Landscape, seed: int, max_boots: int, baseline: dict | None = None) -> Run:
     import optuna
 
-    from optimizer.verdict.screening import RELEASE_AFTER, shows_effect
+    from optimizer.search.screening import RELEASE_AFTER
+    from optimizer.verdict.screening import shows_effect
 
     baseline = dict(baseline or BASELINE)
     points = screening_points(land, baseline)

@@ -16,12 +16,11 @@ import argparse
 
 from optimizer.cli.common import OBJECTIVE_FLAGS, STUDY_FLAGS, add_flags, load
 from optimizer.config.flags import from_cli_args
-from optimizer.config.space import SearchSpace, active
 from optimizer.errors import ConfigError
 from optimizer.record import remeasured
 from optimizer.text.sensitivity import describe
 from optimizer.verdict.recommendation import recommend
-from optimizer.verdict.screening import moved
+from optimizer.search.sensitivity import moves
 from optimizer.verdict.sensitivity import band, best_trial, effect
 from optimizer.verdict.trials import knobs_of
 
@@ -66,28 +65,6 @@ def main(ns: argparse.Namespace, console) -> int:
     with measuring(plan, progress) as measure:
         rows = run(f.study, plan, progress, measure, prepared, ns.repeats)
     return 0 if any(r["value"] is not None for r in rows) else 1
-
-
-def moves(params: dict, space: SearchSpace, knobs: list[str] | None = None, to: dict | None = None) -> list[tuple]:
-    """[(knob, from, to)] for each knob of the space (or of `knobs`) active in `params`."""
-    to = to or {}
-    dims = {d.knob.name: d for d in space.dims}
-    wanted = knobs or [n for n in dims if active(n, params)]
-    out = []
-    for name in wanted:
-        if name not in dims:
-            raise ConfigError(f"sensitivity: '{name}' is not a knob of this study's space ({', '.join(dims)}); "
-                              "pass one of those")
-        current = params.get(name)
-        if current is None:
-            continue
-        new = to.get(name, moved(current, dims[name]))
-        if new is not None and new != current:
-            out.append((name, current, new))
-    for name in to:
-        if name not in wanted:
-            raise ConfigError(f"sensitivity: --to {name}=... names a knob not being moved; add it to --knobs")
-    return out
 
 
 def prepare_run(study, plan, knobs=None, to=None) -> tuple:

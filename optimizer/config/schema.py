@@ -215,7 +215,7 @@ class SpeculationSpec(_Strict):
 
 
 class SearchSpec(_Strict):
-    """How the search moves knobs (driver/launch.py; docs/search.md#screening-first)."""
+    """How the search moves knobs (search/screening.py, driver/launch.py; docs/search.md#screening-first)."""
 
     screen: bool = Field(True, description="first move each knob alone from the baseline, then let the sampler "
                          "search only the knobs that moved the objective (false: the sampler over every knob)")

@@ -23,7 +23,8 @@ out of the kv-cache-dtype choices there (with a note) rather than costing a boot
 
 max-num-seqs and max-num-batched-tokens run on a ladder of operator-style values by default
 (config/round_values.py): they enter vLLM's compile key, so fewer distinct values mean fewer
-compiles. `ladder: false` in their range searches every whole number.
+compiles. `ladder: false` in their range searches every whole number. The draws themselves are
+search/suggest.py's.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from optimizer.config.kv_fit import KV_DTYPES, NO_FP8, without_fp8
 from optimizer.config.model_info import ModelInfo
-from optimizer.config.round_values import DEFAULT_BLOCK, LADDERS, round_draw
+from optimizer.config.round_values import DEFAULT_BLOCK, LADDERS
 from optimizer.config import topology
 from optimizer.config.schema import KnobRange, StudyConfig
 from optimizer.engine import speculative_config as speculation
@@ -374,27 +375,3 @@ def active(name: str, params: dict) -> bool:
     """Whether `name` is sampled, given the knobs drawn so far (REQUIRES)."""
     parent, value = REQUIRES.get(name, (None, None))
     return parent is None or params.get(parent, value) == value
-
-
-def suggest(trial, space: SearchSpace, only: set[str] | None = None) -> dict:
-    """Ask an Optuna trial for each dimension (only those in `only`, when given), in knob order;
-    a knob whose condition the draws so far fail is not asked (REQUIRES). Drawn values come back
-    rounded as an operator writes them (config/round_values.py); Optuna keeps the drawn ones."""
-    params = {}
-    given = getattr(trial, "_fixed_params", None) or {}  # enqueued values run as written (Optuna 5 keeps them there)
-    for d in space.dims:
-        name = d.knob.name
-        if (only is not None and name not in only) or not active(name, params):
-            continue
-        if d.knob.has_choices:
-            params[name] = trial.suggest_categorical(name, list(d.choices))
-        elif d.knob.kind == "int":
-            params[name] = trial.suggest_int(name, int(d.low), int(d.high), log=d.log)
-        else:
-            # step 0.01: a fraction with more digits is not a different configuration
-            params[name] = trial.suggest_float(name, d.low, d.high, step=None if d.log else 0.01, log=d.log)
-        if name not in given:
-            params[name] = round_draw(name, params[name], d.low, d.high, space.block, d.ladder)
-    return params
-
-

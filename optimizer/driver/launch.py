@@ -1,8 +1,8 @@
-"""Launching a trial: ask Optuna, build what the task needs (TrialSpec), start it as a Ray
-task. Two trials are told without a boot: one the KV precheck rules out (PRUNED), and an exact
-repeat of a finished trial (the same vLLM flags, likely once values run on ladders), which is
-told the finished trial's outcome and noted `repeat_of`. Repeated measurements are made only
-where the confirmation or the minimal-change step asks for them.
+"""Launching a trial: ask Optuna (the knobs from search/), build what the task needs (TrialSpec),
+start it as a Ray task. Two trials are told without a boot: one the KV precheck rules out
+(PRUNED), and an exact repeat of a finished trial (search/repeats.py), which is told the finished
+trial's outcome and noted `repeat_of`. Repeated measurements are made only where the confirmation
+or the minimal-change step asks for them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 import optuna
 
 from optimizer.config import topology
-from optimizer.config import space as space_mod
 from optimizer.driver import kv_precheck as precheck
 from optimizer.driver import tell as outcome
 from optimizer.driver.plan import Plan, baseline_params
@@ -27,80 +26,35 @@ from optimizer.engine import cpu_cores
 from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
-from optimizer.record import of_study, of_trial
-from optimizer.verdict.confirmed import baseline_trial
-from optimizer.verdict.screening import RELEASE_AFTER, held, screening, screening_moves
-from optimizer.verdict.trials import COMPLETE, FINISHED, best_feasible, feasible, finished_count, repeat_streak
+from optimizer.record import of_trial
+from optimizer.search.ask import trial_params
+from optimizer.search.repeats import repeated_trial, tell_repeat
+from optimizer.search.screening import RELEASE_AFTER, measured_baseline, newly_screened, queue_screening, released
+from optimizer.verdict.screening import held
+from optimizer.verdict.trials import best_feasible, finished_count
 from optimizer.engine.failures import Failure
 from optimizer.trial.spec import TrialResult, TrialSpec
-
-
-def trial_params(trial: optuna.Trial, plan: Plan, held: set[str] = frozenset()) -> dict:
-    """The knobs a trial runs: the baseline's (a screening trial: with its one knob moved), or the
-    sampler's draws with the `held` knobs at the baseline's value (verdict/screening.py) and the
-    baseline's knobs the space does not search."""
-    if of_trial.is_baseline(trial) or of_trial.is_screen(trial):
-        fixed = {**baseline_params(plan), **(getattr(trial, "_fixed_params", None) or {})}
-        params = space_mod.suggest(trial, plan.space, only=set(fixed))
-        return {**fixed, **params}  # baseline knobs outside the space still reach vLLM
-    base = baseline_params(plan)
-    searched = {d.knob.name for d in plan.space.dims}
-    kept = {k: base[k] for k in held if base.get(k) is not None}
-    outside = {k: v for k, v in base.items() if k not in searched and v is not None}  # not searched: the baseline's
-    return {**outside, **kept, **space_mod.suggest(trial, plan.space, only=searched - set(kept))}
-
-
-def queue_screening(study: optuna.Study, plan: Plan) -> None:
-    """With `search.screen`, once the baseline has a value within the SLOs: queue each knob moved
-    alone from it (verdict/screening.py), after the configured warm starts, as many as the budget
-    has room for. A baseline that missed the SLOs is no configuration to stay near: no screening.
-    Once per study; not in a study the sampler drew for after the baseline's value came (one made
-    before screening), though draws started beside the baseline (parallel slots) do not count."""
-    trials = study.get_trials(deepcopy=False)
-    if not plan.cfg.search.screen or of_study.screening_queued(study):
-        return
-    base = _measured_baseline(study)
-    if base is None:
-        return
-    if any(not of_trial.queued(t) and t.datetime_start and t.datetime_start > base.datetime_complete for t in trials):
-        return
-    pending = sum(1 for t in trials if not t.state.is_finished())
-    room = plan.cfg.n_trials - finished_count(study) - pending
-    if room <= 0:
-        return
-    of_study.mark_screening_queued(study)  # first: an interruption must not queue the moves twice
-    fixed = baseline_params(plan)
-    for knob, value in screening_moves(fixed, plan.space)[:room]:
-        of_trial.enqueue_screen(study, {**fixed, knob: value}, knob)
-
-
-def _measured_baseline(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The baseline trial once it has a value within the SLOs (verdict/confirmed.py finds it)."""
-    base = baseline_trial(study)
-    return base if base is not None and base.state == COMPLETE and feasible(base) else None
 
 
 def _baseline_value(study: optuna.Study) -> float | None:
     """What a screening trial is stopped early against: the baseline it moved from, not the best so
     far (a knob that changed nothing would be cut for trailing another knob's gain)."""
-    base = _measured_baseline(study)
+    base = measured_baseline(study)
     return base.value if base is not None else None
 
 
 def _screened(study: optuna.Study, plan: Plan, progress: Progress) -> set[str]:
     """The knobs screening held at the baseline's value; said once when screening is done, and
     once when the sampler has nothing new to try among the others (all released)."""
-    found = screening(study)
-    if found is not None and not of_study.has_screening(study):
-        of_study.write_screening(study, found)
+    found = newly_screened(study)
+    if found is not None:
         progress.screened(found, baseline_params(plan))
-    kept = held(study)
-    if kept and repeat_streak(study, plan.cfg.n_trials) >= RELEASE_AFTER:
-        of_study.mark_screening_released(study, len(study.trials))
+    let_go = released(study, plan.cfg.n_trials)
+    if let_go:
         progress.note(f"the sampler proposed {RELEASE_AFTER} measured configurations in a row among the knobs it "
-                      f"moves: from now on it moves the held ones too ({', '.join(sorted(kept))})")
+                      f"moves: from now on it moves the held ones too ({', '.join(sorted(let_go))})")
         return set()
-    return kept
+    return held(study)
 
 
 def spec_for(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:
@@ -147,28 +101,6 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     )
 
 
-def repeated_trial(study: optuna.Study, vllm_args, number: int) -> optuna.trial.FrozenTrial | None:
-    """The first finished trial (COMPLETE or PRUNED, not itself a repeat) that ran exactly `vllm_args`."""
-    args = list(vllm_args)
-    for t in study.get_trials(deepcopy=False, states=FINISHED):
-        if t.number != number and not of_trial.is_repeat(t) and of_trial.vllm_args(t) == args:
-            return t
-    return None
-
-
-def tell_repeat(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.FrozenTrial, budget: int):
-    """Tell `trial` the outcome `source` had (its values and constraints, or PRUNED); returns the state.
-    `budget` (the n_trials in force) is kept with it: a raised budget starts a new convergence streak."""
-    of_trial.mark_repeat(trial, source, budget)  # what it measured and how it was judged, not how it booted
-    for key, value in (source.constraints or {}).items():
-        trial.set_constraint(key, value)
-    if source.state == optuna.trial.TrialState.COMPLETE:
-        study.tell(trial, source.values, skip_if_finished=True)
-    else:
-        study.tell(trial, state=source.state, skip_if_finished=True)
-    return source.state
-
-
 @dataclass
 class Running:
     """A trial whose task runs: what the driver needs to watch it and tell its outcome."""
@@ -188,9 +120,9 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
             running: int, bind: tuple[int, str] = (0, "")) -> "Running | tuple":
     """Ask Optuna for a trial and start its task; a repeat of a finished trial, or a trial the KV
     precheck rules out, is told at once (returns its state and failure instead)."""
-    queue_screening(study, plan)
+    queue_screening(study, plan.cfg.search.screen, plan.cfg.n_trials, baseline_params(plan), plan.space)
     trial = study.ask()
-    params = trial_params(trial, plan, _screened(study, plan, progress))
+    params = trial_params(trial, plan.space, baseline_params(plan), _screened(study, plan, progress))
     best = _baseline_value(study) if of_trial.is_screen(trial) else best_feasible(study, plan.objective)
     spec = spec_for(trial, plan, params, best)
     slot, cores = bind

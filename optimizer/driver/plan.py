@@ -33,6 +33,7 @@ from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import parse_slos
 from optimizer.outputs import gate as outputcheck
 from optimizer.record import of_study, version
+from optimizer.search.sampler import sampler
 from optimizer.trial.rate_search import nominal_rate
 from optimizer.workload import Vocabulary, Workload, build_workload
 from optimizer.workload.materialize import write_workload
@@ -176,11 +177,7 @@ def open_study(plan: Plan) -> tuple[optuna.Study, Plan]:
         key, old = mismatch
         raise ConfigError(f"study '{study.study_name}' was run with another {key.replace('_', ' ')} ({old}); "
                           "pass --new-study to start a separate study (the old one is kept), or --study-name NEW")
-    # Seeded, but not the same seed on every resume: that would replay the same first draws.
-    # One joint density over the knobs (multivariate), as Optuna 5 does by default for one objective,
-    # said here so a change of Optuna's default cannot change the search (docs/search.md).
-    study.sampler = optuna.samplers.TPESampler(seed=plan.cfg.seed + len(study.trials), constant_liar=True,
-                                               n_startup_trials=4, multivariate=not plan.objective.multi)
+    study.sampler = sampler(plan.cfg.seed, len(study.trials), plan.objective.multi)  # search/sampler.py
     if not of_study.stamped(study):
         _stamp(study, plan)
     version.migrate(study)

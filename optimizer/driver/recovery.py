@@ -1,4 +1,4 @@
-"""What goes wrong between trials: a dead driver's trials, a configuration queued again,
+"""What goes wrong between trials: a dead driver's trials (queued again through search/enqueue.py),
 the baseline queued first, infrastructure failures in a row, and a full disk waited out.
 """
 
@@ -10,28 +10,17 @@ import time
 import optuna
 
 from optimizer import shutdown
-from optimizer.config import flags
 from optimizer.driver.plan import Plan, baseline_params
 from optimizer.driver.progress import Progress
 from optimizer.driver.store.trial_files import is_disk_failure, writable
 from optimizer.errors import OptimizerError
 from optimizer.record import of_trial
+from optimizer.search.enqueue import queue_again, queue_first
 
 MAX_CONSECUTIVE_INFRA = 3
 
 
 DISK_POLL_S = 5
-
-
-def queue_again(study: optuna.Study, trial, always: bool = False, reason: str = "") -> bool:
-    """Queue a FAIL trial's configuration once more: an infrastructure fault says nothing
-    about the configuration. Once per configuration, unless `always` (interrupted runs, a full disk)."""
-    if not always and of_trial.retry_of(trial) is not None:
-        return False
-    ran = flags.from_cli_args(of_trial.vllm_args(trial))  # the rounded values it ran with
-    params = {name: ran.get(name, value) for name, value in trial.params.items()}
-    of_trial.enqueue_again(study, params, of_trial.roles(trial), trial.number, reason)
-    return True
 
 
 def recover(study: optuna.Study, previous: dict | None = None) -> int:
@@ -50,12 +39,8 @@ def recover(study: optuna.Study, previous: dict | None = None) -> int:
 
 
 def ensure_baseline(study: optuna.Study, plan: Plan) -> None:
-    """Queue the baseline first, then the configured warm starts (once per study)."""
-    if any(of_trial.is_baseline(t) for t in study.get_trials(deepcopy=False)):
-        return
-    of_trial.enqueue_baseline(study, baseline_params(plan))
-    for params in plan.cfg.enqueue:
-        of_trial.enqueue_configured(study, dict(params))
+    """Queue the baseline first, then the configured warm starts (once per study: search/enqueue.py)."""
+    queue_first(study, baseline_params(plan), plan.cfg.enqueue)
 
 
 class InfraTally:

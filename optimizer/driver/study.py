@@ -22,13 +22,15 @@ from optimizer.driver.plan import Plan, open_study
 from optimizer.driver.poll import phase_of, poll, stop_all
 from optimizer.driver.progress import Progress
 from optimizer.driver.ray_runtime import ray_runtime
-from optimizer.driver.recovery import InfraTally, ensure_baseline, queue_again, recover
+from optimizer.driver.recovery import InfraTally, ensure_baseline, recover
 from optimizer.driver.resources import count_slots, cpu_bind
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.tell import finish
 from optimizer.errors import first_line
 from optimizer.outputs import gate as outputcheck
-from optimizer.verdict.trials import CONVERGED_AFTER, best_feasible, converged, finished_count, search_over
+from optimizer.search.convergence import CONVERGED_AFTER, converged, search_over
+from optimizer.search.enqueue import queue_again
+from optimizer.verdict.trials import best_feasible, finished_count
 from optimizer.trial.channel import TrialBoard
 from optimizer.trial.spec import lost_trial_result
 

@@ -26,7 +26,7 @@ import optuna
 from optimizer.driver import kv_precheck as precheck
 from optimizer.driver.plan import Plan
 from optimizer.driver.progress import Progress
-from optimizer.driver.recovery import queue_again
+from optimizer.search.enqueue import queue_again
 from optimizer.driver.store.trial_files import is_disk_failure, store_trial
 from optimizer.engine.failures import RETRIED, Failure, without_fp8_remedy
 from optimizer.measure import slo

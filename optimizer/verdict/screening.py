@@ -1,13 +1,6 @@
-"""The screening phase: each knob moved alone from the baseline, and what the moves found.
-
-The moves (`screening_moves`), the operator's one-variable-at-a-time method: a numeric knob
-doubles (a log range) or moves by a quarter of its range, upward unless that leaves the range;
-a categorical knob takes the next choice; a switch flips. The value is rounded as an operator
-writes it (config/round_values.py). A knob the baseline leaves to vLLM has no value to move
-from: it is not screened (the sampler searches it). driver/launch.py queues them.
-
-What they found: for each knob moved alone, how far the objective moved, and whether the search
-goes on to move it (driver/launch.py asks here).
+"""What the screening phase found: for each knob moved alone from the baseline (the moves are
+search/screening.py's), how far the objective moved, and whether the search goes on to move it
+(search/screening.py and driver/launch.py ask here).
 
 A knob is searched when its move changed the objective by more than the tolerance of the
 reversion rule (measure/reversion.py: 15%, about what single runs move here) either way, when
@@ -17,9 +10,8 @@ moved from: driver/launch.py judges screening trials against it), or when it mis
 run measured within the tolerance, or when the moved configuration could not run at all (the
 KV cache did not fit, the server refused it): the sampler is not sent where the only evidence is
 a refusal. When the baseline missed the SLOs or has no value, every knob is searched: it is not
-a configuration to stay near. Once the sampler proposes
-RELEASE_AFTER measured configurations in a row among the knobs it moves (it has nothing new to
-try there), every knob is released: the rest of the budget searches them all. This is a choice of which knobs
+a configuration to stay near. Once the sampler has nothing new to try among the knobs it moves,
+every knob is released (search/screening.py): the rest of the budget searches them all. This is a choice of which knobs
 to search, not a verdict with an interval: one run each side cannot give one, and a knob held
 wrongly costs only a missed gain, which the minimal-change step never claims.
 """
@@ -30,12 +22,9 @@ import math
 
 import optuna
 
-from optimizer.config.round_values import round_draw
 from optimizer.measure.reversion import TOLERANCE
 from optimizer.record import of_study, of_trial
 from optimizer.verdict.trials import COMPLETE, feasible
-
-RELEASE_AFTER = 4  # repeats in a row (half of CONVERGED_AFTER: the search goes on after)
 
 
 def shows_effect(ratio: float | None, stopped_early: bool = False, missed_slos: bool = False) -> bool:
@@ -80,40 +69,3 @@ def held(study: optuna.Study) -> set[str]:
         return set()
     found = screening(study) or {}
     return {knob for knob, row in found.items() if not row["searched"]}
-
-
-def moved(value, dim) -> object | None:
-    """The knob's value one step away from `value` within its dimension (None: nowhere to go)."""
-    if dim.choices is not None:
-        choices = list(dim.choices)
-        if len(choices) < 2:
-            return None
-        i = choices.index(value) if value in choices else -1
-        return choices[(i + 1) % len(choices)]
-    low, high = dim.low, dim.high
-    if dim.knob.kind == "bool":
-        return not value
-    if dim.log:
-        up, down = value * 2, value / 2
-    else:
-        step = (high - low) / 4
-        up, down = value + step, value - step
-    new = up if up <= high else down
-    if new < low:
-        return None
-    return int(round(new)) if dim.knob.kind == "int" else round(new, 2)
-
-
-def screening_moves(baseline: dict, space) -> list[tuple[str, object]]:
-    """[(knob, moved value)], one per knob of `space` the baseline sets, in the space's order."""
-    out = []
-    for d in space.dims:
-        name = d.knob.name
-        if baseline.get(name) is None:
-            continue
-        new = moved(baseline[name], d)
-        if new is not None and d.choices is None:
-            new = round_draw(name, new, d.low, d.high, space.block, d.ladder)
-        if new is not None and new != baseline[name]:
-            out.append((name, new))
-    return out

@@ -1,5 +1,5 @@
 """Which trials a study counts: the knobs each ran with, the feasible ones best first, the budget
-spent, the search's convergence, the best value so far, the gain of one value over another, and
+spent (the search's convergence is search/convergence.py's), the best value so far, the gain of one value over another, and
 what the run did not have to spend.
 """
 
@@ -34,38 +34,10 @@ def ranked_feasible(study: optuna.Study, maximize: bool | None = None) -> list[o
     return sorted(done, key=lambda t: t.value, reverse=maximize)
 
 
-# The search is over when the sampler proposes this many configurations in a row that were
-# already measured: it has converged (on the measured landscape, bench/search_efficiency.py,
-# stopping there found what searching on found, after a median 20 of 48 boots).
-CONVERGED_AFTER = 8
-
-
 def finished_count(study: optuna.Study) -> int:
     """Trials that count against the budget (`n_trials`): COMPLETE or PRUNED (FAIL is retried),
     except repeats of a measured configuration (told without a boot: they measure nothing new)."""
     return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if not of_trial.is_repeat(t))
-
-
-def repeat_streak(study: optuna.Study, n_trials: int | None = None) -> int:
-    """How many of the last finished trials, in a row, were repeats. With `n_trials`, only repeats
-    told under a budget at least that large count (a repeat stored without one counts under none):
-    raising `n_trials` after the search converged starts a new streak, so the search goes on."""
-    streak = 0
-    for t in sorted(study.get_trials(deepcopy=False, states=FINISHED), key=lambda t: -t.number):
-        if not of_trial.is_repeat(t) or (n_trials is not None and of_trial.budget(t) < n_trials):
-            break
-        streak += 1
-    return streak
-
-
-def converged(study: optuna.Study, n_trials: int) -> bool:
-    """The sampler has converged: CONVERGED_AFTER repeats in a row under this budget."""
-    return repeat_streak(study, n_trials) >= CONVERGED_AFTER
-
-
-def search_over(study: optuna.Study, n_trials: int) -> bool:
-    """The budget is spent, or the sampler has converged."""
-    return finished_count(study) >= n_trials or converged(study, n_trials)
 
 
 def best_feasible(study, objective) -> float | None:
@@ -85,7 +57,7 @@ def gain(direction: optuna.study.StudyDirection, best: float, base: float) -> fl
 
 def savings(study: optuna.Study) -> dict:
     """What the run did not have to spend: boots the precheck avoided, repeats told without a boot
-    (driver/launch.py), replay cut short."""
+    (search/repeats.py), replay cut short."""
     trials = study.get_trials(deepcopy=False)
     stopped = [t for t in trials if of_trial.early_stop(t)]
     probe_saved = sum(of_trial.metrics(t).get("probe_saved_s") or 0.0 for t in trials)

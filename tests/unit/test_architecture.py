@@ -74,7 +74,7 @@ def test_packages_import_each_other_one_way():
     assert not any("cli" in targets for pkg, targets in deps.items() if pkg not in ("cli", "__main__")), "nothing imports cli/ but __main__"
 
 
-@pytest.mark.parametrize("library, allowed", [("optuna", {"driver", "report", "verdict"}), ("ray", {"driver", "trial"}),
+@pytest.mark.parametrize("library, allowed", [("optuna", {"driver", "report", "verdict", "search"}), ("ray", {"driver", "trial"}),
                                               ("aiohttp", {"measure", "engine", "daemon"})])
 def test_only_some_packages_import(library, allowed):
     users = {m for m, p in MODULES.items() if any(i == library or i.startswith(library + ".") for i in _imports(p))}
@@ -108,6 +108,17 @@ def test_the_report_is_the_commands_to_call():
     users = {_package(m) for m, p in MODULES.items() if any(_package(t) == "report" for t in _imports(p)
                                                             if t.startswith("optimizer."))}
     assert users <= {"report", "cli"}, sorted(users)
+
+
+def test_who_decides_what_to_boot_next_sits_below_the_driver():
+    """search/ is called by the driver (and the sensitivity command); it imports none of the packages
+    that start, run or present trials."""
+    imported = {_package(t) for m, p in MODULES.items() if _package(m) == "search"
+                for t in _imports(p) if t.startswith("optimizer.")} - {"search"}
+    assert not imported & {"driver", "daemon", "report", "trial", "engine", "cli"}, sorted(imported)
+    users = {_package(m) for m, p in MODULES.items() if any(_package(t) == "search" for t in _imports(p)
+                                                            if t.startswith("optimizer."))} - {"search"}
+    assert "driver" in users, sorted(users)
 
 
 def test_measuring_knows_no_server_process():

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import strategies as st  # noqa: E402
 
-from optimizer.verdict.trials import CONVERGED_AFTER  # noqa: E402
+from optimizer.search.convergence import CONVERGED_AFTER  # noqa: E402
 
 GRID = {"max-num-seqs": [8, 16, 32, 64], "max-num-batched-tokens": [256, 1024],
         "kv-cache-dtype": ["auto", "fp8"], "enable-prefix-caching": [True, False]}

@@ -18,9 +18,9 @@ from optimizer.config.space import (
     KNOBS,
     REQUIRES,
     resolve,
-    suggest,
     tensor_parallel_sizes,
 )
+from optimizer.search.suggest import suggest
 from optimizer.driver.resources import ray_resources
 from optimizer.engine.device import GIB, Device, NodeMemory, detect
 from optimizer.errors import ConfigError

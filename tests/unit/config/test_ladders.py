@@ -10,7 +10,8 @@ import pytest
 from optimizer.config.model_info import ModelInfo
 from optimizer.config.round_values import LADDERS, rungs, snap_to_ladder
 from optimizer.config.schema import StudyConfig
-from optimizer.config.space import resolve, suggest
+from optimizer.config.space import resolve
+from optimizer.search.suggest import suggest
 from optimizer.engine.device import GIB, Device, NodeMemory
 from optimizer.errors import ConfigError
 

@@ -8,7 +8,8 @@ from optimizer.config.round_values import (
     round_fraction,
     round_model_len,
 )
-from optimizer.config.space import KNOBS, Dimension, SearchSpace, suggest
+from optimizer.config.space import KNOBS, Dimension, SearchSpace
+from optimizer.search.suggest import suggest
 
 
 @pytest.mark.parametrize("value, low, high, out", [(0.2311, 0.07, 0.8, 0.23), (0.0712, 0.0712, 0.8, 0.08),

@@ -6,7 +6,8 @@ import pytest
 from optimizer.config.flags import from_cli_args, to_cli_args
 from optimizer.config.model_info import ModelInfo
 from optimizer.config.schema import StudyConfig
-from optimizer.config.space import DEFAULT_KNOBS, cpu_memory_range, resolve, suggest
+from optimizer.config.space import DEFAULT_KNOBS, cpu_memory_range, resolve
+from optimizer.search.suggest import suggest
 from optimizer.engine.device import GIB, Device, NodeMemory
 from optimizer.errors import ConfigError
 

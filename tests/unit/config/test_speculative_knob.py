@@ -13,7 +13,8 @@ import yaml
 
 from optimizer.config.flags import from_cli_args, to_cli_args
 from optimizer.config.schema import StudyConfig
-from optimizer.config.space import DEFAULT_KNOBS, resolve, suggest
+from optimizer.config.space import DEFAULT_KNOBS, resolve
+from optimizer.search.suggest import suggest
 from optimizer.engine import speculative_config as speculation
 from optimizer.errors import ConfigError
 from optimizer.deploy.serve import serve_yaml

@@ -11,7 +11,8 @@ from optimizer.config.schema import build_config
 from optimizer.daemon.generations import generation_name, latest_generation, with_source
 from optimizer.daemon.warm_start import warm_starts
 from optimizer.driver import confirm
-from optimizer.driver.recovery import queue_again, recover
+from optimizer.driver.recovery import recover
+from optimizer.search.enqueue import queue_again
 from optimizer.driver.store.database import open_storage
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.errors import ConfigError

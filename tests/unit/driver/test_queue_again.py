@@ -3,7 +3,8 @@ or abandoned baseline is measured on the next run, not lost."""
 
 import optuna
 
-from optimizer.driver.recovery import queue_again, recover
+from optimizer.driver.recovery import recover
+from optimizer.search.enqueue import queue_again
 
 FAIL = optuna.trial.TrialState.FAIL
 

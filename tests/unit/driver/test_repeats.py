@@ -10,7 +10,8 @@ from rich.console import Console
 
 from optimizer.config.schema import build_config
 from optimizer.driver import launch as launch_mod
-from optimizer.driver.launch import Running, launch, repeated_trial
+from optimizer.driver.launch import Running, launch
+from optimizer.search.repeats import repeated_trial
 from optimizer.driver.plan import open_study, prepare
 from optimizer.driver.progress import Progress
 from optimizer.verdict.trials import ranked_feasible
@@ -116,7 +117,8 @@ def test_the_reports_name_a_repeat_and_count_it_as_saved(opened, tmp_path):
 
 def test_repeats_are_not_counted_in_n_trials_and_a_run_of_them_ends_the_search(opened):
     from optimizer.driver.study import _Trials
-    from optimizer.verdict.trials import CONVERGED_AFTER, finished_count, repeat_streak, search_over
+    from optimizer.search.convergence import CONVERGED_AFTER, repeat_streak, search_over
+    from optimizer.verdict.trials import finished_count
 
     study, plan, booted = opened  # max-num-seqs 4..8 on the ladder: two configurations in all
     for seqs in (4, 8):
@@ -139,7 +141,7 @@ def test_raising_n_trials_after_the_search_converged_lets_it_go_on(opened):
     from dataclasses import replace
 
     from optimizer.driver.study import _Trials
-    from optimizer.verdict.trials import CONVERGED_AFTER, repeat_streak, search_over
+    from optimizer.search.convergence import CONVERGED_AFTER, repeat_streak, search_over
 
     study, plan, booted = opened
     for seqs in (4, 8):
@@ -156,7 +158,7 @@ def test_raising_n_trials_after_the_search_converged_lets_it_go_on(opened):
 
 
 def test_a_repeat_stored_without_its_budget_does_not_hold_a_raised_search(opened):
-    from optimizer.verdict.trials import CONVERGED_AFTER, repeat_streak
+    from optimizer.search.convergence import CONVERGED_AFTER, repeat_streak
 
     study, plan, _ = opened
     running, _ = _launch(study, plan, {"max-num-seqs": 4})

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from optimizer.config.schema import build_config
-from optimizer.verdict.screening import screening_moves
+from optimizer.search.screening import screening_moves
 from optimizer.driver import launch as launch_mod
 from optimizer.driver.launch import Running, launch
 from optimizer.driver.plan import open_study, prepare
@@ -169,7 +169,7 @@ def test_warm_starts_run_before_screening_and_screening_fits_the_budget(opened, 
     first = _next(study, plan)
     study.tell(first.trial, state=optuna.trial.TrialState.FAIL)  # the baseline interrupted: not a value yet
     assert all(SCREEN not in t.user_attrs for t in study.trials)  # nothing to move from
-    from optimizer.driver.recovery import queue_again
+    from optimizer.search.enqueue import queue_again
     queue_again(study, first.trial, always=True, reason="interrupted")
     ran = []
     for _ in range(3):

@@ -7,7 +7,7 @@ import pytest
 
 from optimizer.config.space import KNOBS, Dimension, SearchSpace
 from optimizer.errors import ConfigError
-from optimizer.cli import sensitivity as driven
+from optimizer.search import sensitivity as driven
 from optimizer.text import sensitivity as words
 from optimizer.verdict import sensitivity
 
