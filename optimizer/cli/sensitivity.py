@@ -84,7 +84,12 @@ def run(study, plan, progress, measure, prepared, repeats: int = 0) -> list[dict
     rows are stored on the study after each move: an interruption loses one run at most."""
     best, base, planned = prepared
     rec = recommend(study)
-    values = list(rec.values) if rec is not None and rec.trial.number == best.number else [best.value]
+    own = rec is not None and rec.trial.number == best.number
+    values = list(rec.values) if own else [best.value]
+    # The band's centre is the recommended flags' own runs; every other configuration re-measured
+    # pools the noise. When the minimal change put knobs back, the winner trial's re-measured runs
+    # are another configuration's, and count.
+    others = None if own and rec.changed_from_trial else best.number
     progress.console.print(f"[bold]Sensitivity[/] of trial {best.number} ({len(planned)} knob(s), "
                            f"{repeats} extra run(s) of the best for its noise band)")
     for k in range(repeats):
@@ -92,7 +97,7 @@ def run(study, plan, progress, measure, prepared, repeats: int = 0) -> list[dict
         if value is not None:
             values.append(value)
         progress.console.print(f"  best again: {value if value is None else round(value, 2)}")
-    noise = band(values, remeasured.every_values(remeasured.confirmation(study), but=best.number))
+    noise = band(values, remeasured.every_values(remeasured.confirmation(study), but=others))
     maximize = study.direction.name == "MAXIMIZE"  # optuna's StudyDirection
     record = []
     for i, (name, old, new) in enumerate(planned):
