@@ -23,9 +23,9 @@ from optimizer.whatif.roofline import Efficiency, Load, Serving, estimate
 
 
 class AnalyticFit:
-    def __init__(self, ctx, chosen: list[dict]):
-        import twin_validation as tv  # noqa: PLC0415 - the caller's helpers
-
+    def __init__(self, ctx, chosen: list[dict], tv):
+        """`tv`: the caller's helpers (bench/twin_validation.py's `measured`, `twin_server`, `METRICS`),
+        passed in so that neither file imports the other."""
         self.tv, self.ctx = tv, ctx
         cfg, _ = architecture.read(ctx.plan.model.source)
         self.arch = architecture.from_config("model", cfg)

@@ -233,7 +233,7 @@ def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict
     meas = [measured(ctx, r) for r in targets]
     base = measured(ctx, chosen[0])
     naive = [base] * len(targets)
-    ana = AnalyticFit(ctx, chosen).predict_all(targets) if analytic else naive
+    ana = AnalyticFit(ctx, chosen, sys.modules[__name__]).predict_all(targets) if analytic else naive
     out = {}
     for label, p in (("twin", preds), ("naive", naive), ("analytic", ana)):
         vals_p = [objective_value(ctx, x) for x in p]

@@ -127,7 +127,7 @@ def test_seeded_simulation_no_effect_is_reverted_and_a_1_5x_effect_is_kept_in_95
 
 def test_seeded_simulation_the_sequential_rule_decides_as_the_full_runs_would():
     # Effects of 1.1-1.3x, where neither rule has the power to tell them from noise at 3 runs, differ
-    # more (7-13%: BENCHMARKS.md); there a knob's verdict is a coin either way.
+    # more; there a knob's verdict is a coin either way.
     for effect in (1.0, 1.5, 2.0, 3.0):
         differ = sum(row.verdict != full for row, full in (_one_knob(seed, effect) for seed in range(SEEDS)))
         assert differ <= 0.05 * SEEDS, (effect, differ)
