@@ -16,7 +16,9 @@ from optimizer.driver.store.database import masked
 from optimizer.engine.device import GIB
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.measure.slo import holds as slo_holds
+from optimizer.record import of_trial
 from optimizer.text.knobs import fmt_params, shown
+from optimizer.text.outputs import checked
 from optimizer.text.verdicts import confirmation_lines, effect_text, screening_lines
 from optimizer.verdict.trials import best_feasible, finished_count
 
@@ -216,6 +218,8 @@ class Progress:
                 f"  {self._who(number)}[green]COMPLETE[/] {objective.metric}={shown} {objective.unit}{feasible} | {extra}"
                 f"{m['output_throughput']:.0f} tok/s, p95 TTFT {m['ttft_ms_p95']:.0f} ms, "
                 f"p95 TPOT {m['tpot_ms_p95']:.1f} ms, errors {m['error_rate']:.0%}{_speculation(result.server)} | {times}")
+            if outputs := checked(of_trial.regression(study.get_trials(deepcopy=False)[number])):
+                self.console.print(f"    outputs: {outputs}")
         else:
             f = result.failure
             self.console.print(f"  {self._who(number)}[yellow]{state.name}[/] {f.kind}: {f.evidence[:240]}")

@@ -86,3 +86,17 @@ def rows(study: optuna.Study) -> list[list[str]]:
 
 HEADERS = ("#", "speculation", "objective", "accepted", "tokens per step", "by draft position",
            "prefix-cache hit rate", "running at peak")
+
+
+def section(doc, study: optuna.Study, objective) -> None:
+    """The written report's section (`doc`: report/written.py's document), when a trial drafted tokens."""
+    found = rows(study)
+    if not found:
+        return
+    doc.heading("Speculative decoding")
+    doc.para("What the servers' own counters said over each replay: the share of drafted tokens the target "
+             "accepted, tokens per verification step, acceptance by draft position, and the prefix-cache hit "
+             "rate beside them (speculation can lower it).")
+    headers = list(HEADERS)
+    headers[2] = f"{objective.metric} ({objective.unit})"
+    doc.table(headers, found)

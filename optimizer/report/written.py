@@ -5,7 +5,8 @@
                                         re-measured (driver/confirm.py); what mattered (driver/minimal.py)
                                      2. deploy: the `vllm serve` command and `--config best.yaml`
                                         (a multi-objective study: its Pareto front, pareto_front.yaml)
-                                     3. the top configurations, speculation, the fleet   4. pictures
+                                     3. the top configurations, speculation, outputs checked,
+                                        the fleet   4. pictures
                                      5. failures, cause and remedy (report/diagnosis.py)   6. savings
     out_dir/best.yaml                report.serve_yaml of the recommendation's flags
     out_dir/<picture>.png, .html     each picture static (matplotlib) and interactive (plotly):
@@ -30,7 +31,7 @@ from optimizer.config.flags import from_cli_args
 from optimizer.fleet import topologies
 from optimizer.measure.slo import describe as describe_slos
 from optimizer.record import of_trial, remeasured
-from optimizer.report import speculation
+from optimizer.report import outputs_checked, speculation
 from optimizer.report import summary as rep
 from optimizer.report.pictures import DRAWINGS, finite, save
 from optimizer.report.production import CAVEAT, production_table
@@ -68,7 +69,8 @@ def write_report(study: optuna.Study, model: str, artifacts: Path, objective, ou
     _production(doc, study)
     _deploy(doc, s, model)
     _top(doc, study, s, objective)
-    _speculation(doc, study, objective)
+    speculation.section(doc, study, objective)
+    outputs_checked.section(doc, study.get_trials(deepcopy=False))
     topologies.section(doc, study.get_trials(deepcopy=False), objective)
     pictures = _pictures(doc, study, s, Path(artifacts), out_dir)
     _failures(doc, study)
@@ -226,19 +228,6 @@ def _top(doc: _Doc, study: optuna.Study, s: rep.Summary, objective) -> None:
         params = fmt_params(rep.knobs_of(t))
         rows.append([str(t.number), role, params, _values(t), *(_num(m.get(k)) for k in keys)])
     doc.table(["#", "role", "parameters", f"{objective.metric} ({objective.unit})", *keys], rows)
-
-
-def _speculation(doc: _Doc, study: optuna.Study, objective) -> None:
-    rows = speculation.rows(study)
-    if not rows:
-        return
-    doc.heading("Speculative decoding")
-    doc.para("What the servers' own counters said over each replay: the share of drafted tokens the target "
-             "accepted, tokens per verification step, acceptance by draft position, and the prefix-cache hit "
-             "rate beside them (speculation can lower it).")
-    headers = list(speculation.HEADERS)
-    headers[2] = f"{objective.metric} ({objective.unit})"
-    doc.table(headers, rows)
 
 
 def _failures(doc: _Doc, study: optuna.Study) -> None:
