@@ -1,6 +1,7 @@
 """Words every surface shares: a knob's value and a configuration on one line (knobs.py), what a
 study says (verdicts.py: the confirmation, the screening, a reversion's effect, "What mattered",
-the gain), and a sensitivity move's outcome (sensitivity.py).
+the gain), a sensitivity move's outcome (sensitivity.py), and what the output check found
+(outputs.py).
 
 It sits below the driver, the daemon and report/ and above verdict/: the driver's console lines,
 the daemon's status and webhook, and the written report all say the same thing in the same words,
