@@ -32,13 +32,13 @@ engine/failures.py):
 Server-side causes (preemptions, queuing) come before their symptom (slo_missed): the cause
 names the knob that fixes it. A healthy COMPLETE trial within the noise of the best gets None.
 What a trial recorded (_Facts) and the start-up memory rules (no_kv_room, oom_at_start,
-kv_too_small: vLLM's memory lines read into GiB figures) are in report/diagnosis_evidence.py.
+kv_too_small: vLLM's memory lines read into GiB figures) are in report/diagnosis_evidence.py; the
+SLO rule (which SLO, by how much, the knob that usually moves it) in report/diagnosis_slo.py.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,8 +54,10 @@ from optimizer.report.diagnosis_evidence import (
     _n,
     _no_kv_room,
     _oom_at_start,
+    _queued,
     prefix_hits_without_speculation,
 )
+from optimizer.report.diagnosis_slo import slo_missed
 
 COMPLETE, PRUNED, FAIL = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
                           optuna.trial.TrialState.FAIL)
@@ -63,9 +65,6 @@ COMPLETE, PRUNED, FAIL = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialSt
 # A trial is "weak" when its objective is this share worse than the study's best: single runs
 # move ~10% here (earlystop's margin), so twice that is a real gap, not noise.
 WEAK_SHORTFALL = 0.2
-# Mean time a request waited for a slot that counts as queuing: an idle server queues for
-# ~0.03 ms (tests/fixtures/vllm_metrics), 50 ms is a visible share of a typical TTFT SLO.
-QUEUED_MS = 50.0
 # The running gauge is sampled (every metrics_poll_s), so its true peak can fall between two
 # samples: 90% of max-num-seqs counts as running at the cap.
 AT_CAP_SHARE = 0.9
@@ -244,10 +243,6 @@ def _preemptions(f: _Facts, ctx: Context) -> _Found | None:
                   f.server_evidence("preemptions", "kv_cache_usage_peak", "running_peak", "waiting_peak"))
 
 
-def _queued(f: _Facts) -> bool:
-    return (f.get("waiting_peak") or 0) > 0 or (f.get("queue_time_mean_ms") or 0) >= QUEUED_MS
-
-
 def _queuing(f: _Facts, ctx: Context) -> _Found | None:
     cap, running, gap = f.max_num_seqs, f.get("running_peak"), ctx.shortfall(f.value)
     if cap is None or running is None or running < AT_CAP_SHARE * cap or not _queued(f) \
@@ -265,60 +260,6 @@ def _queuing(f: _Facts, ctx: Context) -> _Found | None:
                   "caps concurrency lower in production",
                   f.server_evidence("waiting_peak", "running_peak", "queue_time_mean_ms", "kv_cache_usage_peak")
                   + f"; {ctx.metric}={_n(f.value)} best={_n(ctx.best)}")
-
-
-_SLO = re.compile(r"^(ttft|tpot|itl|e2el)_p(\d+)$")
-
-
-def _slo_missed(f: _Facts, ctx: Context) -> _Found | None:
-    excess = of_trial.slo_excess(f.attrs)
-    missed = {k: v for k, v in excess.items() if v is None or v > 0}
-    if f.state != COMPLETE or not missed:
-        return None
-    worst = sorted(missed, key=lambda k: -math.inf if missed[k] is None else -missed[k])
-    words, remedy = _slo_words(f, worst[0], missed[worst[0]])
-    if worst[1:]:
-        words += f" ({', '.join(_slo_name(k) for k in worst[1:])} missed too)"
-    if of_trial.value_from_partial_run(f.attrs):
-        words += "; the run was cut once it could not recover"
-    early = of_trial.early_stop(f.attrs)
-    return _Found(words, remedy, f"slo_excess {excess}" + (f"; early stop: {early.get('reason', '')}" if early else ""))
-
-
-def _slo_name(key: str) -> str:
-    """'ttft_p95' -> 'p95 TTFT' (slo.Slo's words)."""
-    m = _SLO.match(key)
-    return f"p{m.group(2)} {m.group(1).upper()}" if m else "error rate"
-
-
-def _slo_words(f: _Facts, key: str, excess: float | None) -> tuple[str, str]:
-    """('p95 TTFT 812 ms is 62% over its 500 ms limit', the knob that usually moves it)."""
-    m = _SLO.match(key)
-    if not m:  # error_pct: (observed - limit) / limit of a percentage
-        rate = _float(f.metrics.get("error_rate"))
-        allows = f"; the error SLO allows {_n(rate * 100 / (1 + excess))}%" if rate and excess is not None else ""
-        seen = f"{rate:.1%} of requests failed" if rate is not None else "requests failed"
-        return seen + allows, ("read the request errors: a 400 usually means a prompt longer than "
-                               f"max-model-len{f.now('max-model-len')}")
-    metric, pct = m.groups()
-    name, observed = _slo_name(key), _float(f.metrics.get(f"{metric}_ms_p{pct}"))
-    if excess is None:
-        words = f"{name} was not measured (no request gave one), so its SLO counts as missed"
-    elif observed is not None:
-        words = f"{name} {_n(observed)} ms is {excess:.0%} over its {_n(observed / (1 + excess))} ms limit"
-    else:
-        words = f"{name} is {excess:.0%} over its limit"
-    if metric == "ttft":
-        if _queued(f):
-            return words, f"requests waited for a slot: raise max-num-seqs{f.now('max-num-seqs')}"
-        if f.knobs.get("enable-chunked-prefill") is False:
-            return words, "turn chunked prefill on (a long prompt then no longer holds up every first token)"
-        return words, (f"raise max-num-batched-tokens{f.now('max-num-batched-tokens')} so more prompt is prefilled "
-                       f"per step, or lower max-num-seqs{f.now('max-num-seqs')} so fewer decodes share it")
-    if metric in ("tpot", "itl"):
-        return words, (f"lower max-num-seqs{f.now('max-num-seqs')}: fewer requests share each decode step "
-                       "(a smaller max-num-batched-tokens also lets prefills interrupt decodes less)")
-    return words, f"lower max-num-seqs{f.now('max-num-seqs')}: smaller batches finish each request sooner"
 
 
 def _speculation(f: _Facts, ctx: Context) -> _Found | None:
@@ -388,7 +329,7 @@ _RULES = (
     _Rule("other_failure", _other_failure),  # from here on: COMPLETE trials only
     _Rule("preemptions", _preemptions),  # before queuing: raising max-num-seqs would preempt more
     _Rule("queuing", _queuing),  # before slo_missed: the wait is part of TTFT, the cap the knob
-    _Rule("slo_missed", _slo_missed),  # before light_load: a miss says the load mattered
+    _Rule("slo_missed", slo_missed),  # before light_load: a miss says the load mattered
     _Rule("speculation", _speculation),  # before light_load: a light load does not explain drafts rejected
     _Rule("light_load", _light_load),
     _Rule("behind_best", _behind_best),

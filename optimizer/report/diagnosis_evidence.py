@@ -209,3 +209,12 @@ def prefix_hits_without_speculation(study: optuna.Study) -> float | None:
                    and (rate := _float(server.get("prefix_cache_hit_rate"))) is not None)
     return rates[len(rates) // 2] if rates else None
 
+
+# Mean time a request waited for a slot that counts as queuing: an idle server queues for
+# ~0.03 ms (tests/fixtures/vllm_metrics), 50 ms is a visible share of a typical TTFT SLO.
+QUEUED_MS = 50.0
+
+
+def _queued(f: _Facts) -> bool:
+    """Requests waited for a slot: a waiting peak, or a mean queue time of QUEUED_MS or more."""
+    return (f.get("waiting_peak") or 0) > 0 or (f.get("queue_time_mean_ms") or 0) >= QUEUED_MS
