@@ -200,7 +200,8 @@ class Progress:
         times = ", ".join(f"{k.removesuffix('_s')} {v:.0f}s" for k, v in ph.items())
         if state == optuna.trial.TrialState.COMPLETE:
             m = result.metrics
-            told = study.get_trials(deepcopy=False)[number].values  # no copy of every trial per line
+            trial = study.get_trials(deepcopy=False)[number]  # no copy of every trial per line
+            told = trial.values
             value = told if len(told) > 1 else told[0]
             shown = " ".join(f"{v:.1f}" for v in value) if isinstance(value, list) else f"{value:.2f}"
             extra = ""
@@ -218,7 +219,7 @@ class Progress:
                 f"  {self._who(number)}[green]COMPLETE[/] {objective.metric}={shown} {objective.unit}{feasible} | {extra}"
                 f"{m['output_throughput']:.0f} tok/s, p95 TTFT {m['ttft_ms_p95']:.0f} ms, "
                 f"p95 TPOT {m['tpot_ms_p95']:.1f} ms, errors {m['error_rate']:.0%}{_speculation(result.server)} | {times}")
-            if outputs := checked(of_trial.regression(study.get_trials(deepcopy=False)[number])):
+            if outputs := checked(of_trial.regression(trial)):
                 self.console.print(f"    outputs: {outputs}")
         else:
             f = result.failure
