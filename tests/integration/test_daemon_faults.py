@@ -171,12 +171,13 @@ def small_disk(tmp_path):
 
 
 def _fill(disk: Path) -> Path:
+    """Writes until the disk refuses. Unbuffered: a buffered file keeps the tail of a write the full
+    disk cut short and raises ENOSPC again from its close, outside the loop."""
     filler = disk / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     return filler
