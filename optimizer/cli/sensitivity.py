@@ -97,7 +97,7 @@ def run(study, plan, progress, measure, prepared, repeats: int = 0) -> list[dict
         if value is not None:
             values.append(value)
         progress.console.print(f"  best again: {value if value is None else round(value, 2)}")
-    noise = band(values, remeasured.every_values(remeasured.confirmation(study), but=others))
+    noise = band(values, remeasured.read_confirmation(study).every_values(but=others))
     maximize = study.direction.name == "MAXIMIZE"  # optuna's StudyDirection
     record = []
     for i, (name, old, new) in enumerate(planned):

@@ -41,8 +41,8 @@ def remeasure(study: optuna.Study, top: int, repeats: int, measure: Callable[[op
     """Measure each candidate, and the baseline, until it has 1 + `repeats` values or is settled
     (already measurably worse than the leader: module docstring), resuming from the study's record.
     `measure(trial, k)` boots and measures the trial's configuration (None: that run failed)."""
-    record = remeasured.confirmation(study)
-    runs = remeasured.runs(record)
+    record = remeasured.confirmation_as_stored(study)
+    runs = dict(record.get("runs") or {})
     current = candidates(study, top)
     base = baseline_trial(study)
     if base is not None and (base.state != optuna.trial.TrialState.COMPLETE or not base.value):
@@ -95,8 +95,8 @@ def _baseline_short(study: optuna.Study, repeats: int) -> bool:
     base = baseline_trial(study)
     if base is None or base.state != optuna.trial.TrialState.COMPLETE or not base.value:
         return False
-    entry = remeasured.entry(remeasured.confirmation(study), base.number)
-    return not entry.get("settled") and len(entry.get("values") or []) + int(entry.get("failed") or 0) < 1 + repeats
+    runs = remeasured.read_confirmation(study).runs.get(base.number) or remeasured.Runs()
+    return runs.settled is None and len(runs.values) + runs.failed < 1 + repeats
 
 
 def confirm_top(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState) -> None:
@@ -111,4 +111,4 @@ def confirm_top(study: optuna.Study, plan: Plan, board, progress: Progress, runs
                             board, progress, runstate)
 
     record = remeasure(study, c.top, c.repeats, measure, progress.confirm_value, progress.confirm_settled)
-    progress.confirmed(record, plan.objective)
+    progress.confirmed(remeasured.Confirmation.of(record), plan.objective)

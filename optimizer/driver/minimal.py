@@ -116,11 +116,11 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     """Run the step for the confirmed winner; returns (and stores) its record."""
     number = confirmed.current_winner(study)
     winner = knobs_of(study.trials[number])
-    conf = remeasured.confirmation(study)
+    conf = confirmed.read(study)
     base = confirmed.baseline_trial(study)
     baseline = knobs_of(base) if base is not None else baseline_params(plan)
     back = reversions(winner, baseline, plan)
-    old = remeasured.minimal(study)
+    old = remeasured.minimal_as_stored(study)
     record = {"winner": number, "runs": dict(old.get("runs") or {}) if old.get("winner") == number else {}}
     started = time.monotonic() - ((old.get("wall_s") or 0.0) if record["runs"] else 0.0)  # resumed: time so far
     progress.minimizing(number, back, plan.cfg.confirm.minimal_boots)
@@ -135,8 +135,8 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
         remeasured.write_minimal(study, copy.deepcopy({**record, "wall_s": time.monotonic() - started}))
 
     runs = _Runs(known, record, boot, save)
-    values = remeasured.values(conf, number)
-    outcome = minimal_change(winner, baseline, back, values, remeasured.every_values(conf), runs.measure,
+    values = conf.values(number)
+    outcome = minimal_change(winner, baseline, back, values, conf.every_values(), runs.measure,
                              maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
                              cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted,
                              spent=lambda: sum(len(r) for r in record["runs"].values()),
@@ -147,7 +147,8 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
     where = _first_run(final_key, record, known)
     metrics = _metrics_of(plan.artifacts / where) if where else None
     boots = sum(len(runs) for runs in record["runs"].values())  # those its own runs answered are not boots
-    record.update(done=True, candidates=conf.get("candidates"), repeats=conf.get("repeats"), boots=boots,
+    candidates = [str(n) for n in conf.candidates] if conf.candidates is not None else None
+    record.update(done=True, candidates=candidates, repeats=conf.repeats, boots=boots,
                   wall_s=round(time.monotonic() - started, 1), rows=[_row(r, sources) for r in outcome.rows],
                   combined=_row(outcome.combined, sources) if outcome.combined else None,
                   final={"knobs": outcome.final, "args": args, "values": outcome.final_values, "dir": where,

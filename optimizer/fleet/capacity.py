@@ -249,7 +249,7 @@ def _remeasured(study, trial, value: float,
                 objective_metric: str) -> tuple[float, int, int]:
     """`value` scaled to the trial's re-measured mean (driver/confirm.py), the runs behind it, and the
     re-measured runs of a latency objective (they say nothing about the rate: not used, but counted)."""
-    ci = remeasured.interval(confirmed.stored(study), trial.number)
+    ci = confirmed.read(study).interval(trial.number)
     runs = int((ci or {}).get("n") or 1)
     if not ci or runs < 2 or not trial.value:
         return value, 1, 0

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from optimizer.fleet import topologies
 from optimizer.measure.slo import describe as describe_slos
-from optimizer.record import of_trial, remeasured
+from optimizer.record import of_trial
 from optimizer.report.production import CAVEAT, production_table
 from optimizer.text.verdicts import attribution, gain_text, range_text, verdict_phrase
 from optimizer.report.startup import startup_text, startup_totals
@@ -103,7 +103,7 @@ def _print_best(s: Summary, objective, console: Console) -> None:
     origin = f"trial {s.best.number}" + (" with the knobs that had no effect put back" if rec.changed_from_trial else "")
     console.print(f"[bold]Recommended ({rec.source}): {origin}[/], {objective.metric} = {rec.value:.2f} "
                   f"{objective.unit} ({runs})" + (f"; SLOs {describe_slos(objective.slos)} hold" if objective.slos else ""))
-    ci = remeasured.interval(s.confirmation, s.best.number)
+    ci = s.confirmation.interval(s.best.number)
     if ci and ci.get("low") is not None:
         console.print(f"  trial {s.best.number} re-measured: {ci['mean']:.2f} {objective.unit} over {ci['n']} "
                       f"run(s), {range_text(ci)}; {verdict_phrase(s.confirmation)}")

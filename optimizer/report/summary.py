@@ -18,6 +18,7 @@ import optuna
 from optimizer.deploy.files import write_best, write_front
 from optimizer.deploy.k8s import write_manifests
 from optimizer.deploy.serve import serve_command
+from optimizer.record.remeasured import Confirmation
 from optimizer.verdict import confirmed
 from optimizer.verdict.recommendation import Recommendation, recommend
 from optimizer.verdict.trials import COMPLETE, feasible, knobs_of, savings  # noqa: F401 - rep.feasible etc. for the report
@@ -34,7 +35,7 @@ class Summary:
     front: tuple[optuna.trial.FrozenTrial, ...] = ()  # multi-objective studies
     infeasible_only: bool = False  # trials completed, none met the SLO constraints
     savings: dict = field(default_factory=dict)
-    confirmation: dict = field(default_factory=dict)  # re-measurements of the top configurations (driver/confirm.py)
+    confirmation: Confirmation = field(default_factory=Confirmation)  # re-measurements of the top configurations (driver/confirm.py)
     recommendation: Recommendation | None = None  # what `command` and best.yaml deploy (verdict/recommendation.py)
 
 
@@ -58,11 +59,11 @@ def summarize_study(study: optuna.Study, model: str, artifacts: Path) -> Summary
             return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
         path = write_front(artifacts, front)
         return Summary(None, base, None, None, path, front, savings=saved)
-    rec = recommend(study)
+    conf = confirmed.read(study)  # one snapshot for the recommendation and the verdict shown beside it
+    rec = recommend(study, conf)
     if rec is None:
         return Summary(None, base, None, None, None, infeasible_only=True, savings=saved)
-    winner = confirmed.current_winner(study)
-    record = confirmed.stored(study) if winner is not None else {}  # a stale one says nothing
+    record = conf if conf.current_winner is not None else Confirmation()  # a stale one says nothing
     args = list(rec.args)
     path = write_best(artifacts, args)
     write_manifests(artifacts / "k8s.yaml", study, model, args, rec.trial, replicas=1)

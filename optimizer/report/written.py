@@ -111,8 +111,7 @@ def _headline(doc: _Doc, study: optuna.Study, s: rep.Summary, model: str, object
               if rec.changed_from_trial else f"trial {s.best.number}")
     doc.para(f"Recommended ({rec.source}): {origin}, {objective.metric} = {rec.value:.2f} {objective.unit} "
              f"({runs})" + (f"; SLOs {describe_slos(objective.slos)} hold." if objective.slos else "."))
-    intervals = s.confirmation.get("intervals") or {}  # empty when the confirmation is stale
-    best_ci = _interval(intervals, s.best.number)
+    best_ci = _interval(s.confirmation.interval(s.best.number))  # none when the confirmation is stale
     if best_ci:
         doc.para(f"Trial {s.best.number} re-measured: {best_ci['mean']:.2f} {objective.unit} over {best_ci['n']} "
                  f"run(s), {range_text(best_ci)}; {verdict_phrase(s.confirmation)} ({noise_text(s.confirmation)}).")
@@ -358,8 +357,7 @@ _CSS = ("body{font-family:system-ui,sans-serif;max-width:70rem;margin:2rem auto;
 
 # -- formatting -------------------------------------------------------------------------------------
 
-def _interval(intervals: dict, number: int) -> dict | None:
-    ci = intervals.get(str(number))
+def _interval(ci) -> dict | None:
     return ci if ci and ci.get("low") is not None and ci.get("high") is not None else None
 
 

@@ -28,38 +28,33 @@ def candidates(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     return out[:top]
 
 
-def stored(study: optuna.Study) -> dict:
-    """The stored confirmation, its verdict read again with this statistic when it was stored by a
-    version that used another (no `noise` key: a per-configuration linear interval). Nothing is
-    written: the next `run` stores it again, without a boot (every configuration has its runs)."""
-    record = remeasured.confirmation(study)
+def read(study: optuna.Study) -> remeasured.Confirmation:
+    """The stored confirmation as one snapshot: its verdict read again with this statistic when it
+    was stored by a version that used another (no `noise` key: a per-configuration linear interval),
+    and whether it still describes the study's top configurations (`current`: new trials may have
+    changed them since). Nothing is written: the next `run` stores it again, without a boot (every
+    configuration has its runs)."""
+    record = remeasured.confirmation_as_stored(study)
     if record.get("runs") and "candidates" in record and "noise" not in record and "winner" in record:
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-        runs = {n: e for n, e in remeasured.runs(record).items() if "values" in e}
+        runs = {n: e for n, e in record["runs"].items() if "values" in e}
         names = [n for n in record["candidates"] if n in runs]
         record.update(decide(runs, names, noise_of(study, runs), maximize))
-    return record
+    current = record.get("candidates") == [str(t.number) for t in candidates(study, record.get("top", 0))]
+    return remeasured.Confirmation.of(record, current)
 
 
 def settled(study: optuna.Study, top: int, repeats: int) -> bool:
     """Confirmation is done for the study's current top configurations (new trials may have
     changed them since, or the settings may differ), and stored with this statistic."""
-    record = remeasured.confirmation(study)
-    return ("winner" in record and "noise" in record and record.get("repeats") == repeats and record.get("top") == top
-            and record.get("candidates") == [str(t.number) for t in candidates(study, top)])
+    record = remeasured.read_confirmation(study)
+    return (record.judged and record.repeats == repeats and record.top == top
+            and record.candidates == tuple(t.number for t in candidates(study, top)))
 
 
 def current_winner(study: optuna.Study) -> int | None:
-    """The confirmed winner, if the confirmation still describes the study's top configurations
-    (one stored with the earlier statistic is read again: `stored`)."""
-    record = stored(study)
-    if record.get("winner") is None or not _describes(study, record):
-        return None
-    return record["winner"]
-
-
-def _describes(study: optuna.Study, record: dict) -> bool:
-    return record.get("candidates") == [str(t.number) for t in candidates(study, record.get("top", 0))]
+    """The confirmed winner, if the confirmation still describes the study's top configurations."""
+    return read(study).current_winner
 
 
 def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -72,10 +67,19 @@ def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 def noise_of(study: optuna.Study, runs: dict | None = None):
     """The noise of one run, pooled over every configuration measured more than once: the
-    confirmation's runs (or `runs`, while it is being made) and the minimal-change step's."""
-    groups = remeasured.every_values({"runs": runs} if runs is not None else remeasured.confirmation(study))
-    groups += [[v for v in values if v is not None] for values in remeasured.runs(remeasured.minimal(study)).values()]
-    return pooled(groups)
+    confirmation's runs (or `runs`, as stored, while it is being made) and the minimal-change step's."""
+    if runs is None:
+        return pooled_noise(remeasured.read_confirmation(study), remeasured.read_minimal(study))
+    return pooled([list(e.get("values") or []) for e in runs.values()] + _minimal_groups(remeasured.read_minimal(study)))
+
+
+def pooled_noise(conf: remeasured.Confirmation, minimal: remeasured.MinimalChange):
+    """noise_of, on records already read."""
+    return pooled(conf.every_values() + _minimal_groups(minimal))
+
+
+def _minimal_groups(minimal: remeasured.MinimalChange) -> list[list[float]]:
+    return [[v for v in values if v is not None] for values in minimal.runs.values()]
 
 
 def decide(runs: dict, names: list[str], noise, maximize: bool) -> dict:

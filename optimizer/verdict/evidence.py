@@ -24,7 +24,7 @@ def config_key(config: dict) -> str:
 
 def evidence(study: optuna.Study) -> dict[str, list[tuple[float | None, str]]]:
     """config_key -> [(value or None, where it was measured)], in trial order."""
-    conf = remeasured.confirmation(study)
+    conf = remeasured.read_confirmation(study)
     out: dict[str, list] = {}
     for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
         if of_trial.is_repeat(t) or t.value is None:
@@ -33,6 +33,6 @@ def evidence(study: optuna.Study) -> dict[str, list[tuple[float | None, str]]]:
         if not feasible(t):
             found.append((None, f"trial {t.number} (SLOs missed)"))
             continue
-        values = remeasured.values(conf, t.number) or [t.value]
+        values = conf.values(t.number) or [t.value]
         found += [(v, f"trial {t.number}" + (f" re-measure {k}" if k else "")) for k, v in enumerate(values)]
     return out

@@ -47,58 +47,53 @@ class Recommendation:
         return tuple(of_trial.vllm_args(self.trial)) != self.args
 
 
-def minimal_record(study: optuna.Study) -> dict | None:
+def minimal_record(study: optuna.Study, conf: remeasured.Confirmation | None = None) -> remeasured.MinimalChange | None:
     """The minimal-change record, if it was made for the current confirmation (same winner, same
     candidates, same repeats: a confirmation done again makes it stale)."""
-    record = remeasured.minimal(study)
-    conf = confirmed.stored(study)
-    winner = confirmed.current_winner(study)
-    if (not record.get("done") or winner is None or record.get("winner") != winner
-            or record.get("candidates") != conf.get("candidates") or record.get("repeats") != conf.get("repeats")):
-        return None
-    return record
+    record = remeasured.read_minimal(study)
+    return record if record.answers(conf if conf is not None else confirmed.read(study)) else None
 
 
-def recommend(study: optuna.Study) -> Recommendation | None:
+def recommend(study: optuna.Study, conf: remeasured.Confirmation | None = None) -> Recommendation | None:
     """The study's recommendation (module docstring); None for a multi-objective study or when no
-    trial completed within the SLOs."""
+    trial completed within the SLOs. The confirmation (`conf`, when the caller has read it: verdict/
+    confirmed.py read) and the minimal change are read once, as one snapshot."""
     if len(study.directions) > 1:
         return None
     try:
         best = study.best_trial  # with constraints: the best feasible one
     except ValueError:
         return None
-    conf = confirmed.stored(study)
-    winner = confirmed.current_winner(study)
-    record = minimal_record(study)
-    if record is not None and record.get("rows"):  # no rows: the winner changed nothing from the baseline
+    conf = conf if conf is not None else confirmed.read(study)
+    minimal = remeasured.read_minimal(study)
+    winner = conf.current_winner
+    if minimal.answers(conf) and minimal.rows:  # no rows: the winner changed nothing from the baseline
         trial = study.trials[winner]
-        final = record["final"]
+        final = minimal.final
         rec = Recommendation(trial, tuple(final["args"]), tuple(final["values"]), MINIMAL,
-                             tuple(record.get("rows") or ()), record.get("combined"), run_dir=final.get("dir"),
-                             metrics=final.get("metrics") if final.get("dir") else None)
+                             tuple(dict(r) for r in minimal.rows), dict(minimal.combined) if minimal.combined else None,
+                             run_dir=final.get("dir"), metrics=final.get("metrics") if final.get("dir") else None)
     elif winner is not None:
         trial = study.trials[winner]
-        rec = Recommendation(trial, tuple(of_trial.vllm_args(trial)), tuple(remeasured.values(conf, winner)), CONFIRMED)
+        rec = Recommendation(trial, tuple(of_trial.vllm_args(trial)), tuple(conf.values(winner)), CONFIRMED)
     else:
         rec = Recommendation(best, tuple(of_trial.vllm_args(best)), (best.value,), SINGLE)
-    return _with_gain(study, rec, conf)
+    return _with_gain(study, rec, conf, confirmed.pooled_noise(conf, minimal))
 
 
-def baseline_values(study: optuna.Study, conf: dict) -> list[float]:
+def baseline_values(study: optuna.Study, conf: remeasured.Confirmation) -> list[float]:
     """The baseline's measured values: its trial's, and its re-measurements when confirmation made them."""
     base = confirmed.baseline_trial(study)
     if base is None or base.state != optuna.trial.TrialState.COMPLETE or base.value is None:
         return []
-    return remeasured.values(conf, base.number) or [base.value]
+    return conf.values(base.number) or [base.value]
 
 
-def _with_gain(study: optuna.Study, rec: Recommendation, conf: dict) -> Recommendation:
+def _with_gain(study: optuna.Study, rec: Recommendation, conf: remeasured.Confirmation, noise) -> Recommendation:
     base = baseline_values(study, conf)
     if not base or min(base) <= 0 or min(rec.values) <= 0:
         return rec
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    noise = confirmed.noise_of(study)
     point = geomean(rec.values) / geomean(base)
     g = {"ratio": point if maximize else 1 / point, "low": None, "high": None,
          "runs": [len(rec.values), len(base)], "baseline": geomean(base)}

@@ -19,11 +19,11 @@ def _only_the_winner_re_measured():
     """Trial 1 re-measured 3 times, the baseline settled on its one run, the minimal change's
     recommendation measured once (305 ms)."""
     study = finished_study()
-    conf = remeasured.confirmation(study)
+    conf = remeasured.confirmation_as_stored(study)
     remeasured.write_confirmation(study, {**conf, "runs": {"1": conf["runs"]["1"], "0": {"values": [2400.0], "failed": 0}},
                                           "candidates": ["1"], "top": 1})
     study = with_minimal(study)
-    record = remeasured.minimal(study)
+    record = remeasured.minimal_as_stored(study)
     remeasured.write_minimal(study, {**record, "candidates": ["1"]})
     return study
 

@@ -154,16 +154,16 @@ def test_a_baseline_already_measurably_worse_is_not_booted_again():
 
 
 def test_a_confirmation_stored_with_the_earlier_statistic_is_read_with_this_one():
-    from optimizer.verdict.confirmed import current_winner, settled, stored
+    from optimizer.verdict.confirmed import current_winner, read, settled
 
     study = study_with([5.0, 9.0, 8.9], direction="maximize")
     old = {"runs": {"1": {"values": [9.0, 8.0], "failed": 0}, "2": {"values": [8.9, 8.7], "failed": 0}},
            "repeats": 1, "top": 2, "candidates": ["1", "2"], "baseline": None, "disqualified": [],
            "intervals": {"1": {"mean": 8.5, "low": -3.9, "high": 20.9, "n": 2}}, "winner": 1, "clear": False}
     study.set_user_attr(ATTR, old)
-    record = stored(study)
-    assert record["noise"]["df"] == 2 and all(ci["low"] > 0 for ci in record["intervals"].values())
-    assert record["winner"] == 2  # 8.80 against 8.49: the geometric means decide
+    record = read(study)
+    assert record.noise["df"] == 2 and all(ci["low"] > 0 for ci in record.intervals.values())
+    assert record.winner == 2 and record.current  # 8.80 against 8.49: the geometric means decide
     assert current_winner(study) == 2 and not settled(study, 2, 1)  # the next run stores it again, no boot
     assert study.user_attrs[ATTR] == old  # reading writes nothing
     calls = []

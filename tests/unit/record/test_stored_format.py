@@ -1,9 +1,11 @@
 """record/: the writers store the keys and JSON values studies have always held (old studies read
 unchanged), and every key a real stored study holds is one the record names."""
 
+import dataclasses
 from pathlib import Path
 
 import optuna
+import pytest
 
 from optimizer.record import of_generation, of_study, of_trial, remeasured, version
 
@@ -86,7 +88,27 @@ def test_a_studys_stamp_and_its_generation_keep_their_keys_and_order():
 def test_a_confirmations_runs_are_read_by_trial_number():
     record = {"runs": {"1": {"values": [2.0, 3.0], "failed": 0}, "0": {"values": [9.0], "failed": 0, "settled": "1"}},
               "intervals": {"1": {"mean": 2.4, "n": 2}}}
-    assert remeasured.values(record, 1) == [2.0, 3.0] and remeasured.values(record, 7) == []
-    assert remeasured.entry(record, 0)["settled"] == "1" and remeasured.interval(record, 1)["n"] == 2
-    assert remeasured.every_values(record, but=1) == [[9.0]]
-    assert remeasured.confirmation({}) == {} and remeasured.minimal({}) == {}
+    conf = remeasured.Confirmation.of(record)
+    assert conf.values(1) == [2.0, 3.0] and conf.values(7) == []
+    assert conf.runs[0] == remeasured.Runs((9.0,), 0, settled=1) and conf.interval(1)["n"] == 2
+    assert conf.every_values(but=1) == [[9.0]]
+    assert not conf.judged and conf.winner is None and conf.candidates is None  # stored before any verdict
+    assert remeasured.read_confirmation({}) == remeasured.Confirmation() and remeasured.confirmation_as_stored({}) == {}
+    assert remeasured.read_minimal({}) == remeasured.MinimalChange() and remeasured.minimal_as_stored({}) == {}
+
+
+def test_what_is_read_is_frozen_and_leaves_the_stored_record_as_it_was():
+    stored = {"confirmation": {"runs": {"1": {"values": [2.0], "failed": 0}}, "candidates": ["1"], "top": 1,
+                               "repeats": 1, "winner": 1, "noise": None, "intervals": {"1": {"mean": 2.0, "n": 1}}},
+              "minimal": {"done": True, "winner": 1, "candidates": ["1"], "repeats": 1, "rows": [{"knob": "k"}],
+                          "runs": {"[]": [1.0, None]}}}
+    conf, minimal = remeasured.read_confirmation(stored), remeasured.read_minimal(stored)
+    assert conf.judged and conf.candidates == (1,) and minimal.answers(conf)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        conf.winner = 2
+    with pytest.raises(TypeError):
+        conf.intervals[1]["mean"] = 3.0
+    with pytest.raises(TypeError):
+        minimal.rows[0]["knob"] = "other"
+    assert stored["minimal"]["rows"] == [{"knob": "k"}] and minimal.runs == {"[]": (1.0, None)}
+    assert not minimal.answers(remeasured.Confirmation.of(stored["confirmation"], current=False))  # a stale one

@@ -9,6 +9,7 @@ from rich.console import Console
 from objectives import LatencyObjective
 from optimizer.driver.progress import Progress
 from optimizer.measure.slo import parse_slos
+from optimizer.record.remeasured import Confirmation
 from optimizer.report import console as report
 
 COMPLETE, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED
@@ -62,7 +63,7 @@ def test_what_mattered_keeps_knob_names_and_values_whole_at_80_columns(monkeypat
             ("all reverted together", "", "", "0.97x [0.90, 1.05] over 2 runs", "reverted", "")]
     monkeypatch.setattr(report, "attribution", lambda rec: rows)
     rec = SimpleNamespace(values=(119.0,), source="minimal change", value=119.0, changed_from_trial=True, rows=rows)
-    s = SimpleNamespace(recommendation=rec, best=SimpleNamespace(number=1), confirmation={})
+    s = SimpleNamespace(recommendation=rec, best=SimpleNamespace(number=1), confirmation=Confirmation())
     con = _at_80()
     report._print_best(s, LatencyObjective("ttft_p95"), con)
     text = con.export_text()

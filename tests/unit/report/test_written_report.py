@@ -417,6 +417,7 @@ def test_the_same_confirmation_gives_the_same_verdict_on_every_surface(tmp_path,
     from rich.console import Console
 
     from optimizer.driver.progress import Progress
+    from optimizer.record.remeasured import Confirmation
     from optimizer.report.console import print_report
     from optimizer.text.verdicts import verdict_phrase
 
@@ -429,9 +430,9 @@ def test_the_same_confirmation_gives_the_same_verdict_on_every_surface(tmp_path,
         study = latency_study(tmp_path / str(i), record)
         md = _markdown(study, study_dir, tmp_path / "out")
         live, final = io.StringIO(), io.StringIO()
-        Progress(Console(file=live, width=300)).confirmed(record, _objective())
+        Progress(Console(file=live, width=300)).confirmed(Confirmation.of(record), _objective())
         print_report(study, MODEL, study_dir, _objective(), Console(file=final, width=300))
-        said = verdict_phrase(record)
+        said = verdict_phrase(Confirmation.of(record))
         assert said.startswith(phrase)
         assert said in md and said in live.getvalue() and said in final.getvalue()
         assert all(ci["low"] > 0 for ci in record["intervals"].values())  # never a negative bound
