@@ -35,7 +35,7 @@ from optimizer.errors import ConfigError
 from optimizer.fleet.scaling import Scaling, for_trial
 from optimizer.measure.slo import Slo
 from optimizer.measure.slo import describe as describe_slos
-from optimizer.record import of_study, of_trial, remeasured
+from optimizer.record import of_study, of_trial
 from optimizer.verdict import confirmed
 from optimizer.verdict.recommendation import recommend
 from optimizer.verdict.trials import COMPLETE
