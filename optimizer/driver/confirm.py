@@ -31,7 +31,7 @@ from optimizer.driver.store.driver_lock import RunState
 from optimizer.measure.noise import geomean, ratio, settled
 from optimizer.record import remeasured
 from optimizer.verdict import confirmed
-from optimizer.verdict.confirmed import baseline_trial, candidates, decide, noise_of
+from optimizer.verdict.confirmed import baseline_trial, candidates, changed_knobs, decide, noise_of
 from optimizer.verdict.trials import knobs_of
 
 
@@ -68,7 +68,7 @@ def remeasure(study: optuna.Study, top: int, repeats: int, measure: Callable[[op
             remeasured.write_confirmation(study, {**record, "runs": runs})  # after every run: an interruption loses one
     record = {"runs": runs, "repeats": repeats, "top": top, "candidates": names,
               "baseline": base.number if base is not None else None,
-              **decide(runs, names, noise_of(study, runs), maximize)}
+              **decide(runs, names, noise_of(study, runs), maximize, changed_knobs(study, names))}
     remeasured.write_confirmation(study, record)
     return record
 

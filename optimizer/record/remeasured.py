@@ -51,6 +51,7 @@ class Confirmation:
     ratios: Mapping[int, Mapping] = field(default_factory=lambda: MappingProxyType({}))
     noise: Mapping | None = None
     disqualified: tuple[int, ...] = ()
+    simpler: Mapping | None = None  # the winner is not the best mean but, within its noise, changes fewer knobs
     judged: bool = False  # its verdict was stored with the one statistic (it has a `noise` entry)
     current: bool = True
 
@@ -65,7 +66,8 @@ class Confirmation:
                    d.get("top"), d.get("repeats"), d.get("baseline"), d.get("winner"), bool(d.get("clear")),
                    bool(d.get("alone")), _by_number(d.get("intervals")), _by_number(d.get("ratios")),
                    MappingProxyType(dict(d["noise"])) if d.get("noise") else None,
-                   tuple(d.get("disqualified") or ()), "noise" in d, current)
+                   tuple(d.get("disqualified") or ()),
+                   MappingProxyType(dict(d["simpler"])) if d.get("simpler") else None, "noise" in d, current)
 
     @property
     def current_winner(self) -> int | None:

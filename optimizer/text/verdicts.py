@@ -69,6 +69,11 @@ def verdict_phrase(record) -> str:
     """Why the confirmation's winner (record/remeasured.Confirmation) is (or is not) clear, in one clause."""
     if record.alone:
         return "the only configuration re-measured (nothing else to beat)"
+    if record.simpler:
+        s = record.simpler
+        return (f"the simpler choice: within the noise of trial {s['over']}, the best geometric mean "
+                f"({_ratio(s['ratio'])} of it), it changes {s['knobs']} knob(s) from the baseline against "
+                f"{s['over_knobs']}")
     if record.clear:
         return "a clear winner: every other candidate measured worse beyond the noise"
     close = [f"trial {n} ({_ratio(r)} of it)" for n, r in record.ratios.items()
@@ -98,7 +103,7 @@ def confirmation_lines(record, objective) -> list[str]:
     if record.winner is None:
         return out
     out.append(f"({noise_text(record)})")
-    lead = "winner" if record.clear else "the best geometric mean"
+    lead = "winner" if record.clear else "recommended" if record.simpler else "the best geometric mean"
     out.append(f"{lead}: trial {record.winner}, {verdict_phrase(record)}")
     return out
 
