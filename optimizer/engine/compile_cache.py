@@ -95,6 +95,23 @@ def with_cache(env: dict[str, str], directory: Path, inherited: dict[str, str] |
     return {**{k: v for k, v in ours.items() if k not in env and k not in inherited}, **env}
 
 
+def share_model_infos(directory: Path) -> None:
+    """Before a boot with its cache in `directory` (ours, one per release and model): vLLM inspects
+    the model's class in a subprocess once per cache root (9 s of a 2-core machine's first boot of
+    each new model, measured) and keeps the answer in `<root>/modelinfos`, one file per model class,
+    checked against its source file's hash, nothing of the model's own. So that directory is shared
+    by every model of the release: `<directory>/modelinfos` links to `../modelinfos`. Best effort: a
+    directory that cannot be linked is left to vLLM, which inspects again."""
+    link, shared = directory / "modelinfos", directory.parent / "modelinfos"
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to(Path("..") / "modelinfos", target_is_directory=True)
+    except OSError:
+        pass
+
+
 def device_env(device_kind: str, env: dict[str, str], inherited: dict[str, str] | None = None) -> dict[str, str]:
     """`env` with AOT artifacts off on CPU (see module docstring), unless the operator set it."""
     inherited = os.environ if inherited is None else inherited

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from optimizer.engine.compile_cache import node_cache_dir, with_cache
+from optimizer.engine.compile_cache import CACHE_ROOT, node_cache_dir, share_model_infos, with_cache
 from optimizer.engine.failures import Failure
 from optimizer.engine.vllm import StopReport
 from optimizer.errors import first_line
@@ -52,10 +52,15 @@ class TrialSpec:
 
     def server_env(self, host: str | None = None) -> dict[str, str]:
         """The server's environment on `host` (this machine by default): `env`, with the compile
-        cache there unless the operator set their own."""
+        cache there unless the operator set their own (ours then shares vLLM's model-class
+        inspection with the release's other models: engine/compile_cache.share_model_infos)."""
         if not self.compile_cache:
             return dict(self.env)
-        return with_cache(dict(self.env), node_cache_dir(self.compile_cache, self.driver_host, host))
+        directory = node_cache_dir(self.compile_cache, self.driver_host, host)
+        env = with_cache(dict(self.env), directory)
+        if env.get(CACHE_ROOT) == str(directory):
+            share_model_infos(directory)
+        return env
 
     @property
     def hears_driver(self) -> bool:

@@ -2,12 +2,21 @@
 shared by every boot of a study (and by later studies of the same model), never across releases
 or models; node-local off the driver's machine; an operator's own cache variables win."""
 
+import os
 from pathlib import Path
 
 from optimizer.config.schema import build_config
 from optimizer.driver.launch import make_spec
 from optimizer.driver.plan import prepare
-from optimizer.engine.compile_cache import CACHE_ROOT, INDUCTOR_DIR, cache_dir, default_root, node_cache_dir, with_cache
+from optimizer.engine.compile_cache import (
+    CACHE_ROOT,
+    INDUCTOR_DIR,
+    cache_dir,
+    default_root,
+    node_cache_dir,
+    share_model_infos,
+    with_cache,
+)
 from optimizer.engine.vllm_version import installed_vllm
 
 
@@ -67,6 +76,7 @@ def test_every_boot_of_a_study_gets_the_same_cache(tmp_path, tiny_model, monkeyp
     env = trial.server_env()
     assert env[CACHE_ROOT] == str(expected) and env[INDUCTOR_DIR] == str(expected / "inductor")
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # the spec's own variables are kept
+    assert (expected / "modelinfos").resolve() == expected.parent / "modelinfos"  # shared with the release's models
     # vLLM's dev endpoints only where the prefix cache is on (the trial resets it after warm-up)
     uncached = make_spec(1, plan, {"max-num-seqs": 4, "enable-prefix-caching": False}, "trial-1")
     assert "--no-enable-prefix-caching" in uncached.vllm_args and "VLLM_SERVER_DEV_MODE" not in uncached.server_env()
@@ -78,6 +88,27 @@ def test_a_config_can_turn_it_off_or_name_its_own(tmp_path, tiny_model, monkeypa
     assert off.compile_cache == "" and CACHE_ROOT not in off.server_env()
     own = make_spec(0, _plan(tmp_path, tiny_model, env={CACHE_ROOT: "/srv/cache"}), {"max-num-seqs": 4}, "t")
     assert own.server_env()[CACHE_ROOT] == "/srv/cache"
+    assert not Path("/srv/cache").exists()  # the operator's own root is left as it is
+
+
+def test_the_model_class_inspection_is_shared_by_the_models_of_a_release(tmp_path):
+    a, b = cache_dir(tmp_path, "models/a", "0.32.0"), cache_dir(tmp_path, "models/b", "0.32.0")
+    share_model_infos(a)
+    (a / "modelinfos" / "llama-LlamaForCausalLM.json").write_text("{}")  # as vLLM writes it, through the link
+    share_model_infos(b)
+    share_model_infos(b)  # again: the link is kept
+    assert (b / "modelinfos" / "llama-LlamaForCausalLM.json").read_text() == "{}"
+    assert (b / "modelinfos").is_symlink() and os.readlink(b / "modelinfos") == os.path.join("..", "modelinfos")
+    other = cache_dir(tmp_path, "models/a", "0.33.0")
+    share_model_infos(other)
+    assert not (other / "modelinfos" / "llama-LlamaForCausalLM.json").exists()  # never across releases
+    mine = tmp_path / "mine"
+    (mine / "modelinfos").mkdir(parents=True)  # a directory of its own (a cache made before): left alone
+    share_model_infos(mine)
+    assert not (mine / "modelinfos").is_symlink()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    share_model_infos(blocked / "m")  # cannot be made (a file in the way): nothing raised, vLLM inspects again
 
 
 def test_aot_artifacts_are_off_on_cpu_only_unless_the_operator_says():
