@@ -90,7 +90,7 @@ def _same_as_baseline(rec, base) -> Decision | None:
     if base is None or tuple(of_trial.vllm_args(base)) != rec.args:
         return None
     if rec.source == MINIMAL:
-        kept = [r["knob"] for r in rec.rows if r.get("verdict") == "kept"]
+        kept = [r["knob"] for r in rec.rows if r.get("verdict") in ("kept", "undecided")]
         return Decision(False, "all_put_back", f"the recommendation is the current configuration: the minimal change "
                         f"put back all {len(rec.rows)} changed knob(s)" + (f" ({', '.join(kept)} kept)" if kept else ""))
     who = "the baseline itself" if rec.trial.number == base.number else f"trial {rec.trial.number}, with the baseline's flags,"

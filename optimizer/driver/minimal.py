@@ -93,6 +93,10 @@ def _row(row, sources: dict) -> dict:
     return {**row.as_dict(), "runs_from": sources.get(config_key(row.config), [])[:len(row.values) + row.failed]}
 
 
+def _measured(trial) -> bool:
+    return trial is not None and trial.state == optuna.trial.TrialState.COMPLETE and bool(trial.value)
+
+
 def minimal_pending(study: optuna.Study, plan: Plan) -> bool:
     """The step is asked for, a confirmed winner stands, and no finished record describes it."""
     return (plan.cfg.confirm.minimal and len(study.directions) == 1 and confirmed.current_winner(study) is not None
@@ -140,7 +144,8 @@ def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstat
                              maximize=study.direction == optuna.study.StudyDirection.MAXIMIZE,
                              cap=plan.cfg.confirm.minimal_boots, on_row=progress.reverted,
                              spent=lambda: sum(len(r) for r in record["runs"].values()),
-                             free=lambda config: len(known.get(config_key(config), [])))
+                             free=lambda config: len(known.get(config_key(config), [])),
+                             baseline_values=(conf.values(base.number) or [base.value]) if _measured(base) else None)
     sources = runs.sources
     args = list(make_spec(number, plan, outcome.final, "-").vllm_args)
     final_key = config_key(outcome.final)

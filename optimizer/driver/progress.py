@@ -184,8 +184,10 @@ class Progress:
         if not record["rows"]:
             return  # the winner is the baseline's configuration: nothing to put back
         reverted = [r["knob"] for r in record["rows"] if r["verdict"] == "reverted"]
+        undecided = [r["knob"] for r in record["rows"] if r["verdict"] == "undecided"]
         self.console.print(f"  recommended: {fmt_params(record['final']['knobs'])}"
                            + (f" (back at the baseline's: {', '.join(reverted)})" if reverted else "")
+                           + (f" (undecided, kept at the winner's: {', '.join(undecided)})" if undecided else "")
                            + f"; {record['boots']} extra boot(s), {record['wall_s'] / 60:.1f} min")
 
     def checkpoint(self, number: int, step: int, value: float | None, objective, stop: str) -> None:

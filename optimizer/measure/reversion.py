@@ -14,6 +14,11 @@ noise of one run pooled over every repeated run):
 - otherwise, when the measured effect is under TOLERANCE (15%): reverted;
 - otherwise (worse by more than 15% but within the noise): one more run, up to `max_runs`;
   after the last, reverted unless measurably worse (the rule a fixed `max_runs` runs would apply).
+Within the noise is no reason to revert when the noise is so wide that the interval reaches the
+baseline's level (putting the knob back might lose the whole gain, when that gain is more than
+TOLERANCE): the runs cannot tell "no effect" from "all of it". Such a knob is measured up to `max_runs`, and then, still that wide,
+it is **undecided**: kept at the winner's value, its row naming how far runs of one
+configuration moved (something else was using the machine), never reverted on a guess.
 The caller's `measure(config, k)` returns the objective's value of the k-th run of `config`, or
 None when that run failed; it may answer from runs the study already made (driver/minimal.py).
 """
@@ -23,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from optimizer.measure.noise import Ratio, pooled, ratio
+from optimizer.measure.noise import Ratio, geomean, pooled, ratio
 
-REVERTED, KEPT, UNMEASURED = "reverted", "kept", "not measured"
+REVERTED, KEPT, UNMEASURED, UNDECIDED = "reverted", "kept", "not measured", "undecided"
 
 
 @dataclass
@@ -73,9 +78,10 @@ class _Runs:
     """Measurements made so far, for the pooled noise and the boot cap."""
 
     def __init__(self, groups: list[list[float]], measure: Callable[[dict, int], float | None], cap: int,
-                 spent: Callable[[], int] | None, free: Callable[[dict], int]):
+                 spent: Callable[[], int] | None, free: Callable[[dict], int], whole: float | None = None):
         self.groups, self.measure, self.cap, self.calls = [list(g) for g in groups], measure, cap, 0
         self.spent, self.free = spent or (lambda: self.calls), free
+        self.whole = whole  # reverted / winner at the baseline's level: the whole gain lost (None: unknown)
 
     @property
     def boots(self) -> int:
@@ -101,7 +107,10 @@ class _Runs:
                 row.verdict, row.note = UNMEASURED, "no repeated runs to judge the noise by"
                 return
             row.effect = ratio(row.values, reference, noise)
-            verdict = decide(row.effect, maximize, last=len(row.values) >= max(max_runs, free))
+            verdict = decide(row.effect, maximize, last=len(row.values) >= max(max_runs, free), whole=self.whole)
+            if verdict == UNDECIDED:
+                row.note = (f"undecided: runs of one configuration moved {self.spread():.1f}x, so its interval reaches "
+                            "the baseline's level; something else may be using the machine")
             if verdict:
                 row.verdict = verdict
                 return
@@ -111,6 +120,10 @@ class _Runs:
             row.verdict, row.note = KEPT, "the cap on extra boots was reached before a clear verdict"
 
 
+    def spread(self) -> float:
+        """The most runs of one configuration moved: the largest max / min over the repeated runs."""
+        return max((max(g) / min(g) for g in self.groups if len(g) >= 2 and min(g) > 0), default=1.0)
+
     def _groups(self, row: Row) -> list[list[float]]:
         """Every repeated run once: the row's own runs, and the groups given except one the row's runs
         begin with (a reversion that is the baseline, or a candidate, reads that group's runs)."""
@@ -118,10 +131,13 @@ class _Runs:
         return [g for g in self.groups if g is row.values or not (g and len(g) <= n and row.values[:len(g)] == g)]
 
 
-def decide(effect: Ratio, maximize: bool, last: bool) -> str:
-    """The verdict after a run (KEPT, REVERTED), or '' for one more run (module docstring)."""
+def decide(effect: Ratio, maximize: bool, last: bool, whole: float | None = None) -> str:
+    """The verdict after a run (KEPT, REVERTED, UNDECIDED), or '' for one more run (module docstring).
+    `whole`: the ratio reverted / winner at which the whole gain over the baseline is lost."""
     if effect.worse(maximize):
         return KEPT
+    if whole is not None and (effect.low <= whole if maximize else effect.high >= whole):
+        return UNDECIDED if last else ""  # the interval reaches the baseline's level
     loss = 1 / effect.ratio if maximize else effect.ratio
     return REVERTED if last or loss <= 1 + TOLERANCE else ""
 
@@ -133,12 +149,14 @@ TOLERANCE = 0.15
 def minimal_change(winner: dict, baseline: dict, revert_to: dict, winner_values: list[float],
                    groups: list[list[float]], measure: Callable[[dict, int], float | None], maximize: bool,
                    max_runs: int = 3, cap: int = 8, on_row: Callable[[Row], None] = lambda row: None,
-                   spent: Callable[[], int] | None = None, free: Callable[[dict], int] = lambda config: 0) -> Outcome:
+                   spent: Callable[[], int] | None = None, free: Callable[[dict], int] = lambda config: 0,
+                   baseline_values: list[float] | None = None) -> Outcome:
     """Run the reversions (module docstring). `revert_to[knob]` is what each changed knob goes back
     to; `groups` are the repeated runs already made (confirmation), `winner_values` among them.
     `cap` bounds the boots, `spent()` counts them (default: every call of `measure` is one);
-    `free(config)` is how many of `config`'s runs the study already has (read before any verdict)."""
-    runs = _Runs(groups, measure, cap, spent, free)
+    `free(config)` is how many of `config`'s runs the study already has (read before any verdict);
+    `baseline_values`, the baseline's runs, set the level at which a reversion lost the whole gain."""
+    runs = _Runs(groups, measure, cap, spent, free, _whole_gain_lost(baseline_values, winner_values, maximize))
     rows = []
     for knob, back in revert_to.items():
         row = Row(knob, baseline.get(knob), winner.get(knob), back)
@@ -166,6 +184,16 @@ def minimal_change(winner: dict, baseline: dict, revert_to: dict, winner_values:
             r.verdict, r.note = KEPT, f"reverted alone it stayed within noise, but reverted with {cheapest.knob} it {why}"
     return Outcome(rows, with_reverted(winner, {cheapest.knob: cheapest.reverted_to}), list(cheapest.values),
                    combined, runs.boots)
+
+
+def _whole_gain_lost(baseline_values: list[float] | None, winner_values: list[float], maximize: bool) -> float | None:
+    """reverted / winner at the baseline's level, when the winner's gain over the baseline is more
+    than TOLERANCE (a smaller gain is all within what a reversion may lose anyway): else None."""
+    if not baseline_values or not winner_values:
+        return None
+    whole = geomean(baseline_values) / geomean(winner_values)
+    gain = 1 / whole if maximize else whole
+    return whole if gain > 1 + TOLERANCE else None
 
 
 def _loss(row: Row, maximize: bool) -> float:

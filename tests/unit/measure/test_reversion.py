@@ -6,7 +6,7 @@ import math
 import random
 
 from optimizer.measure.noise import pooled, ratio
-from optimizer.measure.reversion import KEPT, REVERTED, minimal_change, with_reverted
+from optimizer.measure.reversion import KEPT, REVERTED, UNDECIDED, minimal_change, with_reverted
 
 WINNER = {"max-num-seqs": 36, "max-model-len": 44288, "gpu-memory-utilization": 0.23}
 BASELINE = {"max-num-seqs": 16, "max-model-len": 8192, "gpu-memory-utilization": 0.5}
@@ -163,3 +163,40 @@ def test_the_boot_cap_never_stops_runs_that_cost_no_boot():
     rows = {r.knob: r for r in out.rows}
     assert len(booted) == 1 and rows["max-num-seqs"].verdict == REVERTED  # the one boot the cap allows
     assert rows["max-model-len"].values == [2400.0, 2400.0] and rows["max-model-len"].verdict == KEPT
+
+
+def test_with_the_baselines_runs_given_a_knob_with_no_effect_is_still_reverted_on_ordinary_noise():
+    verdicts = []
+    for seed in range(200):
+        rng = random.Random(seed)
+        winner_values, groups = confirmation(rng)
+        out = minimal_change(WINNER, BASELINE, dict(BASELINE), winner_values, groups,
+                             latency({"max-num-seqs": 8.0}, rng), maximize=False, baseline_values=groups[2])
+        verdicts.append({r.knob: r.verdict for r in out.rows}["max-model-len"])
+    assert verdicts.count(REVERTED) >= 190 and UNDECIDED not in verdicts, verdicts.count(REVERTED)
+
+
+def _noisy_machine(baseline_values):
+    """Something else uses the CPU: runs of one configuration move 2-2.6x, one repeat each."""
+    winner_values = [100.0, 45.0]
+    groups = [winner_values, [130.0, 55.0]]
+    values = iter([60.0, 130.0, 50.0, 55.0, 125.0, 60.0])
+    return minimal_change({"max-num-seqs": 32, "max-model-len": 4096}, {"max-num-seqs": 8, "max-model-len": 2048},
+                          {"max-num-seqs": 8, "max-model-len": 2048}, winner_values, groups,
+                          lambda config, k: next(values), maximize=True, baseline_values=baseline_values)
+
+
+def test_on_a_noisy_machine_a_reversion_whose_interval_reaches_the_baseline_is_undecided_and_kept():
+    out = _noisy_machine(baseline_values=[30.0])  # the winner measured 2.2x the baseline
+    for row in out.rows:
+        assert row.verdict == UNDECIDED and len(row.values) == 3, (row.knob, row.values, row.effect)
+        assert row.effect.low <= 30.0 / math.sqrt(100.0 * 45.0) <= row.effect.high
+        assert row.note.startswith("undecided: runs of one configuration moved 2.6x")  # 130 / 50
+    assert out.final == {"max-num-seqs": 32, "max-model-len": 4096}  # never the baseline on a guess
+    assert out.combined is None
+
+
+def test_a_gain_within_the_tolerance_leaves_the_reversions_to_the_usual_rule():
+    small = _noisy_machine(baseline_values=[64.0])  # 1.04x: all of it is within what a reversion may lose
+    assert [r.verdict for r in small.rows] == [REVERTED, REVERTED] and [len(r.values) for r in small.rows] == [1, 1]
+    assert _noisy_machine(baseline_values=None).final == {"max-num-seqs": 8, "max-model-len": 2048}
