@@ -66,6 +66,7 @@ def main(ns: argparse.Namespace, console) -> int:
         m = measurement_from_study(finished.study, ns.trial, slos)
         p = plan(m, ns.peak_qps, ns.tokens_per_request, ns.headroom, for_trial(finished.study, m.trial))
         _print(console, describe(p))
+        _print(console, _tails(cfg, finished.study, p, slos or parse_slos(cfg.objective.slos), ns.trial))
         _topologies(ns, console, finished.study, slos, parse_slos(cfg.objective.slos))
         _manifests(ns, console, finished, p)
         return 0
@@ -131,6 +132,44 @@ def _through_twin(ns, w: WhatIfArgs, rows, serving, slos):
     return out, (f"  rows by the twin: the study's {workload.name} workload ({reqs} requests) through vLLM's "
                  "scheduler at rising rates, its TTFT and TPOT p95s; other rows: the mean estimate"
                  + (f" (the twin did not answer: {'; '.join(why)})" if why else ""))
+
+
+def _tails(cfg, study, p, slos, trial: int | None) -> list[str]:
+    """Tails at peak and the knee of the configuration planned on, from the twin calibrated on the
+    study's own runs (twin/tails.py); one line saying why not when the twin cannot answer."""
+    from optimizer.driver.plan import prepare  # noqa: PLC0415
+    from optimizer.report.capacity import describe_tails  # noqa: PLC0415
+    from optimizer.twin.from_study import calibrate, stored_runs  # noqa: PLC0415
+    from optimizer.twin.prediction import BAND, BAND_ONE_RUN  # noqa: PLC0415
+    from optimizer.twin.server import TwinServer  # noqa: PLC0415
+    from optimizer.twin.tails import tails  # noqa: PLC0415
+
+    rate = p.peak_qps / p.replicas
+    try:
+        plan_ = prepare(cfg)
+        runs = stored_runs(plan_.artifacts)
+        cal = calibrate(plan_, runs)
+        params = _planned_knobs(study, p.measurement.trial, trial)
+        same = next((r for r in runs if r.params == params), None)
+        server = TwinServer.from_flags(plan_.model, plan_.server_args(params), plan_.device,
+                                       same.log_text if same else "", cal.kv_calibration)
+        table = BAND_ONE_RUN if len(cal.runs) == 1 else BAND
+        got = tails(server, cal.cost, plan_.workload.requests, rate, slos,
+                    band=lambda m, v: (v / (1 + table[m]), v * (1 + table[m])))
+    except OptimizerError as exc:
+        return [f"Tails at peak: not predicted ({str(exc).removeprefix('simulate: ')})"]
+    return describe_tails(got, p.measurement.trial, [r.number for r in cal.runs])
+
+
+def _planned_knobs(study, planned: int, asked: int | None) -> dict:
+    """The knobs of the configuration the plan rests on: the recommendation's (a minimal change may
+    have put knobs back), or the asked trial's."""
+    from optimizer.config.flags import from_cli_args  # noqa: PLC0415
+    from optimizer.verdict.recommendation import recommend  # noqa: PLC0415
+    from optimizer.verdict.trials import knobs_of  # noqa: PLC0415
+
+    rec = recommend(study) if asked is None else None
+    return from_cli_args(list(rec.args)) if rec is not None else knobs_of(study.trials[planned])
 
 
 def _topologies(ns, console, study, slos, study_slos) -> None:

@@ -4,6 +4,7 @@ carries and why, the replicas and devices, the scaling; and the measured topolog
 from __future__ import annotations
 
 from optimizer.fleet.capacity import Plan, rounded
+from optimizer.twin.tails import Tails
 
 
 def describe(p: Plan) -> list[str]:
@@ -42,4 +43,35 @@ def describe_topologies(rows: list[tuple[str, Plan, str]]) -> list[str]:
         scaled = f"; scaling {p.scaling.efficiency:.2f}x measured" if p.scaling is not None else ""
         lines.append(f"  {label}: trial {m.trial}, {rounded(m.value)} {m.unit} a replica on {m.gpus_per_replica} "
                      f"device(s); {p.replicas} replica(s), {p.gpus} device(s)" + scaled + (f"; {room}" if room else ""))
+    return lines
+
+
+SATURATED = 0.97  # a knee this close to the saturation rate is the saturation itself
+
+
+def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
+    """Tails at the planned rate and the knee (twin/tails.py) as the lines `plan` prints."""
+    m = t.metrics
+
+    def shown(metric: str) -> str:
+        low, high = t.bands.get(metric, (None, None))
+        band = f" [{low:,.0f}-{high:,.0f}]" if low is not None else ""
+        return f"{metric.split('_')[-1]} {m[metric]:,.0f} ms{band}"
+
+    lines = [f"Tails at peak (the twin of trial {trial}, calibrated on trial(s) {', '.join(map(str, calibrated_on))}; "
+             f"predicted, nothing booted; {t.requests} requests a run): each replica at {rounded(t.rate)} req/s: "
+             f"TTFT {shown('ttft_ms_p95')}, {shown('ttft_ms_p99')}; TPOT {shown('tpot_ms_p95')}, {shown('tpot_ms_p99')}"]
+    if t.knee is None:
+        lines.append(f"Knee: needs a TTFT SLO (--slo ttft:MS); saturation at {rounded(t.ceiling)} req/s a replica")
+    elif t.knee <= 0:
+        lines.append(f"Knee: p{t.slo.percentile} TTFT misses {t.slo.limit:g} ms at every rate the twin tried, "
+                     f"down to {rounded(t.ceiling / 256)} req/s: the SLO does not hold on this configuration")
+    else:
+        where = (f"{t.below_knee:.0%} below it" if t.below_knee >= 0 else f"{-t.below_knee:.0%} past it: the queue "
+                 "grows at peak")
+        reached = (f"p{t.slo.percentile} TTFT reaches {t.slo.limit:g} ms at {rounded(t.knee)} req/s a replica "
+                   f"(saturation {rounded(t.ceiling)})" if t.knee < SATURATED * t.ceiling else
+                   f"saturation at {rounded(t.knee)} req/s a replica (p{t.slo.percentile} TTFT stays under "
+                   f"{t.slo.limit:g} ms until the queue grows without end)")
+        lines.append(f"Knee: {reached}; the plan runs each at {rounded(t.rate)}, {where}")
     return lines

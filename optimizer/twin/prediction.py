@@ -21,17 +21,17 @@ from optimizer.measure.slo import good_requests
 
 # 90th-percentile |error| of a calibrated twin on runs it was not calibrated on, per metric, pooled
 # over the 4 validation sets, 105 predictions (bench/twin_validation.py, 2026-12-05; docs/twin.md
-# "How far to trust it"). ITL and TTFT p99 were not validated: they get the widest latency band.
+# "How far to trust it"). ITL, TTFT p99 and TPOT p99 were not validated: they get the widest latency band.
 BAND = {"request_throughput": 0.104, "output_throughput": 0.104, "total_token_throughput": 0.104,
         "ttft_ms_p50": 0.364, "ttft_ms_p90": 0.364, "ttft_ms_p95": 0.287, "ttft_ms_p99": 0.364,
-        "tpot_ms_p50": 0.229, "tpot_ms_p90": 0.229, "tpot_ms_p95": 0.200, "itl_ms_p95": 0.364,
+        "tpot_ms_p50": 0.229, "tpot_ms_p90": 0.229, "tpot_ms_p95": 0.200, "tpot_ms_p99": 0.364, "itl_ms_p95": 0.364,
         "e2el_ms_p50": 0.228, "e2el_ms_p95": 0.228, "goodput": 0.898}
 # The same, calibrated on one run (the baseline alone: what a study has after one boot), predicting the
 # runs of the same KV dtype, 56 predictions (bench/twin_validation.py --one-run, 2026-12-05): one run
 # at a steady batch leaves a step's fixed and per-sequence costs hard to tell apart.
 BAND_ONE_RUN = {"request_throughput": 0.160, "output_throughput": 0.160, "total_token_throughput": 0.160,
                 "ttft_ms_p50": 0.689, "ttft_ms_p90": 0.689, "ttft_ms_p95": 0.469, "ttft_ms_p99": 0.689,
-                "tpot_ms_p50": 0.283, "tpot_ms_p90": 0.283, "tpot_ms_p95": 0.255, "itl_ms_p95": 0.689,
+                "tpot_ms_p50": 0.283, "tpot_ms_p90": 0.283, "tpot_ms_p95": 0.255, "tpot_ms_p99": 0.689, "itl_ms_p95": 0.689,
                 "e2el_ms_p50": 0.393, "e2el_ms_p95": 0.393, "goodput": 3.583}
 
 
