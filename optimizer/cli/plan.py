@@ -158,6 +158,9 @@ def _tails(cfg, study, p, slos, trial: int | None) -> list[str]:
                     band=lambda m, v: (v / (1 + table[m]), v * (1 + table[m])))
     except OptimizerError as exc:
         return [f"Tails at peak: not predicted ({str(exc).removeprefix('simulate: ')})"]
+    except (ValueError, KeyError, RuntimeError) as exc:  # vLLM's config classes on flags the twin does not model
+        return [f"Tails at peak: not predicted (the twin could not run this configuration: "
+                f"{type(exc).__name__}: {str(exc)[:200]})"]
     return describe_tails(got, p.measurement.trial, [r.number for r in cal.runs])
 
 

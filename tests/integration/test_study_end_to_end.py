@@ -425,3 +425,6 @@ def test_plan_turns_the_measured_throughput_into_replicas(finished_study):
                    math.ceil(50 / (m["request_throughput"] * scale * 0.7)))
     assert f"Replicas: {replicas} " in run.stdout, run.stdout
     assert "trial 1" in run.stdout and "warning" in run.stdout  # on CPU
+    # The tails at peak from the twin calibrated on the baseline's run; no TTFT SLO here, so no knee.
+    assert "Tails at peak (the twin of trial 1, calibrated on trial(s) 0" in run.stdout, run.stdout
+    assert "Knee: needs a TTFT SLO (--slo ttft:MS); saturation at " in run.stdout
