@@ -1,5 +1,8 @@
-"""Measurements outside the Optuna loop (confirmation's re-runs, sensitivity's moves): one
-full run of a configuration as a Ray task, no early stop, stopped cleanly on a signal.
+"""Measurements outside the Optuna loop (confirmation's re-runs, the minimal change's, sensitivity's
+moves): one full run of a configuration as a Ray task, no early stop, stopped cleanly on a signal.
+These are the runs the noise is pooled over, so a run other processes disturbed
+(measure/interference.py) is measured again rather than counted; disturbed on every try, it counts
+as a run that failed, and the console says why.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import ray
+from rich.markup import escape
 
 from optimizer import shutdown
 from optimizer.driver import poll
@@ -23,11 +27,13 @@ from optimizer.driver.resources import ray_resources
 from optimizer.driver.store.driver_lock import RunState
 from optimizer.driver.store.trial_files import store_trial
 from optimizer.engine.failures import without_fp8_remedy
+from optimizer.measure.interference import disturbance
 from optimizer.measure.slo import holds as slo_holds
 from optimizer.trial.channel import TrialBoard
 from optimizer.trial.spec import TrialSpec, lost_trial_result
 
 CONFIRM_KEY = 1_000_000  # re-measurements post on the board under keys no trial number reaches
+DISTURBED_TRIES = 3  # a run disturbed by other processes (measure/interference.py) is measured again, this often at most
 
 
 @contextmanager
@@ -48,9 +54,18 @@ def measure_once(plan: Plan, params: dict, key: int, log_dir: str, board, progre
     artifacts/<study>/<log_dir>/; the objective's value, or None if the run failed (or, with
     `within_slos`, missed a replay objective's SLOs)."""
     spec = make_spec(key, plan, params, log_dir, early_stop=False)
-    result = run_task(spec, plan, board, progress, runstate)
-    result = replace(result, failure=without_fp8_remedy(result.failure, plan.device.fp8_kv))
-    store_trial(plan.artifacts / log_dir, params, result, socket.gethostname())
+    for attempt in range(1, DISTURBED_TRIES + 1):
+        result = run_task(spec, plan, board, progress, runstate)
+        result = replace(result, failure=without_fp8_remedy(result.failure, plan.device.fp8_kv))
+        store_trial(plan.artifacts / log_dir, params, result, socket.gethostname())
+        why = disturbance(result.replay_cpu) if result.failure is None else ""
+        if not why:
+            break
+        if attempt == DISTURBED_TRIES:
+            progress.note(f"{log_dir}: disturbed on all {attempt} tries ({escape(why)}): not counted; stop what "
+                          "else runs on the machine and run again")
+            return None
+        progress.note(f"{log_dir}: disturbed ({escape(why)}): measured again, not pooled")
     if result.failure is not None or result.early_stop or outcome.unscored_errors(result, plan.objective):
         return None
     if within_slos and plan.objective.mode == "replay" and not slo_holds(plan.objective.slos, result.metrics):

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 
 import optuna
+from rich.markup import escape
 from rich.console import Console
 
 from optimizer.driver.ray_runtime import unauthenticated_join
 from optimizer.driver.store.database import masked
 from optimizer.engine.device import GIB
 from optimizer.measure.slo import describe as describe_slos
+from optimizer.measure.interference import disturbance
 from optimizer.measure.slo import holds as slo_holds
 from optimizer.record import of_trial
 from optimizer.text.knobs import fmt_params, shown
@@ -223,6 +225,8 @@ class Progress:
                 f"p95 TPOT {m['tpot_ms_p95']:.1f} ms, errors {m['error_rate']:.0%}{_speculation(result.server)} | {times}")
             if outputs := checked(of_trial.regression(trial)):
                 self.console.print(f"    outputs: {outputs}")
+            if why := disturbance(result.replay_cpu):
+                self.console.print(f"    [yellow]disturbed[/]: {escape(why)}")
         else:
             f = result.failure
             self.console.print(f"  {self._who(number)}[yellow]{state.name}[/] {f.kind}: {f.evidence[:240]}")

@@ -1,4 +1,4 @@
-"""Whether a vLLM server got the CPU it was given while it started (`CpuWatch`).
+"""Whether a vLLM server got the CPU it was given while it started, or while it was measured (`CpuWatch`).
 
 A server that cannot get a core stalls like one that hangs: its log just stops. vLLM on CPU binds
 its worker to cores (VLLM_CPU_OMP_THREADS_BIND; "auto" takes the first cores), and a trial's
@@ -126,9 +126,11 @@ class CpuWatch:
         used_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members})
         waited_s = _group_delta(window, lambda s: s.members)
         busy_s = sum(end.cores.get(c, 0.0) - start.cores.get(c, 0.0) for c in cores)
-        # All of the group's CPU is taken off those cores' busy time, though some may have run on
-        # others (its unbound processes): the others' share is a lower bound.
-        others_busy = max(0.0, busy_s - used_s) / (seconds * len(cores))
+        own_s = _group_delta(window, lambda s: {k: v for k, v in s.cpu.items() if k[0] == os.getpid()})
+        # All of the group's CPU, and this process's (the trial's own: it replays the workload), is
+        # taken off those cores' busy time, though some may have run on others (its unbound
+        # processes): the others' share is a lower bound.
+        others_busy = max(0.0, busy_s - used_s - own_s) / (seconds * len(cores))
         members = set().union(*(s.members for s in window))
         return CpuShare(seconds, used_s / seconds, None if math.isnan(waited_s) else waited_s / seconds, cores,
                         min(others_busy, 1.0), _neighbours(start, end, members, set(cores), seconds), since_bind,

@@ -169,3 +169,25 @@ def test_the_failure_names_the_process_and_the_cores_to_bind_to_instead():
 def test_cpu_lists_are_written_as_vllm_reads_them():
     assert cpu_list([6, 0, 1, 2, 3]) == "0-3,6"
     assert cpu_list({5}) == "5" and cpu_list([]) == ""
+
+
+def test_while_measured_the_trials_own_process_is_not_another_and_a_busy_neighbour_is(processes):
+    """A replay: the trial's own process (this one, sending the requests) keeps a core busy beside a
+    sleeping server, then a busy neighbour does: only the neighbour counts as the others'."""
+    server = processes(SLEEP, own_group=True)
+    watch = CpuWatch(server.pid)
+    watch.sample()
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end:  # this process's own work, on whichever core
+        pass
+    ours = watch.judge(min_window_s=1.0)
+    # This process kept a core busy: counted, it would add 1 / len(cores) to the others' share. What is
+    # left is what the named neighbours (another test worker, say) took, and a little unnamed.
+    named = sum(n.cores for n in ours.others) / len(ours.cores)
+    assert ours.others_busy <= named + 0.15 and os.getpid() not in [n.pid for n in ours.others], ours
+    watch = CpuWatch(server.pid)
+    watch.sample()
+    spinner = processes(SPIN)
+    time.sleep(3.0)
+    theirs = watch.judge(min_window_s=1.0)
+    assert theirs.others_busy >= 0.35 and spinner.pid in [n.pid for n in theirs.others], theirs
