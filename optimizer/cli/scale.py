@@ -15,6 +15,7 @@ import argparse
 import datetime
 from dataclasses import replace
 
+from optimizer import shutdown
 from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.errors import ConfigError
 from optimizer.record import of_trial, remeasured
@@ -62,6 +63,7 @@ def main(ns: argparse.Namespace, console) -> int:
         return 1
     result = scaling_of(list(runs.one), list(runs.fleet), ns.replicas, number,
                         datetime.date.today().isoformat(), _data_parallel(study, ns.replicas))
+    shutdown.check()  # a stop asked during the measurement: nothing stored
     remeasured.write_scaling(study, with_record(study, result))
     say(result.describe())
     if result.data_parallel:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from optimizer import shutdown
 from optimizer.engine import server_metrics as servermetrics
 from optimizer.engine.cpu_cores import BIND_VAR, cpu_list, rank_count, rank_cores
 from optimizer.config.flags import named_flags
@@ -123,6 +124,7 @@ def measure(spec: TrialSpec, fleet_workload: Workload, replicas: int, directory:
             # measured 0.7x the second on both sides).
             run_replay(proxy.base_url, spec.model, ratesearch.at_rate(fleet_workload.requests, math.inf), None,
                        spec.request_timeout)
+            shutdown.check()  # a stop asked while a replay ran is acted on here, whatever the replay did with it
             one, fleet = [], []
             for run in range(repeats):
                 one.append(_goodput(servers[0].base_url, servers[:1], spec, spec.workload))
@@ -157,6 +159,7 @@ def _start_all(servers: list[VllmServer], say) -> None:
 def _goodput(url: str, servers: list[VllmServer], spec: TrialSpec, workload: Workload) -> float:
     """The highest rate at which every SLO held, sent to `url` (rate_search.search)."""
     def probe(rate: float) -> ratesearch.Probe:
+        shutdown.check()  # between probes: a stop asked meanwhile ends the measurement, nothing stored
         for s in servers:  # a fresh cache and idle replicas for every probe
             reset_prefix_cache(s.base_url)
             servermetrics.wait_idle(s.base_url)
