@@ -118,9 +118,9 @@ def reversions(winner: dict, baseline: dict, plan: Plan) -> dict:
 
 def minimize(study: optuna.Study, plan: Plan, board, progress: Progress, runstate: RunState) -> dict:
     """Run the step for the confirmed winner; returns (and stores) its record."""
-    number = confirmed.current_winner(study)
+    conf = confirmed.read(study)  # one snapshot: the winner and its runs
+    number = conf.current_winner
     winner = knobs_of(study.trials[number])
-    conf = confirmed.read(study)
     base = confirmed.baseline_trial(study)
     baseline = knobs_of(base) if base is not None else baseline_params(plan)
     back = reversions(winner, baseline, plan)
