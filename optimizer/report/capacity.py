@@ -62,7 +62,8 @@ def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
              f"predicted, nothing booted; {t.requests} requests a run): each replica at {rounded(t.rate)} req/s: "
              f"TTFT {shown('ttft_ms_p95')}, {shown('ttft_ms_p99')}; TPOT {shown('tpot_ms_p95')}, {shown('tpot_ms_p99')}"]
     if t.knee is None:
-        lines.append(f"Knee: needs a TTFT SLO (--slo ttft:MS); saturation at {rounded(t.ceiling)} req/s a replica")
+        lines.append(f"Knee: needs a TTFT SLO (--slo ttft:MS); saturation at {rounded(t.ceiling)} req/s a replica "
+                     "(predicted)")
     elif t.knee <= 0:
         lines.append(f"Knee: p{t.slo.percentile} TTFT misses {t.slo.limit:g} ms at every rate the twin tried, "
                      f"down to {rounded(t.ceiling / 256)} req/s: the SLO does not hold on this configuration")
@@ -73,5 +74,6 @@ def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
                    f"(saturation {rounded(t.ceiling)})" if t.knee < SATURATED * t.ceiling else
                    f"saturation at {rounded(t.knee)} req/s a replica (p{t.slo.percentile} TTFT stays under "
                    f"{t.slo.limit:g} ms until the queue grows without end)")
-        lines.append(f"Knee: {reached}; the plan runs each at {rounded(t.rate)}, {where}")
+        lines.append(f"Knee: {reached}; the plan runs each at {rounded(t.rate)}, {where} (predicted; the knee has no "
+                     "band of its own yet: one measured sweep put it at 0.86x the real one, bench/knee.py)")
     return lines
