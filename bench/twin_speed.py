@@ -6,9 +6,11 @@ default: a small model on a fast GPU; 12 is an 8B model's decode step on an H100
 a decoding sequence, 10 us a prompt token. The twin's own cost is per engine step (vLLM's
 schedule() and update_from_output()), so a faster server takes more steps for the same traffic and
 longer to simulate. Prints the wall time, the engine steps and requests per second of wall time,
-and the ratio to the traffic's own duration.
+and the ratio to the traffic's own duration; then, as the reference in the same run, the same
+replay calling vLLM's scheduler on every step (no decode stretches, twin/decode_stretch.py), and
+whether the two agree exactly.
 
-    .venv/bin/python bench/twin_speed.py [--requests 12000] [--rate 20] [--step-ms 3] [--core 1]
+    .venv/bin/python bench/twin_speed.py [--requests 12000] [--rate 20] [--step-ms 3] [--core 1] [--no-reference]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=20.0)
     p.add_argument("--step-ms", type=float, default=3.0)
     p.add_argument("--core", type=int, default=os.cpu_count() - 1)
+    p.add_argument("--no-reference", action="store_true", help="skip the every-step reference run")
     ns = p.parse_args()
     os.sched_setaffinity(0, {ns.core})
 
@@ -60,6 +63,14 @@ def main() -> None:
     print(f"  (the workload's materialization, outside the twin: {made:.1f} s)")
     print(f"  the simulated server: {m['request_throughput']:.1f} req/s, TPOT p50 {m['tpot_ms_p50']:.1f} ms, "
           f"TTFT p95 {m['ttft_ms_p95']:.0f} ms, running peak {sim.server['running_peak']}")
+    if ns.no_reference:
+        return
+    t = time.monotonic()
+    ref = server.run(workload.requests, workload.concurrency, cost, stretches=False)
+    ref_wall = time.monotonic() - t
+    agree = ref.result == sim.result and ref.server == sim.server and ref.steps == sim.steps
+    print(f"  reference, vLLM's scheduler called on every step: {ref_wall:.2f} s ({ref_wall / wall:.2f}x the time); "
+          f"results {'identical' if agree else 'DIFFERENT'}")
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ class TwinServer:
                                               self.model.layers)
 
     def run(self, requests, concurrency: int | None, cost: StepCost, *, send_times=None,
-            keep_steps: bool = False) -> Simulated:
-        return simulate(requests, concurrency, self.scheduler(), cost, send_times=send_times, keep_steps=keep_steps)
+            keep_steps: bool = False, stretches: bool = True) -> Simulated:
+        return simulate(requests, concurrency, self.scheduler(), cost, send_times=send_times, keep_steps=keep_steps,
+                        stretches=stretches)
 
     def describe(self) -> str:
         s = self.shape

@@ -6,7 +6,9 @@ on their offsets, or closed loop with `concurrency` in flight (an agent chain ho
 given send times (a stored run's, for calibration). A sent request reaches the scheduler
 `intake_s` later. Between steps the engine takes every request that has arrived; each step is
 `schedule()`, a cost from the step-cost model, and `update_from_output()` with one sampled token
-for every request whose prompt is complete after the step, exactly as the engine core loop.
+for every request whose prompt is complete after the step, exactly as the engine core loop. A
+stretch of pure decode steps that vLLM would schedule identically is priced and applied in one go
+(twin/decode_stretch.py); `stretches=False` calls vLLM every step.
 
 The result speaks the replayer's language: one `RequestRecord` per request (every token a chunk
 at its step's end), so `measure/metrics.summarize` and the SLO code score it unchanged, and the
@@ -21,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from optimizer.measure.replay import ReplayResult, RequestRecord
+from optimizer.twin import decode_stretch
 from optimizer.twin.step_cost import StepCost, StepShape
 from optimizer.twin.vllm_scheduler import block_hasher, new_request
 
@@ -56,10 +59,10 @@ class _State:
 
 
 def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, send_times=None,
-             keep_steps: bool = False) -> Simulated:
+             keep_steps: bool = False, stretches: bool = True) -> Simulated:
     """Replay `requests` (workload Requests) through `scheduler` (a fresh vLLM Scheduler) with `cost`.
     `send_times` (seconds, one per request) replaces the schedule: every request is sent then."""
-    run = _Replay(list(requests), concurrency, scheduler, cost, send_times, keep_steps)
+    run = _Replay(list(requests), concurrency, scheduler, cost, send_times, keep_steps, stretches)
     while run.step < MAX_STEPS and run.advance():
         pass
     st = run.st
@@ -71,7 +74,7 @@ def simulate(requests, concurrency: int | None, scheduler, cost: StepCost, *, se
 class _Replay:
     """The engine loop's state: the clock, the requests sent and visible, vLLM's scheduler, the counters."""
 
-    def __init__(self, reqs, concurrency, scheduler, cost, send_times, keep_steps: bool):
+    def __init__(self, reqs, concurrency, scheduler, cost, send_times, keep_steps: bool, stretches: bool):
         n = len(reqs)
         self.reqs, self.scheduler, self.cost = reqs, scheduler, cost
         self.index = {r.id: i for i, r in enumerate(reqs)}
@@ -85,12 +88,16 @@ class _Replay:
         self.clock, self.step, self.last_start, self.last_end = 0.0, 0, -math.inf, -math.inf
         self.peaks = {"running_peak": 0, "waiting_peak": 0, "kv_cache_usage_peak": 0.0}
         self.queries = self.hits = 0
+        self.stretches = stretches
+        self.fp8 = scheduler.cache_config.cache_dtype.startswith("fp8")
 
     def advance(self) -> bool:
         """Take what has arrived, then run one step (or wait for the next arrival); False when done."""
         self._admit()
         if not self.scheduler.has_requests():
             return self._wait()
+        if self.stretches and self._stretch():
+            return True
         out = self.scheduler.schedule()
         if out.total_num_scheduled_tokens == 0:  # nothing fits now: wait for the next arrival, or give up
             self.scheduler.update_from_output(out, _runner_output(out, {}))
@@ -119,12 +126,45 @@ class _Replay:
         self.clock = max(self.clock, nxt)
         return True
 
-    def _run_step(self, out) -> None:
+    def _stretch(self) -> bool:
+        """Pure decode steps up to the next send or arrival, priced here and applied to vLLM's state."""
         sched = self.scheduler
-        shape, sampled = _shape(out, sched, self.st, self.index, self.clock)
+        most = decode_stretch.length(sched)
+        if most < 1:
+            return False
+        nxt = min(self.sends.next_time(), self.arrivals[0][0] if self.arrivals else math.inf)
+        ids = [self.index[r.request_id] for r in sched.running]
+        self._peaks()
+        taken = 0
+        for shape in decode_stretch.shapes(sched, most, self.fp8):
+            if self.clock >= nxt:  # a step starting now would take the arrival first: vLLM's to schedule
+                break
+            self.last_start = self.clock
+            self.clock += max(self.cost.seconds(shape), 1e-6)
+            self.last_end = self.clock
+            for i in ids:
+                self.st.token_s[i].append(self.clock)
+            if self.log is not None:
+                self.log.starts.append(self.last_start)
+                self.log.shapes.append(shape)
+                for i in ids:
+                    self.log.token_steps.setdefault(i, []).append(self.step)
+            self.step += 1
+            taken += 1
+        if taken:
+            decode_stretch.apply(sched, taken)
+        return taken > 0
+
+    def _peaks(self) -> None:
+        sched = self.scheduler
         self.peaks["running_peak"] = max(self.peaks["running_peak"], len(sched.running))
         self.peaks["waiting_peak"] = max(self.peaks["waiting_peak"], len(sched.waiting))
         self.peaks["kv_cache_usage_peak"] = max(self.peaks["kv_cache_usage_peak"], sched.get_kv_cache_usage())
+
+    def _run_step(self, out) -> None:
+        sched = self.scheduler
+        shape, sampled = _shape(out, sched, self.st, self.index, self.clock)
+        self._peaks()
         self.last_start = self.clock
         self.clock += max(self.cost.seconds(shape), 1e-6)
         self.last_end = self.clock
@@ -215,35 +255,43 @@ class _Sends:
 
     def __init__(self, reqs, index: dict, concurrency: int | None, send_times):
         self.reqs, self.free, self.queue = reqs, concurrency, []
-        self.heap: list[tuple[float, int]] = []
+        self.holds_slot = {i for i, r in enumerate(reqs) if r.after is None}
+        self.heap: list[tuple[float, int]] = []  # sends that take a slot of the closed loop's concurrency
+        self.followers: list[tuple[float, int]] = []  # sends that do not (an agent's later turns)
         self.dependents: dict[int, list[int]] = {}
         root: dict[str, str] = {}
         for i, r in enumerate(reqs):
             if send_times is not None:
-                self.heap.append((float(send_times[i]), i))
+                self._push(float(send_times[i]), i)
             elif r.after is not None and r.after in index:
                 self.dependents.setdefault(index[r.after], []).append(i)
             else:
-                self.heap.append((r.offset_s, i))
+                self._push(r.offset_s, i)
             root[r.id] = root[r.after] if r.after in root else r.id
-        self.holds_slot = {i for i, r in enumerate(reqs) if r.after is None}
         self.last_of = {index[root[r.id]]: i for i, r in enumerate(reqs)}
         self.root = {i: index[root[r.id]] for i, r in enumerate(reqs)}
         heapq.heapify(self.heap)
+        heapq.heapify(self.followers)
         self.released: list[tuple[float, int]] = []
+
+    def _push(self, t: float, i: int) -> None:
+        (self.heap if i in self.holds_slot else self.followers).append((t, i))
 
     def next_time(self) -> float:
         """The next send, when the engine is idle (an entry waiting for a slot cannot be it)."""
-        times = [t for t, _ in self.released[:1]]
-        times += [t for t, i in self.heap if self.free is None or self.free > 0 or i not in self.holds_slot]
+        times = [t for t, _ in self.released[:1]] + [t for t, _ in self.followers[:1]]
+        if self.free is None or self.free > 0:
+            times += [t for t, _ in self.heap[:1]]
         return min(times, default=math.inf)
 
     def due(self, now: float) -> list[tuple[float, int]]:
         out = self.released
         self.released = []
+        while self.followers and self.followers[0][0] <= now:
+            out.append(heapq.heappop(self.followers))
         while self.heap and self.heap[0][0] <= now:
             t, i = heapq.heappop(self.heap)
-            if self.free is None or i not in self.holds_slot:
+            if self.free is None:
                 out.append((t, i))
             elif self.free > 0:
                 self.free -= 1
@@ -254,7 +302,7 @@ class _Sends:
 
     def finished(self, i: int, now: float) -> None:
         for d in self.dependents.get(i, ()):
-            heapq.heappush(self.heap, (now + self.reqs[d].offset_s, d))
+            heapq.heappush(self.followers, (now + self.reqs[d].offset_s, d))
         if self.free is not None and self.last_of[self.root[i]] == i:
             if self.queue:  # the slot passes straight to the next request waiting for one
                 self.released.append((now, self.queue.pop(0)))
