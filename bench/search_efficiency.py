@@ -65,7 +65,8 @@ def build(rows: dict, ttft_ms: float, tpot_ms: float) -> st.Landscape:
         warm = statistics.mean(b["warm"]) if "warm" in b else max(b["cold"])
         cold = max(b["cold"]) if "cold" in b else warm
         score = goodput(r["requests"], ttft_ms, tpot_ms) if r["ok"] else 0.0
-        points[st.key(r["params"])] = st.Point(r["params"], score, cold, warm, r["phases"].get("replay_s", 0.0))
+        points[st.key(r["params"])] = st.Point(r["params"], score, cold, warm, r["phases"].get("replay_s", 0.0),
+                                               started=bool(r["ok"]))
     return st.Landscape(dict(measured.GRID), points)
 
 
@@ -117,10 +118,11 @@ def main() -> None:
         print(f"{name:10s} {_pair(boots, '{:.0f}'):>16s} {_pair([s / 60 for s in secs], '{:.1f}'):>16s} "
               f"{sum(1 for b in boots if math.isfinite(b))}/{seeds:<6d}  "
               + " / ".join(f"{statistics.median(a):.0%}, {min(a):.0%}" for a in after))
-        within = sum(1 for b in boots if b <= 0.2 * n)
+        limit = round(0.2 * n)  # the count printed is the count used (0.2 x 48 = 9.6 -> 10 boots)
+        within = sum(1 for b in boots if b <= limit)
         asks = (f"; {statistics.median(r.asks / len(r.boots) for r in runs):.1f} asks a boot, stopped after "
                 f"{statistics.median(len(r.boots) for r in runs):.0f} boots (median)") if runs[0].asks else ""
-        print(f"{'':10s} 95% within 20% of the grid's boots ({0.2 * n:.0f}): {within}/{seeds} seeds{asks}")
+        print(f"{'':10s} 95% within 20% of the grid's boots ({limit}): {within}/{seeds} seeds{asks}")
     based = [name for name in only if name in BASED]
     if based:
         _minimal_answer(land, ns.seeds, ns.budget, based)

@@ -32,9 +32,13 @@ The strategies:
                   an unbounded rate and one at the lowered rate that meets the SLO (its loop
                   lowers the rate until it does: at least two runs; two are counted)
     sweep         `vllm bench sweep`: the Cartesian product of every knob's values, in order
-    atv           an auto-tuning-vllm-like loop: Optuna's default TPE (10 random start-up
-                  trials), free integer ranges, start-up failures told FAIL (TPE then ignores
-                  them), an exact repeat of a failure skipped, a repeat of a success booted again
+    atv           auto-tuning-vllm (openshift-psap/auto-tuning-vllm) as its code runs: trial 0
+                  boots vLLM's defaults with no sampled parameter (so its TPE has a trial
+                  without them and samples each knob on its own), then plain TPE (10 random
+                  start-up trials, no pruner, no early stop); integer knobs are linear ranges
+                  with a step (never log), the others categorical lists; a run that started
+                  is told COMPLETE with its value even at zero goodput, only a configuration
+                  that could not start is told FAIL; a repeat is booted again
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Point:
     boot_cold_s: float
     boot_warm_s: float
     replay_s: float
+    started: bool = True  # False: the configuration could not start (its score is 0)
 
 
 @dataclass
@@ -123,10 +128,14 @@ def compile_key(params: dict) -> tuple:
 
 
 def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repeat_skip: bool, early_stop: bool,
-                   fail_starts: bool = False, first: tuple = (), held: Callable[[int], dict] = lambda streak: {}) -> Run:
+                   fail_starts: bool = False, first: tuple = (), held: Callable[[int], dict] = lambda streak: {},
+                   linear: bool = False, unsampled_first: dict | None = None, skip_failed_repeats: bool = True) -> Run:
     """Ask, boot, tell until `max_boots` boots, or, as `run` does, until the sampler proposed
     CONVERGED_AFTER configurations in a row that it had been told (repeats cost no boot).
-    `first`: points enqueued before the sampler's own; `held(streak)`: knobs not drawn, at these values."""
+    `first`: points enqueued before the sampler's own; `held(streak)`: knobs not drawn, at these values.
+    `linear`: integer knobs drawn on a linear range with the grid's smallest step (else log).
+    `unsampled_first`: the first trial suggests nothing and runs these values (vLLM's defaults).
+    With `fail_starts`, only a point that could not start is told FAIL; the others their score."""
     import optuna
 
     from optimizer.search.convergence import CONVERGED_AFTER
@@ -139,17 +148,22 @@ def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repea
         run.asks += 1
         trial = study.ask()
         fixed = {} if len(study.trials) <= len(first) else held(streak)
+        if unsampled_first is not None and len(study.trials) == 1:
+            fixed = dict(unsampled_first)
         drawn = dict(fixed)
         for k, values in land.grid.items():
             if k in fixed:
                 continue
-            if k in INT_KNOBS:
+            if k in INT_KNOBS and linear:
+                step = min(b - a for a, b in zip(sorted(values), sorted(values)[1:]))
+                drawn[k] = trial.suggest_int(k, min(values), max(values), step=step)
+            elif k in INT_KNOBS:
                 drawn[k] = trial.suggest_int(k, min(values), max(values), log=True)
             else:
                 drawn[k] = trial.suggest_categorical(k, values)
         params = land.nearest(drawn)
         ran = params if ladder else drawn  # a free draw is its own compile key
-        if key(ran) in told and (repeat_skip or told[key(ran)] is None):
+        if key(ran) in told and (repeat_skip or (skip_failed_repeats and told[key(ran)] is None)):
             value = told[key(ran)]
             _tell(study, trial, value, fail_starts)
             streak += 1
@@ -160,7 +174,7 @@ def _optuna_search(land: Landscape, sampler, max_boots: int, ladder: bool, repea
         if early_stop and run.best > 0 and score < run.best / (1 + EARLY_STOP_MARGIN):
             share = 1 / STAGES  # cut after the first stage: cannot win
         run.boot(land, params, compile_key(ran), share)
-        value = None if score <= 0 else score
+        value = (score if land.at(params).started else None) if fail_starts else (None if score <= 0 else score)
         told[key(ran)] = value
         _tell(study, trial, value, fail_starts)
     return run
@@ -280,12 +294,18 @@ def gp(land: Landscape, seed: int, max_boots: int) -> Run:
     return _optuna_search(land, sampler, max_boots, ladder=True, repeat_skip=True, early_stop=True)
 
 
+# vLLM 0.32's own values on this CPU platform where a flag is not given (`vllm serve` resolves them:
+# twin/vllm_scheduler.py's shape_of), for the knobs of the landscape's grid.
+VLLM_DEFAULTS = {"max-num-seqs": 128, "max-num-batched-tokens": 2048, "kv-cache-dtype": "auto",
+                 "enable-prefix-caching": True}
+
+
 def atv(land: Landscape, seed: int, max_boots: int) -> Run:
     import optuna
 
-    sampler = optuna.samplers.TPESampler(seed=seed)
+    sampler = optuna.samplers.TPESampler(seed=seed)  # 10 random start-up trials, univariate, no liar
     return _optuna_search(land, sampler, max_boots, ladder=False, repeat_skip=False, early_stop=False,
-                          fail_starts=True)
+                          fail_starts=True, linear=True, unsampled_first=VLLM_DEFAULTS, skip_failed_repeats=False)
 
 
 def random_search(land: Landscape, seed: int, max_boots: int) -> Run:

