@@ -89,6 +89,7 @@ def main(ns: argparse.Namespace, console) -> int:
 
 
 def _whatif_lines(w: WhatIfArgs, ns, study, measured, slos) -> list[str]:
+    from optimizer.report.capacity import describe_row_tails  # noqa: PLC0415
     from optimizer.whatif.table import describe as describe_whatif  # noqa: PLC0415
     from optimizer.whatif import calibration, fleet_rows  # noqa: PLC0415
     from optimizer.whatif.study_calibration import from_study  # noqa: PLC0415
@@ -104,7 +105,7 @@ def _whatif_lines(w: WhatIfArgs, ns, study, measured, slos) -> list[str]:
               f"{serving.max_num_seqs}, gpu-memory-utilization {serving.utilization:g}, kv-cache-dtype "
               f"{serving.kv_dtype}; peak {ns.peak_qps:g} req/s, headroom {ns.headroom:.0%}")
     lines = describe_whatif(rows, cal, header, describe_slos(slos) if slos else "")
-    lines[-1:-1] = [twin_note]  # before the closing "every row above is predicted"
+    lines[-1:-1] = [twin_note, *describe_row_tails(rows)]  # before the closing "every row above is predicted"
     return lines
 
 

@@ -77,3 +77,35 @@ def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
         lines.append(f"Knee: {reached}; the plan runs each at {rounded(t.rate)}, {where} (predicted; the knee has no "
                      "band of its own yet: one measured sweep put it at 0.86x the real one, bench/knee.py)")
     return lines
+
+
+def describe_row_tails(rows) -> list[str]:
+    """One line per what-if row the twin answered (whatif/fleet_rows.py Row with `tails`): each replica's
+    tails at its share of the peak and the knee, predicted for a device and TP size never measured."""
+    lines = []
+    for r in rows:
+        t = r.tails
+        if t is None or not r.usable:
+            continue
+        m = t.metrics
+
+        def shown(metric: str) -> str:
+            low, high = t.bands.get(metric, (None, None))
+            band = f" [{_ms(low)}-{_ms(high)}]" if low is not None else ""
+            return f"{metric.split('_')[-1]} {_ms(m[metric])} ms{band}"
+
+        if t.knee is None:
+            knee = f"no TTFT SLO to take a knee against (saturation {rounded(t.ceiling)} req/s)"
+        elif t.knee <= 0:
+            knee = f"p{t.slo.percentile} TTFT misses {t.slo.limit:g} ms at every rate tried"
+        else:
+            where = f"{t.below_knee:.0%} below it" if t.below_knee >= 0 else f"{-t.below_knee:.0%} past it"
+            knee = f"knee {rounded(t.knee)} req/s, {where}"
+        lines.append(f"  tails at peak, {r.device.name} TP{r.tp}: each of {r.replicas} replica(s) at {rounded(t.rate)} "
+                     f"req/s: TTFT {shown('ttft_ms_p95')}, {shown('ttft_ms_p99')}; TPOT {shown('tpot_ms_p95')}, "
+                     f"{shown('tpot_ms_p99')}; {knee} (predicted)")
+    return lines
+
+
+def _ms(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"

@@ -4,6 +4,10 @@ request) with the SLOs holding at their percentiles, from vLLM's scheduler with 
 defaults and the roofline's step cost (twin/gpu/server.py, twin/capacity.py). Replicas, devices and cost
 follow as for the mean estimate's rows (whatif/fleet_rows.py), whose Row they fill.
 
+Each twin row also carries its tails at the planned rate (each replica's share of the peak) and its
+knee (twin/tails.py), with the GPU twin's band: the same figures `plan` gives the measured
+configuration, for a device and TP size never measured.
+
 Refused (the mean estimate answers that row, and says why): a closed-loop workload (no rate to
 search), a device the model does not fit at that TP, a TP the heads do not divide.
 """
@@ -15,6 +19,8 @@ from dataclasses import replace
 
 from optimizer.twin.capacity import capacity
 from optimizer.twin.gpu.server import gpu_twin
+from optimizer.twin.prediction import gpu_bands
+from optimizer.twin.tails import tails
 from optimizer.whatif.fleet_rows import Row
 from optimizer.whatif.predict import tp_allowed
 from optimizer.whatif.roofline import Serving, kv_capacity_tokens
@@ -41,7 +47,11 @@ def twin_row(model, arch, analytic: Row, params: dict, requests, concurrency, sl
     replicas = max(1, math.ceil(round(peak_qps / (cap.rate * (1 - headroom)), 9)))
     m = cap.metrics
     in_flight = max(1, round(cap.rate * m["e2el_ms_mean"] / 1e3))  # Little's law at the capacity
+    bands = gpu_bands(library=not why_not)
+    at_peak = tails(server, cost, requests, peak_qps / replicas, slos,
+                    band=lambda metric, v: (v / (1 + bands.get(metric, max(bands.values()))),
+                                            v * (1 + bands.get(metric, max(bands.values())))))
     return replace(analytic, by=by, why="", kv_tokens=server.pool.usable_tokens, concurrency=in_flight,
                    ttft_s=m["ttft_ms_p95"] / 1e3, tpot_s=m["tpot_ms_p95"] / 1e3, throughput=m["output_throughput"],
                    requests_per_s=cap.rate, replicas=replicas, devices=replicas * analytic.tp,
-                   cost_per_h=None if price is None else replicas * analytic.tp * price, note=""), ""
+                   cost_per_h=None if price is None else replicas * analytic.tp * price, note="", tails=at_peak), ""

@@ -195,6 +195,18 @@ def test_on_an_open_loop_workload_the_twin_answers_each_row_and_says_so(tmp_path
     assert lines[-1] == "  every row above is predicted, not measured"
     h100, l4 = (next(r for r in rows if r.split()[0] == d) for d in ("h100", "l4"))
     assert float(h100.split()[4]) > float(l4.split()[4])  # more bandwidth and FLOPs: more req/s a replica
+    # each twin row's tails at its share of the peak, and its knee: predicted for a device never measured
+    for row in (h100, l4):
+        device, replicas, capacity = row.split()[0], int(row.split()[2]), float(row.split()[4])
+        line = next(x for x in lines if x.startswith(f"  tails at peak, {device} TP1: "))
+        share = 50 / replicas
+        assert f"each of {replicas} replica(s) at {share:.3g} req/s: TTFT p95 " in line and line.endswith("(predicted)")
+        ttft = line.split("TTFT ")[1].split(";")[0]  # "p95 7.2 ms [3.17-16.4], p99 7.28 ms [3.2-16.6]"
+        p95, p99 = (float(ttft.split(f"{q} ")[1].split(" ms")[0]) for q in ("p95", "p99"))
+        assert 0 < p95 <= p99
+        knee = float(line.split("knee ")[1].split(" req/s")[0])
+        assert knee >= capacity * 0.99  # the TTFT SLO alone holds wherever both SLOs hold
+        assert f"{(knee - share) / knee:.0%} below it" in line
     config.write_text(body.replace("process: poisson, rate: 20", "process: closed, concurrency: 8"))
     code, lines = run_plan(argv)
     assert code == 0 and not any("twin (vLLM" in x for x in lines)
