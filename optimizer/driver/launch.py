@@ -27,6 +27,7 @@ from optimizer.engine.compile_cache import device_env
 from optimizer.engine.device import Device
 from optimizer.outputs import gate as outputcheck
 from optimizer.record import of_trial
+from optimizer.search import prior
 from optimizer.search.ask import trial_params
 from optimizer.search.repeats import repeated_trial, tell_repeat
 from optimizer.search.screening import RELEASE_AFTER, measured_baseline, newly_screened, queue_screening, released
@@ -55,6 +56,40 @@ def _screened(study: optuna.Study, plan: Plan, progress: Progress) -> set[str]:
                       f"moves: from now on it moves the held ones too ({', '.join(sorted(let_go))})")
         return set()
     return held(study)
+
+
+def _twin_order(plan: Plan):
+    """Screening's moves in the twin's predicted order, with `search.prior: twin` (else the space's order)."""
+    if plan.cfg.search.prior != "twin":
+        return None
+    return lambda moves: prior.order(plan, moves, baseline_params(plan))
+
+
+def _proposed(trial) -> bool:
+    """A configuration the sampler or screening proposed (not the baseline, a warm start the operator
+    queued, or a retry): what the twin may judge before it boots."""
+    return not of_trial.is_baseline(trial) and of_trial.retry_of(trial) is None and (
+        of_trial.is_screen(trial) or not of_trial.queued(trial))
+
+
+def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progress: Progress):
+    """The twin's prediction, stored and said; told PRUNED as `predicted_to_lose` without a boot when it
+    cannot win even at its band's favourable end (search/prior.py). None: boot it."""
+    predicted = prior.predict(plan, params)
+    if predicted is None:
+        return None
+    of_trial.write_prior(trial, predicted.as_dict())
+    e = prior.band(study)
+    best = best_feasible(study, plan.objective)
+    why = prior.loses(predicted, best, plan.objective.direction == "maximize", e)
+    progress.predicted(trial.number, predicted, e, plan.objective.unit)
+    if why is None:
+        return None
+    state, result = outcome.tell(study, trial, TrialResult(trial.number, Failure(
+        "predicted_to_lose", why, "boot it with search.prior: none, or queue it (enqueue) to measure it")), plan.objective)
+    progress.trial_done(study, trial.number, result, state, plan.objective)
+    progress.noted(study, trial.number, plan.objective)
+    return state, result.failure
 
 
 def spec_for(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:
@@ -120,7 +155,8 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
             running: int, bind: tuple[int, str] = (0, "")) -> "Running | tuple":
     """Ask Optuna for a trial and start its task; a repeat of a finished trial, or a trial the KV
     precheck rules out, is told at once (returns its state and failure instead)."""
-    queue_screening(study, plan.cfg.search.screen, plan.cfg.n_trials, baseline_params(plan), plan.space)
+    queue_screening(study, plan.cfg.search.screen, plan.cfg.n_trials, baseline_params(plan), plan.space,
+                    ordered=_twin_order(plan))
     trial = study.ask()
     params = trial_params(trial, plan.space, baseline_params(plan), _screened(study, plan, progress))
     best = _baseline_value(study) if of_trial.is_screen(trial) else best_feasible(study, plan.objective)
@@ -152,6 +188,10 @@ def launch(study: optuna.Study, plan: Plan, board, progress: Progress, runstate:
         progress.trial_done(study, trial.number, result, state, plan.objective)
         progress.noted(study, trial.number, plan.objective)
         return state, result.failure
+    if plan.cfg.search.prior == "twin" and _proposed(trial):
+        told = _judged_by_twin(study, plan, trial, params, progress)
+        if told is not None:
+            return told
     ref = run_trial.options(**ray_resources(plan, params)).remote(spec, board)
     return Running(trial, ref, f"{plan.cfg.study_name}/{trial.number}", spec, params, device, best,
                     time.monotonic(), slot)

@@ -104,6 +104,10 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
         raise ConfigError(f"objective goodput: the workload '{workload.name}' has no open-loop schedule to scale "
                           "(a closed loop fixes the concurrency, not the rate); give it an arrival process such as "
                           "{process: poisson, rate: 8}, or use --goal agent")
+    if cfg.search.prior == "twin" and (getattr(objective, "multi", False) or objective.mode != "replay"):
+        raise ConfigError(f"search.prior: twin predicts one replayed value, and the objective {objective.name} "
+                          f"{'has several' if getattr(objective, 'multi', False) else 'runs a rate search'}; "
+                          "use search.prior: none, or a throughput or latency objective")
     space = space_mod.resolve(cfg, device, model, workload.longest_request(), trials_at_once(cfg))
     if speculation.check_args(cfg.engine.extra_args, "engine.extra_args", model.vocab_size) is not None \
             and speculation.KNOB in cfg.space:

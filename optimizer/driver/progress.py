@@ -136,6 +136,13 @@ class Progress:
         role = " baseline" if baseline else f" screening {screen}" if screen else ""
         self.console.print(f"[bold]trial {number}[/] ({position}/{total}){role}: {fmt_params(params)}")
 
+    def predicted(self, number: int, predicted, band: float | None, unit: str) -> None:
+        """What the twin predicted for a trial before it boots (search/prior.py), and how far it is trusted."""
+        trust = (f"its band on this study +-{band:.0%}" if band is not None else
+                 "its band on this study not known yet: booted")
+        where = f"; outside its envelope ({'; '.join(predicted.outside)}): booted" if predicted.outside else ""
+        self.console.print(f"  twin: trial {number} predicted at {predicted.value:.4g} {unit} ({trust}{where})")
+
     def screened(self, found: dict, baseline: dict) -> None:
         """What moving each knob alone did, and which knobs the sampler searches from now on."""
         self.console.print("[bold]Screening[/] (each knob moved alone from the baseline):")

@@ -42,7 +42,7 @@ from optimizer.engine.lifeline import NOTE_PREFIX as LIFELINE_PREFIX
 from optimizer.failure import Failure
 
 KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra",
-         "replay_invalid", "early_stopped", "output_changed")
+         "replay_invalid", "early_stopped", "output_changed", "predicted_to_lose")
 RETRIED = ("infra", "replay_invalid")  # told FAIL: says nothing about the configuration
 
 

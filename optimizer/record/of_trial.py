@@ -22,6 +22,7 @@ EARLY_STOP, DRIVER_CHANNEL, SERVER_PROCESS = "early_stop", "driver_channel", "se
 FAILURE_KIND, EVIDENCE, REMEDY, FITS_MAX_MODEL_LEN = "failure_kind", "evidence", "remedy", "fits_max_model_len"
 VALUE_FROM_PARTIAL_RUN, SLO_EXCESS, FEASIBLE = "value_from_partial_run", "slo_excess", "feasible"
 FLEET_DEVICES, REGRESSION = "fleet_devices", "regression"
+PRIOR = "prior"  # what the twin predicted before the trial booted (search/prior.py)
 # What a repeat carries over from the trial it repeats: what was measured and judged, not how
 # the boot went (phases, start-up, host): a repeat never booted.
 REPEAT_COPIED = (METRICS, SERVER, SLO_EXCESS, FEASIBLE, VALUE_FROM_PARTIAL_RUN, EARLY_STOP,
@@ -117,6 +118,14 @@ def cpu_bind(t) -> str:
 
 def kv_estimate(t) -> dict:
     return get(t, KV_ESTIMATE) or {}
+
+
+def prior(t) -> dict:
+    return get(t, PRIOR) or {}
+
+
+def write_prior(trial, predicted: dict) -> None:
+    put(trial, PRIOR, predicted)
 
 
 def pruned_by_precheck(t) -> bool:

@@ -62,12 +62,14 @@ def screening_moves(baseline: dict, space) -> list[tuple[str, object]]:
     return out
 
 
-def queue_screening(study: optuna.Study, screen: bool, n_trials: int, baseline: dict, space) -> None:
+def queue_screening(study: optuna.Study, screen: bool, n_trials: int, baseline: dict, space,
+                    ordered=None) -> None:
     """With `screen` (search.screen), once the baseline has a value within the SLOs: queue each knob
     moved alone from it, after the configured warm starts, as many as the budget (`n_trials`) has
     room for. A baseline that missed the SLOs is no configuration to stay near: no screening.
     Once per study; not in a study the sampler drew for after the baseline's value came (one made
-    before screening), though draws started beside the baseline (parallel slots) do not count."""
+    before screening), though draws started beside the baseline (parallel slots) do not count.
+    `ordered(moves)`, when given, puts the moves in the order to boot them (search/prior.py's)."""
     trials = study.get_trials(deepcopy=False)
     if not screen or of_study.screening_queued(study):
         return
@@ -80,8 +82,10 @@ def queue_screening(study: optuna.Study, screen: bool, n_trials: int, baseline: 
     room = n_trials - finished_count(study) - pending
     if room <= 0:
         return
+    moves = screening_moves(baseline, space)
+    moves = ordered(moves) if ordered is not None else moves  # before the mark: the twin may take seconds
     of_study.mark_screening_queued(study)  # first: an interruption must not queue the moves twice
-    for knob, value in screening_moves(baseline, space)[:room]:
+    for knob, value in moves[:room]:
         of_trial.enqueue_screen(study, {**baseline, knob: value}, knob)
 
 

@@ -59,6 +59,8 @@ def _row(t: optuna.trial.FrozenTrial, base, study: optuna.Study) -> dict:
         return {**row, "searched": searched, "why": "beyond" if searched else "within"}
     if kind == "early_stopped":
         return {**row, "searched": True, "why": "stopped early: worse than the baseline beyond the margin"}
+    if kind == "predicted_to_lose":
+        return {**row, "searched": False, "why": "predicted to lose beyond the twin's band: not booted"}
     return {**row, "searched": False, "why": f"moved alone, it could not run ({kind or source.state.name})"}
 
 

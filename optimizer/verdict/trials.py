@@ -57,13 +57,15 @@ def gain(direction: optuna.study.StudyDirection, best: float, base: float) -> fl
 
 def savings(study: optuna.Study) -> dict:
     """What the run did not have to spend: boots the precheck avoided, repeats told without a boot
-    (search/repeats.py), replay cut short."""
+    (search/repeats.py), configurations the twin predicted to lose (search/prior.py), replay cut short."""
     trials = study.get_trials(deepcopy=False)
     stopped = [t for t in trials if of_trial.early_stop(t)]
     probe_saved = sum(of_trial.metrics(t).get("probe_saved_s") or 0.0 for t in trials)
     return {"boots_avoided": sum(1 for t in trials if of_trial.pruned_by_precheck(t)),
             "too_big": sum(1 for t in trials if of_trial.too_big(t)),
             "repeats": sum(1 for t in trials if of_trial.is_repeat(t)),
+            "predicted": sum(1 for t in trials if of_trial.failure_kind(t) == "predicted_to_lose"
+                             and not of_trial.is_repeat(t)),
             "early_stopped": len(stopped),
             "replay_saved_s": round(sum(of_trial.early_stop(t).get("saved_s", 0.0) for t in stopped)
                                     + probe_saved, 1)}

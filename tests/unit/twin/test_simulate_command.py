@@ -101,3 +101,21 @@ def test_what_if_a_gpu_runs_vllms_scheduler_with_that_gpus_defaults_and_the_libr
 def test_what_if_an_unknown_gpu_is_refused_before_anything(study, capsys):
     assert main(["simulate", "--config", "study.yaml", "--what-if", "h900"]) == 2
     assert "what-if: unknown device 'h900'" in capsys.readouterr().err
+
+
+def test_the_search_prior_predicts_a_proposed_configuration_from_the_studys_runs(study):
+    """search/prior.py on the stored study: the objective's value (p95 TTFT) of a configuration the twin
+    was not calibrated on, near what the stand-in server gives it; an uncalibrated KV dtype is outside
+    the envelope (never told without a boot)."""
+    from optimizer.search import prior
+    from optimizer.twin.prediction import predict
+
+    plan = prepare(load_config("study.yaml"))
+    params = {**plan.cfg.baseline, "max-num-seqs": 4}
+    got = prior.predict(plan, params)
+    truth = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device, LOG).run(
+        plan.workload.requests, None, TRUTH)
+    assert got.value == pytest.approx(plan.objective.score(predict(truth).metrics), rel=0.1)
+    assert got.calibrated_on == (0,) and got.outside == ()
+    fp8 = prior.predict(plan, {**params, "kv-cache-dtype": "fp8"})
+    assert fp8 is not None and any("never calibrated" in why for why in fp8.outside)

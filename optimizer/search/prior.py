@@ -1,0 +1,107 @@
+"""The twin as the search's prior (`search.prior: twin`), never its last word.
+
+Every configuration the sampler or screening proposes is simulated first by the twin calibrated
+on the study's own runs (twin/from_study.py: the baseline's run, then the first run of the other KV
+dtype; refitted when that set changes), and scored by the study's objective. The prediction is
+stored on the trial (`prior`) and said on the console.
+
+Its band is the twin's own error on this study: |log(predicted / measured)| of the trials it
+predicted before they booted (the largest of them below 10, else their 90th percentile), never
+under `FLOOR`. Until `MIN_RESIDUALS` trials have been predicted and measured that error is
+unknown and nothing is told without a boot: a twin that lies (its step costs 2x off) shows it in
+its residuals, its band widens, and it can only change which configuration boots next.
+
+A configuration whose prediction, at the favourable end of that band, is still worse than the best
+feasible value measured is told PRUNED as `predicted_to_lose` ("predicted, not booted: ..."),
+without a boot. Being PRUNED, it is never the recommendation, a re-measurement's candidate, a
+reversion's evidence or the baseline; the sampler learns the region is worse. A configuration
+outside the twin's validated envelope (an uncalibrated KV dtype, parallel ranks, speculation, a
+batch far from the calibration's) is always booted.
+
+Screening's moves are queued in the twin's predicted order, best first (`order`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from optimizer.errors import OptimizerError
+from optimizer.record import of_trial
+from optimizer.verdict.trials import COMPLETE
+
+MIN_RESIDUALS = 3
+FLOOR = 0.05  # a band never narrower than 5%: single runs move more than that here
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The twin's value of the objective for one configuration, and where that leaves it."""
+
+    value: float
+    calibrated_on: tuple[int, ...]
+    outside: tuple[str, ...] = ()  # why the configuration is outside the validated envelope
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "calibrated_on": list(self.calibrated_on), "outside": list(self.outside)}
+
+
+def residuals(study) -> list[float]:
+    """|log(predicted / measured)| of every complete, fully measured trial the twin predicted before it booted."""
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
+        p = of_trial.prior(t).get("value")
+        if p and t.value and p > 0 and t.value > 0 and not of_trial.value_from_partial_run(t):
+            out.append(abs(math.log(p / t.value)))
+    return out
+
+
+def band(study) -> float | None:
+    """The twin's band on this study as a factor - 1 (0.2: 20%); None until MIN_RESIDUALS trials say."""
+    r = sorted(residuals(study))
+    if len(r) < MIN_RESIDUALS:
+        return None
+    e = r[-1] if len(r) < 10 else r[int(0.9 * (len(r) - 1))]
+    return max(FLOOR, math.expm1(e))
+
+
+def loses(pred: Predicted, best: float | None, maximize: bool, e: float | None) -> str | None:
+    """Why `pred` cannot win against `best` even at its band's favourable end; None: boot it."""
+    if e is None or best is None or pred.outside or not pred.value > 0:
+        return None
+    favourable = pred.value * (1 + e) if maximize else pred.value / (1 + e)
+    if (favourable < best) if maximize else (favourable > best):
+        return (f"predicted, not booted: the twin puts it at {pred.value:.4g} ({favourable:.4g} at best, "
+                f"its band on this study +-{e:.0%}), and {best:.4g} is measured")
+    return None
+
+
+def predict(plan, params: dict) -> Predicted | None:
+    """The objective's value the twin predicts for `params` (None: the twin cannot answer here)."""
+    from optimizer.twin import envelope  # noqa: PLC0415
+    from optimizer.twin.from_study import calibrate, stored_runs  # noqa: PLC0415
+    from optimizer.twin.prediction import predict as scored  # noqa: PLC0415
+    from optimizer.twin.server import TwinServer  # noqa: PLC0415
+
+    try:
+        runs = stored_runs(plan.artifacts)
+        cal = calibrate(plan, runs)
+        server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device, "", cal.kv_calibration)
+        sim = server.run(plan.workload.requests, plan.workload.concurrency, cal.cost)
+        value = plan.objective.score(scored(sim, plan.objective.slos).metrics)
+        # the study's own workload at its own rate: only the flags can leave the envelope
+        outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params)
+    except (OptimizerError, ValueError, KeyError, RuntimeError):  # no run to calibrate on, flags it cannot model
+        return None
+    return Predicted(float(value), tuple(r.number for r in cal.runs), tuple(outside))
+
+
+def order(plan, moves: list[tuple[str, object]], baseline: dict) -> list[tuple[str, object]]:
+    """Screening's moves, the best predicted first (moves the twin cannot predict keep their place, last)."""
+    maximize = plan.objective.direction == "maximize"
+    keyed = []
+    for i, (knob, value) in enumerate(moves):
+        p = predict(plan, {**baseline, knob: value})
+        rank = math.inf if p is None else (-p.value if maximize else p.value)
+        keyed.append((rank, i, (knob, value)))
+    return [move for _, _, move in sorted(keyed)]

@@ -1,0 +1,154 @@
+"""search/prior.py and its use in driver/launch.py (`search.prior: twin`): every proposed configuration
+is predicted before it boots; one predicted to lose beyond the twin's own band on the study is told
+PRUNED without a boot, and so is never the recommendation, a candidate or a reversion's evidence;
+nothing is told without a boot until the twin's error on the study is known, so a twin that lies
+only changes the boot order; screening's moves are queued best predicted first."""
+
+import io
+import math
+
+import optuna
+import pytest
+from rich.console import Console
+
+from optimizer.config.schema import build_config
+from optimizer.driver import launch as launch_mod
+from optimizer.driver.launch import Running, launch
+from optimizer.driver.plan import open_study, prepare
+from optimizer.driver.progress import Progress
+from optimizer.errors import ConfigError
+from optimizer.record import of_trial
+from optimizer.search import prior
+from optimizer.search.prior import Predicted
+from optimizer.verdict.trials import ranked_feasible, savings
+
+COMPLETE, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED
+
+
+def config(tmp_path, tiny_model, **extra):
+    return build_config({
+        "study_name": "prior", "storage": f"sqlite:///{tmp_path / 'trials.db'}", "precheck": False,
+        "artifacts_dir": str(tmp_path / "artifacts"), "model": {"path": str(tiny_model)},
+        "space": {"max-num-seqs": {"low": 4, "high": 64}}, "baseline": {"max-num-seqs": 8},
+        "objective": {"name": "throughput"}, "search": {"prior": "twin", "screen": False},
+        "workload": {"requests": 4, "warmup_requests": 1, "short_input": [8, 16], "long_input": [32, 64],
+                     "output": [4, 8]}, **extra})
+
+
+@pytest.fixture
+def opened(tmp_path, tiny_model, monkeypatch):
+    study, plan = open_study(prepare(config(tmp_path, tiny_model)))
+    booted = []
+
+    class Task:  # stands for the Ray task: records what would have booted
+        @staticmethod
+        def options(**_):
+            return Task
+
+        @staticmethod
+        def remote(spec, board):
+            booted.append(spec.params)
+            return "ref"
+
+    monkeypatch.setattr(launch_mod, "run_trial", Task)
+    return study, plan, booted
+
+
+def measured(study, value: float, predicted: float | None, seqs: int) -> None:
+    """A finished trial the twin predicted (or not) before it ran (flags no sampled trial repeats)."""
+    attrs = {"vllm_args": ["--max-num-seqs", str(seqs), "--seed", "7"], "metrics": {"output_throughput": value}}
+    if predicted is not None:
+        attrs["prior"] = Predicted(predicted, (0,)).as_dict()
+    study.add_trial(optuna.trial.create_trial(
+        state=COMPLETE, value=value, params={"max-num-seqs": seqs},
+        distributions={"max-num-seqs": optuna.distributions.IntDistribution(4, 256, log=True)}, user_attrs=attrs))
+
+
+def launched(study, plan, monkeypatch, predicted_value: float):
+    monkeypatch.setattr(prior, "predict", lambda plan, params: Predicted(predicted_value, (0,)))
+    out = io.StringIO()
+    got = launch(study, plan, None, Progress(Console(file=out, width=300)), None, 0)
+    return got, out.getvalue()
+
+
+def test_the_band_is_the_twins_own_error_on_the_study_and_unknown_before_three_trials(opened):
+    study, _, _ = opened
+    measured(study, 100.0, 110.0, 8)
+    measured(study, 200.0, 190.0, 16)
+    assert prior.band(study) is None  # two residuals: the twin's error here is not known yet
+    measured(study, 50.0, None, 4)  # not predicted: says nothing about the twin
+    assert prior.band(study) is None
+    measured(study, 150.0, 153.0, 32)
+    assert prior.band(study) == pytest.approx(math.expm1(math.log(110 / 100)))  # the largest of three
+    measured(study, 151.0, 151.0, 40)
+    assert prior.band(study) == pytest.approx(0.10)  # a perfect fourth does not narrow below what was seen
+    assert prior.loses(Predicted(80.0, (0,)), 200.0, True, 0.10) is not None
+    assert prior.loses(Predicted(190.0, (0,)), 200.0, True, 0.10) is None  # 209 at its best: may win
+    assert prior.loses(Predicted(80.0, (0,), ("KV dtype fp8 never calibrated",)), 200.0, True, 0.10) is None
+
+
+def test_one_predicted_to_lose_is_pruned_without_a_boot_and_never_ranked(opened, monkeypatch):
+    study, plan, booted = opened
+    for value, pred, seqs in ((100.0, 101.0, 8), (120.0, 118.0, 16), (90.0, 92.0, 4)):
+        measured(study, value, pred, seqs)
+    state, failure = launched(study, plan, monkeypatch, 40.0)[0]
+    t = study.trials[-1]
+    assert state == PRUNED and failure.kind == "predicted_to_lose" and not booted
+    assert failure.evidence.startswith("predicted, not booted: the twin puts it at 40 ")
+    assert of_trial.prior(t)["value"] == 40.0 and of_trial.failure_kind(t) == "predicted_to_lose"
+    assert t.number not in [r.number for r in ranked_feasible(study, True)]
+    assert savings(study)["predicted"] == 1
+    # within its band of the best measured (120): booted, the prediction kept on the trial
+    got, out = launched(study, plan, monkeypatch, 117.0)
+    assert isinstance(got, Running) and len(booted) == 1
+    assert of_trial.prior(got.trial)["value"] == 117.0
+    assert "twin: trial" in out and "predicted at 117 tok/s (its band on this study +-" in out
+
+
+def test_nothing_is_told_without_a_boot_before_the_twin_has_shown_its_error(opened, monkeypatch):
+    study, plan, booted = opened
+    measured(study, 100.0, 100.0, 8)
+    measured(study, 120.0, 119.0, 16)
+    got, out = launched(study, plan, monkeypatch, 1.0)  # predicted at 1% of the best: booted all the same
+    assert isinstance(got, Running) and len(booted) == 1
+    assert "its band on this study not known yet: booted" in out
+
+
+@pytest.mark.parametrize("lie", [2.0, 0.5])
+def test_a_twin_that_lies_consistently_only_changes_the_order(lie):
+    """Step costs 2x off make every predicted throughput 0.5x (and 0.5x off, 2x): the residuals show it,
+    the band covers it, and the best configuration is never told without a boot, whatever the order."""
+    truth = {seqs: v for seqs, v in zip((4, 8, 16, 32, 64, 128), (50.0, 90.0, 140.0, 170.0, 160.0, 120.0))}
+    for order in ((4, 8, 16, 32, 64, 128), (128, 64, 16, 8, 4, 32), (8, 4, 64, 128, 16, 32)):
+        study = optuna.create_study(direction="maximize")
+        pruned = []
+        for seqs in order:
+            predicted = Predicted(truth[seqs] / lie, (0,))
+            best = max((t.value for t in study.get_trials(states=(COMPLETE,))), default=None)
+            if prior.loses(predicted, best, True, prior.band(study)) is not None:
+                pruned.append(seqs)
+                continue
+            measured(study, truth[seqs], predicted.value, seqs)
+        assert 32 not in pruned  # the best
+        assert max(t.value for t in study.get_trials(states=(COMPLETE,))) == 170.0
+
+
+def test_screening_is_queued_best_predicted_first(opened, monkeypatch):
+    _, plan, _ = opened
+    values = {"max-num-seqs": {16: 50.0}, "gpu-memory-utilization": {0.5: 80.0}}
+
+    def fake(plan, params):
+        for knob, by_value in values.items():
+            if params.get(knob) in by_value:
+                return Predicted(by_value[params[knob]], (0,))
+        return None  # the twin cannot answer: keeps its place, after the predicted ones
+
+    monkeypatch.setattr(prior, "predict", fake)
+    moves = [("max-num-seqs", 16), ("kv-cache-dtype", "fp8"), ("gpu-memory-utilization", 0.5)]
+    assert prior.order(plan, moves, {"max-num-seqs": 8}) == [
+        ("gpu-memory-utilization", 0.5), ("max-num-seqs", 16), ("kv-cache-dtype", "fp8")]
+
+
+def test_a_pareto_or_goodput_objective_is_refused_with_the_prior(tmp_path, tiny_model):
+    with pytest.raises(ConfigError, match="search.prior: twin predicts one replayed value"):
+        prepare(config(tmp_path, tiny_model, objective={"name": "pareto"}))
