@@ -68,7 +68,7 @@ def test_events_move_the_state():
     study = _study()
     obj = get_objective("throughput", None, ())
     plan = SimpleNamespace(
-        cfg=SimpleNamespace(study_name="s", n_trials=4, early_stop=SimpleNamespace(enabled=False, stages=4), search=SimpleNamespace(screen=False),
+        cfg=SimpleNamespace(study_name="s", n_trials=4, early_stop=SimpleNamespace(enabled=False, stages=4), search=SimpleNamespace(screen=False, prior="none"),
                             confirm=SimpleNamespace(top=0, repeats=0), precheck=True, ray=SimpleNamespace(address=None)),
         storage_url="postgresql://u:pw@h/db", objective=obj,
         model=SimpleNamespace(source="/m", layers=2, kv_bytes_per_token=lambda: 2048),
