@@ -34,6 +34,7 @@ from optimizer.search.screening import RELEASE_AFTER, measured_baseline, newly_s
 from optimizer.verdict.screening import held
 from optimizer.verdict.trials import best_feasible, finished_count
 from optimizer.engine.failures import Failure
+from optimizer.errors import first_line
 from optimizer.trial.spec import TrialResult, TrialSpec
 
 
@@ -75,7 +76,12 @@ def _proposed(trial) -> bool:
 def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progress: Progress):
     """The twin's prediction, stored and said; told PRUNED as `predicted_to_lose` without a boot when it
     cannot win even at its band's favourable end (search/prior.py). None: boot it."""
-    predicted = prior.predict(plan, params)
+    try:
+        predicted = prior.predict(plan, params)
+    except Exception as exc:  # noqa: BLE001 - the prior advises; a twin that fails must not stop the study
+        progress.note(f"the twin could not predict trial {trial.number} ({type(exc).__name__}: {first_line(exc)}): "
+                      "booted")
+        return None
     if predicted is None:
         return None
     of_trial.write_prior(trial, predicted.as_dict())

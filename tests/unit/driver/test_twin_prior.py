@@ -152,3 +152,16 @@ def test_screening_is_queued_best_predicted_first(opened, monkeypatch):
 def test_a_pareto_or_goodput_objective_is_refused_with_the_prior(tmp_path, tiny_model):
     with pytest.raises(ConfigError, match="search.prior: twin predicts one replayed value"):
         prepare(config(tmp_path, tiny_model, objective={"name": "pareto"}))
+
+
+def test_a_twin_that_fails_is_said_and_the_configuration_boots(opened, monkeypatch):
+    study, plan, booted = opened
+
+    def broken(plan, params):
+        raise TypeError("a step cost it cannot read")
+
+    monkeypatch.setattr(prior, "predict", broken)
+    out = io.StringIO()
+    got = launch(study, plan, None, Progress(Console(file=out, width=300)), None, 0)
+    assert isinstance(got, Running) and len(booted) == 1
+    assert "the twin could not predict trial 0 (TypeError: a step cost it cannot read): booted" in out.getvalue()
