@@ -34,6 +34,10 @@ CHECKED = ("request_throughput", "tpot_ms_p50", "tpot_ms_p95", "e2el_ms_p95")
 # twin would fail one run in ten per metric (it did in CI on 2026-12-05: throughput 17% under the
 # prediction against a 16% band). The test holds the 99% band instead, the printed band's log
 # half-width times z(0.995) / z(0.95) = 2.576 / 1.645, as for normally distributed log errors.
+# It failed once more in CI on 2026-12-05 (throughput 16.1 req/s measured against 12.7 predicted:
+# 23.5% against 23.2%): the baseline holds 16 sequences for all but its last requests, so one run
+# splits a step's fixed and per-sequence costs differently from run to run. More requests make
+# that worse (144: 23% off twice in a row; 48: 14%), the drain at the end being what tells them apart.
 WIDEN_TO_99 = 2.576 / 1.645
 PRINTED = ("ttft_ms_p95",) + CHECKED
 
