@@ -51,12 +51,8 @@ SATURATED = 0.97  # a knee this close to the saturation rate is the saturation i
 
 def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
     """Tails at the planned rate and the knee (twin/tails.py) as the lines `plan` prints."""
-    m = t.metrics
-
     def shown(metric: str) -> str:
-        low, high = t.bands.get(metric, (None, None))
-        band = f" [{low:,.0f}-{high:,.0f}]" if low is not None else ""
-        return f"{metric.split('_')[-1]} {m[metric]:,.0f} ms{band}"
+        return _shown(t, metric, "{:,.0f}".format)
 
     lines = [f"Tails at peak (the twin of trial {trial}, calibrated on trial(s) {', '.join(map(str, calibrated_on))}; "
              f"predicted, nothing booted; {t.requests} requests a run): each replica at {rounded(t.rate)} req/s: "
@@ -87,12 +83,8 @@ def describe_row_tails(rows) -> list[str]:
         t = r.tails
         if t is None or not r.usable:
             continue
-        m = t.metrics
-
-        def shown(metric: str) -> str:
-            low, high = t.bands.get(metric, (None, None))
-            band = f" [{_ms(low)}-{_ms(high)}]" if low is not None else ""
-            return f"{metric.split('_')[-1]} {_ms(m[metric])} ms{band}"
+        def shown(metric: str, t=t) -> str:
+            return _shown(t, metric, _ms)
 
         if t.knee is None:
             knee = f"no TTFT SLO to take a knee against (saturation {rounded(t.ceiling)} req/s)"
@@ -105,6 +97,13 @@ def describe_row_tails(rows) -> list[str]:
                      f"req/s: TTFT {shown('ttft_ms_p95')}, {shown('ttft_ms_p99')}; TPOT {shown('tpot_ms_p95')}, "
                      f"{shown('tpot_ms_p99')}; {knee} (predicted)")
     return lines
+
+
+def _shown(t: Tails, metric: str, number) -> str:
+    """'p95 47 ms [32-69]': one tail with its band, each value written by `number`."""
+    low, high = t.bands.get(metric, (None, None))
+    band = f" [{number(low)}-{number(high)}]" if low is not None else ""
+    return f"{metric.split('_')[-1]} {number(t.metrics[metric])} ms{band}"
 
 
 def _ms(v: float) -> str:

@@ -76,16 +76,16 @@ def loses(pred: Predicted, best: float | None, maximize: bool, e: float | None) 
     return None
 
 
-def predict(plan, params: dict) -> Predicted | None:
-    """The objective's value the twin predicts for `params` (None: the twin cannot answer here)."""
+def predict(plan, params: dict, runs=None) -> Predicted | None:
+    """The objective's value the twin predicts for `params` (None: the twin cannot answer here);
+    `runs`: the study's stored runs, when the caller has read them already."""
     from optimizer.twin import envelope  # noqa: PLC0415
     from optimizer.twin.from_study import calibrate, stored_runs  # noqa: PLC0415
     from optimizer.twin.prediction import predict as scored  # noqa: PLC0415
     from optimizer.twin.server import TwinServer  # noqa: PLC0415
 
     try:
-        runs = stored_runs(plan.artifacts)
-        cal = calibrate(plan, runs)
+        cal = calibrate(plan, stored_runs(plan.artifacts) if runs is None else runs)
         server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device, "", cal.kv_calibration)
         sim = server.run(plan.workload.requests, plan.workload.concurrency, cal.cost)
         value = plan.objective.score(scored(sim, plan.objective.slos).metrics)
@@ -98,10 +98,13 @@ def predict(plan, params: dict) -> Predicted | None:
 
 def order(plan, moves: list[tuple[str, object]], baseline: dict) -> list[tuple[str, object]]:
     """Screening's moves, the best predicted first (moves the twin cannot predict keep their place, last)."""
+    from optimizer.twin.from_study import stored_runs  # noqa: PLC0415
+
     maximize = plan.objective.direction == "maximize"
+    runs = stored_runs(plan.artifacts)  # read once for every move
     keyed = []
     for i, (knob, value) in enumerate(moves):
-        p = predict(plan, {**baseline, knob: value})
+        p = predict(plan, {**baseline, knob: value}, runs)
         rank = math.inf if p is None else (-p.value if maximize else p.value)
         keyed.append((rank, i, (knob, value)))
     return [move for _, _, move in sorted(keyed)]

@@ -48,9 +48,13 @@ def twin_row(model, arch, analytic: Row, params: dict, requests, concurrency, sl
     m = cap.metrics
     in_flight = max(1, round(cap.rate * m["e2el_ms_mean"] / 1e3))  # Little's law at the capacity
     bands = gpu_bands(library=not why_not)
-    at_peak = tails(server, cost, requests, peak_qps / replicas, slos,
-                    band=lambda metric, v: (v / (1 + bands.get(metric, max(bands.values()))),
-                                            v * (1 + bands.get(metric, max(bands.values())))))
+    widest = max(bands.values())
+
+    def band(metric: str, v: float) -> tuple[float, float]:
+        e = bands.get(metric, widest)
+        return v / (1 + e), v * (1 + e)
+
+    at_peak = tails(server, cost, requests, peak_qps / replicas, slos, band=band)
     return replace(analytic, by=by, why="", kv_tokens=server.pool.usable_tokens, concurrency=in_flight,
                    ttft_s=m["ttft_ms_p95"] / 1e3, tpot_s=m["tpot_ms_p95"] / 1e3, throughput=m["output_throughput"],
                    requests_per_s=cap.rate, replicas=replicas, devices=replicas * analytic.tp,

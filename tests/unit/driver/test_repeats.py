@@ -9,7 +9,6 @@ import pytest
 from rich.console import Console
 
 from optimizer.config.schema import build_config
-from optimizer.driver import launch as launch_mod
 from optimizer.driver.launch import Running, launch
 from optimizer.search.repeats import repeated_trial
 from optimizer.driver.plan import open_study, prepare
@@ -20,7 +19,7 @@ COMPLETE, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRU
 
 
 @pytest.fixture
-def opened(tmp_path, tiny_model, monkeypatch):
+def opened(tmp_path, tiny_model, booted):
     cfg = build_config({
         "study_name": "rep", "storage": f"sqlite:///{tmp_path / 'trials.db'}", "precheck": False,
         "artifacts_dir": str(tmp_path / "artifacts"), "model": {"path": str(tiny_model)},
@@ -30,19 +29,6 @@ def opened(tmp_path, tiny_model, monkeypatch):
                      "output": [4, 8]},
     })
     study, plan = open_study(prepare(cfg))
-    booted = []
-
-    class Task:  # stands for the Ray task: records what would have booted
-        @staticmethod
-        def options(**_):
-            return Task
-
-        @staticmethod
-        def remote(spec, board):
-            booted.append(spec.params)
-            return "ref"
-
-    monkeypatch.setattr(launch_mod, "run_trial", Task)
     return study, plan, booted
 
 

@@ -9,7 +9,6 @@ from rich.console import Console
 
 from optimizer.config.schema import build_config
 from optimizer.search.screening import screening_moves
-from optimizer.driver import launch as launch_mod
 from optimizer.driver.launch import Running, launch
 from optimizer.driver.plan import open_study, prepare
 from optimizer.driver.progress import Progress
@@ -22,7 +21,7 @@ BASE = {"max-num-seqs": 16, "max-model-len": 2048, "kv-cache-dtype": "auto"}
 
 
 @pytest.fixture
-def opened(tmp_path, tiny_model, monkeypatch):
+def opened(tmp_path, tiny_model, booted):
     def make(screen=True):
         cfg = build_config({
             "study_name": "scr", "storage": f"sqlite:///{tmp_path / f'{screen}.db'}", "precheck": False,
@@ -37,19 +36,6 @@ def opened(tmp_path, tiny_model, monkeypatch):
         study, plan = open_study(prepare(cfg))
         ensure_baseline(study, plan)
         return study, plan
-    booted = []
-
-    class Task:  # stands for the Ray task: records what would have booted
-        @staticmethod
-        def options(**_):
-            return Task
-
-        @staticmethod
-        def remote(spec, board):
-            booted.append(spec.params)
-            return "ref"
-
-    monkeypatch.setattr(launch_mod, "run_trial", Task)
     return make, booted
 
 

@@ -12,7 +12,6 @@ import pytest
 from rich.console import Console
 
 from optimizer.config.schema import build_config
-from optimizer.driver import launch as launch_mod
 from optimizer.driver.launch import Running, launch
 from optimizer.driver.plan import open_study, prepare
 from optimizer.driver.progress import Progress
@@ -36,21 +35,8 @@ def config(tmp_path, tiny_model, **extra):
 
 
 @pytest.fixture
-def opened(tmp_path, tiny_model, monkeypatch):
+def opened(tmp_path, tiny_model, booted):
     study, plan = open_study(prepare(config(tmp_path, tiny_model)))
-    booted = []
-
-    class Task:  # stands for the Ray task: records what would have booted
-        @staticmethod
-        def options(**_):
-            return Task
-
-        @staticmethod
-        def remote(spec, board):
-            booted.append(spec.params)
-            return "ref"
-
-    monkeypatch.setattr(launch_mod, "run_trial", Task)
     return study, plan, booted
 
 
@@ -65,7 +51,7 @@ def measured(study, value: float, predicted: float | None, seqs: int) -> None:
 
 
 def launched(study, plan, monkeypatch, predicted_value: float):
-    monkeypatch.setattr(prior, "predict", lambda plan, params: Predicted(predicted_value, (0,)))
+    monkeypatch.setattr(prior, "predict", lambda plan, params, runs=None: Predicted(predicted_value, (0,)))
     out = io.StringIO()
     got = launch(study, plan, None, Progress(Console(file=out, width=300)), None, 0)
     return got, out.getvalue()
@@ -137,7 +123,7 @@ def test_screening_is_queued_best_predicted_first(opened, monkeypatch):
     _, plan, _ = opened
     values = {"max-num-seqs": {16: 50.0}, "gpu-memory-utilization": {0.5: 80.0}}
 
-    def fake(plan, params):
+    def fake(plan, params, runs=None):
         for knob, by_value in values.items():
             if params.get(knob) in by_value:
                 return Predicted(by_value[params[knob]], (0,))
@@ -157,7 +143,7 @@ def test_a_pareto_or_goodput_objective_is_refused_with_the_prior(tmp_path, tiny_
 def test_a_twin_that_fails_is_said_and_the_configuration_boots(opened, monkeypatch):
     study, plan, booted = opened
 
-    def broken(plan, params):
+    def broken(plan, params, runs=None):
         raise TypeError("a step cost it cannot read")
 
     monkeypatch.setattr(prior, "predict", broken)
