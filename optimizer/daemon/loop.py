@@ -7,7 +7,9 @@
                    workload/drift.py) moves beyond `daemon.threshold`, or `daemon.retune_every_h`
                    has passed since the last start,
     generation N   a new study `<study>-g<N>` on the new traffic, warm-started with the previous
-                   generation's best configurations (`enqueue_trial`); old studies are kept
+                   generation's best configurations (`enqueue_trial`) in the twin's predicted order,
+                   after a forecast: does production's configuration hold the SLOs on the new
+                   traffic (daemon/forecast.py)? Old studies are kept
 
 With live servers, generation 1 waits ("observing") for a complete window with enough traffic.
 After each generation its recommendation is published if it clears the gate (daemon/publish.py).
@@ -34,6 +36,7 @@ from optimizer.config.schema import StudyConfig
 from optimizer.config.workload_spec import ChatSpec
 from optimizer.daemon.generation_watch import GenerationWatch
 from optimizer.daemon import admission
+from optimizer.daemon.forecast import Forecaster, ordered
 from optimizer.daemon.generations import generation_name, latest_generation, production_of, with_source
 from optimizer.daemon.observing import Observer, admitted, episode, rejected_past
 from optimizer.daemon.publisher import Publisher
@@ -82,6 +85,7 @@ class Daemon:
         self._generation_no = 1
         self._seen: str | None = None  # the fingerprint of the last trace read
         self._admission: list[str] = []  # what the last plan changed to admit production's lengths
+        self.forecaster = Forecaster(self.state, console)
 
     # --- one generation ------------------------------------------------------------------------
     def _source(self) -> Path | None:
@@ -93,8 +97,9 @@ class Daemon:
                               f"({', '.join(drift.TRACE_SUFFIXES)}); put one there first")
         return src
 
-    def _plan(self, n: int, source: Path | None, warm: list[dict]) -> tuple[Plan, list[str]]:
-        """Generation n's plan on `source`, fitted to what production admits (daemon/admission.py)."""
+    def _plan(self, n: int, source: Path | None, warm: list[dict], previous: Plan | None = None) -> tuple[Plan, list[str]]:
+        """Generation n's plan on `source`, fitted to what production admits (daemon/admission.py);
+        its warm starts in the order the twin calibrated on `previous` (the last generation) predicts."""
         admits = self.observer.admits if self.observer is not None else None
         cfg = with_source(self.cfg, source, admits).model_copy(update={"study_name": generation_name(self.cfg.study_name, n)})
         cfg, notes = admission.admitting(cfg, admits)
@@ -108,6 +113,7 @@ class Daemon:
         if not warm:
             return plan, []
         kept, dropped = fitting(warm, plan)
+        kept = ordered(previous, plan, kept) if previous is not None else kept
         cfg = cfg.model_copy(update={"enqueue": kept + list(cfg.enqueue)})
         return prepare(cfg), dropped
 
@@ -130,7 +136,8 @@ class Daemon:
         space = space_mod.resolve(plan.cfg, plan.device, plan.model, workload.longest_request(), trials_at_once(plan.cfg))
         return replace(plan, workload=workload, space=space)
 
-    def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan):
+    def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan,  # noqa: PLR0913
+               forecast: dict | None = None):
         window = window_mod.read(source) if self.live and source is not None else None
         shape = drift.shape_of_window(window) if window is not None else drift.shape_of(plan.workload)
         admitted_notes = list(self._admission)
@@ -142,7 +149,7 @@ class Daemon:
                 study, n=n, trigger=trigger, started=time.time(), shape=shape.to_dict(), previous=previous, warm=warm,
                 admission=admitted_notes, source=str(source) if source is not None else None,
                 fingerprint=drift.fingerprint(source) if source is not None else None,
-                production=production_of(window) if window is not None else None)
+                production=production_of(window) if window is not None else None, forecast=forecast)
         return on_open
 
     # --- the loop ------------------------------------------------------------------------------
@@ -171,7 +178,7 @@ class Daemon:
         if n > 1 or source != newest:  # a later generation, or another trace: its own plan
             plan, _ = self._plan(n, source, [])
         plan = self._as_stamped(plan, attrs)
-        trigger, previous, warm = "start", None, []
+        trigger, previous, warm, forecast = "start", None, [], None
         try:
             with RunState(plan.storage_url, self.cfg.artifacts_dir, self.cfg.study_name) as runstate:
                 progress = StatusProgress(self.console, self.state, n, self.dashboard)
@@ -179,17 +186,20 @@ class Daemon:
                 while True:
                     if self.observer is not None:
                         self.observer.tuning()
-                    on_open = self._stamp(n, trigger, source, previous, warm, plan)
+                    on_open = self._stamp(n, trigger, source, previous, warm, plan, forecast)
                     study, plan, handed = storage_loss.retrying(
                         lambda: self._generation(plan, progress, runstate, n, source, on_open),
                         lambda why, wait: self._storage_lost(runstate, n, why, wait), runstate.relock)
                     if not handed:
                         self._report(study, plan)
                         self.publisher.publish(study, plan.cfg, plan.model.source, n)
+                    self.forecaster.after(study, n)
                     self._seen = of_generation.traffic_fingerprint(study)
                     trigger, new_source, warm, next_plan, dropped = self._next_plan(study, plan, source, n)
+                    forecast = self.forecaster.before(plan, next_plan, n + 1)
                     plan, source, previous, n = next_plan, new_source, study.study_name, n + 1
-                    warm = [p for p in warm if p in plan.cfg.enqueue]
+                    warm = [p for i, p in enumerate(plan.cfg.enqueue)  # in the order they boot
+                            if p in warm and p not in plan.cfg.enqueue[:i]]
                     self.console.print(f"[bold]generation {n}[/]: {trigger}; study '{plan.cfg.study_name}', "
                                        f"{len(warm)} warm start(s) from '{previous}'")
                     for why in dropped:
@@ -224,7 +234,7 @@ class Daemon:
             try:
                 trigger, new_source = self._watch(study, plan, source)
                 warm = warm_starts(study, self.d.warm_start)
-                next_plan, dropped = self._plan(n + 1, new_source, warm)
+                next_plan, dropped = self._plan(n + 1, new_source, warm, plan)
                 return trigger, new_source, warm, next_plan, dropped
             except (OptimizerError, *storage_loss.LOST) as exc:
                 why = first_line(exc, 300)

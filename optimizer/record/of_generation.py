@@ -1,7 +1,7 @@
 """What the daemon records on each generation's study: which generation it is and why it started,
 the traffic it tunes on (its source, fingerprint and shape), what production showed in that window,
-the warm starts and admission notes it began with, an early end for new traffic, and the publish
-gate's decision.
+the warm starts and admission notes it began with, the forecast for production's configuration on
+that traffic (and its measurement), an early end for new traffic, and the publish gate's decision.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from optimizer.record._holder import get, has, put
 GENERATION, TRIGGER, STARTED = "generation", "trigger", "generation_started"
 TRAFFIC_SHAPE, TRAFFIC_SOURCE, TRAFFIC_FINGERPRINT = "traffic_shape", "traffic_source", "traffic_fingerprint"
 PREVIOUS_STUDY, WARM_START, ADMISSION, PRODUCTION = "previous_study", "warm_start", "admission", "production"
-ENDED_EARLY, PUBLISH = "ended_early", "publish"
+ENDED_EARLY, PUBLISH, FORECAST = "ended_early", "publish", "forecast"
 
 
 def has_generation(holder) -> bool:
@@ -21,7 +21,7 @@ def has_generation(holder) -> bool:
 
 def write_generation(study, *, n: int, trigger: str, started: float, shape: dict, previous: str | None,  # noqa: PLR0913
                      warm: list, admission: list, source: str | None = None, fingerprint: str | None = None,
-                     production: dict | None = None) -> None:
+                     production: dict | None = None, forecast: dict | None = None) -> None:
     """Stamp a generation's study when it opens; the traffic's source and production only where known."""
     values = {GENERATION: n, TRIGGER: trigger, STARTED: started, TRAFFIC_SHAPE: shape, PREVIOUS_STUDY: previous,
               WARM_START: warm, ADMISSION: admission}
@@ -29,6 +29,8 @@ def write_generation(study, *, n: int, trigger: str, started: float, shape: dict
         values.update({TRAFFIC_SOURCE: source, TRAFFIC_FINGERPRINT: fingerprint})
     if production is not None:
         values[PRODUCTION] = production
+    if forecast is not None:
+        values[FORECAST] = forecast
     for key, value in values.items():
         put(study, key, value)
 
@@ -65,3 +67,13 @@ def publish_decision(holder) -> dict | None:
 
 def write_publish_decision(study, record: dict) -> None:
     put(study, PUBLISH, record)
+
+
+def forecast(holder) -> dict | None:
+    """The daemon's forecast for production's configuration on this generation's traffic, with its
+    measurement once a trial booted it (daemon/forecast.py)."""
+    return get(holder, FORECAST)
+
+
+def write_forecast(study, record: dict) -> None:
+    put(study, FORECAST, record)

@@ -239,7 +239,7 @@ def test_a_plan_refused_on_new_traffic_is_said_once_per_reason_and_the_watch_goe
     sources = iter(tmp_path / f"window-{i}.json" for i in range(10))
     d._watch = lambda study, plan, source: ("traffic changed", next(sources))
 
-    def plan(n, source, warm):
+    def plan(n, source, warm, previous):
         reason = next(reasons, None)
         if reason:
             raise ConfigError(reason)

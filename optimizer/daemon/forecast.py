@@ -1,0 +1,223 @@
+"""The daemon's forecast: when the traffic changes, will the configuration production runs still
+hold the SLOs on it? Answered by the twin before anything boots, and checked afterwards.
+
+When a change starts generation N+1, the twin calibrated on generation N's own runs
+(twin/from_study.py: its baseline's run, and one of the other KV dtype) replays generation N+1's
+workload, the new window's requests at their observed arrival times, with production's
+configuration: the recommendation last published (the daemon's `/recommendation`), else the
+config's baseline. The forecast holds the predicted latencies with their bands and, per SLO of the
+objective at its own percentile, whether it holds; the verdict is `breaks` when any SLO is
+predicted broken, `holds` when none is, and `sure` when no band crosses a limit. The error SLO is
+not forecast (the twin has no failures). Without SLOs the forecast holds the latencies alone.
+
+The bands are the twin's validated ones (twin/prediction.py): calibrated on one run, the one-run
+band; a configuration outside the calibration's envelope doubles them.
+
+The generation's warm starts are booted in the twin's predicted order on the new workload, best
+first (`ordered`). When the generation has run, the trial that booted the forecast configuration
+(the baseline trial for the baseline, else the first trial with the same knobs) is its measurement:
+`against_measured` adds that trial's latencies, its verdict, and the forecast's |error| per
+metric; stored on the generation's study (record/of_generation.py) and shown in `/status`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from optimizer.config.flags import from_cli_args, to_cli_args
+from optimizer.errors import OptimizerError, first_line
+from optimizer.measure.slo import Slo
+from optimizer.record import of_trial
+from optimizer.verdict.trials import COMPLETE, knobs_of
+
+SHOWN = ("ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50", "tpot_ms_p95", "e2el_ms_p95", "request_throughput")
+HEADLINE = "ttft_ms_p95"  # the figure whose forecast error the daemon reports
+
+
+@dataclass(frozen=True)
+class Forecast:
+    of: str  # "the published recommendation" | "the baseline"
+    params: dict
+    calibrated_on: str  # the study and trials whose runs fitted the step cost
+    metrics: dict  # metric -> [predicted, low, high]
+    slos: list  # per latency SLO: {"slo", "metric", "limit", "predicted", "low", "high", "holds", "sure"}
+    verdict: str  # holds | breaks | no SLOs
+    sure: bool
+    outside: list = field(default_factory=list)
+    measured: dict | None = None  # filled by against_measured
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line: the verdict, and the SLO that decides it (or the headline latency without SLOs)."""
+        if not self.slos:
+            v, lo, hi = self.metrics[HEADLINE]
+            if v is None:
+                return "no SLOs to judge, and no p95 TTFT predicted"
+            return f"p95 TTFT {v:.0f} ms [{lo:.0f}, {hi:.0f}] (no SLOs to judge)"
+        deciding = [s for s in self.slos if not s["holds"]] or self.slos
+        worst = max(deciding, key=lambda s: math.inf if s["predicted"] is None else s["predicted"] / s["limit"])
+        certainty = "" if self.sure else " (the band reaches past the limit)"
+        if worst["predicted"] is None:
+            return f"{self.verdict}{certainty}: {worst['slo']}, not predicted"
+        return (f"{self.verdict}{certainty}: {worst['slo']}, predicted {worst['predicted']:.0f} ms "
+                f"[{worst['low']:.0f}, {worst['high']:.0f}]")
+
+
+def current_params(published: dict | None, baseline: dict) -> tuple[str, dict]:
+    """(which, its knobs): the published recommendation's flags, else the config's baseline."""
+    flags = (published or {}).get("flags")
+    if flags:
+        return "the published recommendation", from_cli_args(list(flags))
+    return "the baseline", dict(baseline)
+
+
+def _twin(previous, plan, params: dict, cal):
+    """The twin's Prediction for `params` on `plan`'s workload, priced by `cal` (previous generation's fit)."""
+    from optimizer.twin import envelope  # noqa: PLC0415
+    from optimizer.twin.prediction import BAND, BAND_ONE_RUN, predict  # noqa: PLC0415
+    from optimizer.twin.server import TwinServer  # noqa: PLC0415
+
+    server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device, "", cal.kv_calibration)
+    sim = server.run(plan.workload.requests, plan.workload.concurrency, cal.cost)
+    pred = predict(sim, plan.objective.slos)
+    pred.bands = BAND_ONE_RUN if len(cal.runs) == 1 else BAND
+    pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params)
+    return pred
+
+
+def forecast(previous, plan, which: str, params: dict) -> Forecast:
+    """`params` on `plan`'s workload by the twin calibrated on `previous` (the last generation's plan);
+    raises OptimizerError (or ValueError, RuntimeError) where the twin cannot answer."""
+    from optimizer.twin.from_study import calibrate  # noqa: PLC0415
+
+    cal = calibrate(previous)
+    pred = _twin(previous, plan, params, cal)
+    metrics = {m: [_num(pred.metrics.get(m, math.nan)), *map(_num, pred.band(m))] for m in SHOWN}
+    slos = [_judged(s, pred) for s in plan.objective.slos if s.metric != "error"]
+    broken = [s for s in slos if not s["holds"]]
+    verdict = "no SLOs" if not slos else "breaks" if broken else "holds"
+    sure = bool(slos) and (any(s["sure"] for s in broken) if broken else all(s["sure"] for s in slos))
+    trials = ", ".join(str(r.number) for r in cal.runs)
+    return Forecast(which, params, f"study '{previous.cfg.study_name}', trial(s) {trials}", metrics, slos, verdict,
+                    sure, list(pred.outside))
+
+
+def _judged(slo: Slo, pred) -> dict:
+    metric = f"{slo.metric}_ms_p{slo.percentile}"
+    value = pred.metrics.get(metric, math.nan)
+    low, high = pred.band(metric)
+    holds = value <= slo.limit
+    sure = high <= slo.limit if holds else low > slo.limit
+    return {"slo": str(slo), "metric": metric, "limit": slo.limit, "predicted": _num(value), "low": _num(low),
+            "high": _num(high), "holds": holds, "sure": sure}
+
+
+def _num(x) -> float | None:
+    """A figure for JSON (the study's record, /status): None where the twin has none."""
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def ordered(previous, plan, warm: list[dict]) -> list[dict]:
+    """The warm starts, best predicted first by the objective on the new workload (those the twin
+    cannot predict keep their order, last); unchanged where the twin cannot be calibrated."""
+    from optimizer.twin.from_study import calibrate  # noqa: PLC0415
+
+    if len(warm) < 2:
+        return list(warm)
+    try:
+        cal = calibrate(previous)
+    except (OptimizerError, ValueError, KeyError, RuntimeError):
+        return list(warm)
+    maximize = plan.objective.direction == "maximize"
+    keyed = []
+    for i, params in enumerate(warm):
+        try:
+            value = plan.objective.score(_twin(previous, plan, params, cal).metrics)
+            rank = -value if maximize else value
+        except (OptimizerError, ValueError, KeyError, RuntimeError):
+            rank = math.inf
+        keyed.append((rank if math.isfinite(rank) else math.inf, i, params))
+    return [params for _, _, params in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+def _measured_trial(study, which: str, params: dict):
+    for t in sorted(study.get_trials(deepcopy=False, states=(COMPLETE,)), key=lambda t: t.number):
+        if of_trial.value_from_partial_run(t) or not of_trial.metrics(t):
+            continue
+        if which == "the baseline":
+            if of_trial.is_baseline(t):
+                return t
+            continue
+        knobs = knobs_of(t)
+        if all(str(knobs.get(k)) == str(v) for k, v in params.items()):
+            return t
+    return None
+
+
+def against_measured(record: dict, study) -> dict:
+    """The stored forecast `record` with its measurement from `study` (the generation's own trials)
+    added as `measured`: the trial, its latencies, its verdict, right or not, and |error| per metric
+    (log scale, in %); `measured` is None while no trial booted that configuration fully."""
+    t = _measured_trial(study, record["of"], record["params"])
+    if t is None:
+        return {**record, "measured": None}
+    got = of_trial.metrics(t)
+    errors = {}
+    for m, (predicted, _, _) in record["metrics"].items():
+        value = got.get(m)
+        if value and predicted and value > 0 and predicted > 0:
+            errors[m] = round(100 * abs(math.log(predicted / value)), 1)
+    holds = [got.get(s["metric"]) is not None and got[s["metric"]] <= s["limit"] for s in record["slos"]]
+    verdict = "no SLOs" if not holds else "holds" if all(holds) else "breaks"
+    measured = {"trial": t.number, "metrics": {m: got.get(m) for m in record["metrics"]}, "verdict": verdict,
+                "right": verdict == record["verdict"], "error_pct": errors}
+    return {**record, "measured": measured}
+
+
+class Forecaster:
+    """The daemon's side: a forecast when a change starts a generation, said on the console and in
+    `/status` (`forecast`), and its measurement once the generation has run."""
+
+    def __init__(self, state, console):
+        self.state, self.console = state, console
+
+    def before(self, previous, plan, n: int) -> dict | None:
+        """Generation n's forecast (its record), from the previous generation's plan; None where the
+        twin cannot answer (said once, with why)."""
+        which, params = current_params(self.state.snapshot().get("recommendation"), plan.cfg.baseline or {})
+        try:
+            f = forecast(previous, plan, which, params)
+        except (OptimizerError, ValueError, KeyError, RuntimeError) as exc:
+            why = first_line(exc, 200)
+            self.console.print(f"  generation {n}: no forecast ({why})")
+            self.state.set(forecast={"generation": n, "none": why})
+            return None
+        shown = " ".join(to_cli_args(params)) or "vLLM's defaults"
+        self.console.print(f"  generation {n}: forecast for {which} ({shown}) on the new traffic, nothing booted: "
+                           f"{f.describe()}")
+        record = {**f.as_dict(), "generation": n}
+        self.state.set(forecast=record)
+        return record
+
+    def after(self, study, n: int) -> None:
+        """The generation's forecast against the trial that booted its configuration, stored and said."""
+        from optimizer.record import of_generation  # noqa: PLC0415
+
+        record = of_generation.forecast(study)
+        if not record or record.get("measured"):
+            return
+        done = against_measured(record, study)
+        m = done["measured"]
+        if m is None:
+            return
+        of_generation.write_forecast(study, done)
+        self.state.set(forecast=done)
+        predicted, measured = record["metrics"][HEADLINE][0], m["metrics"].get(HEADLINE)
+        error = m["error_pct"].get(HEADLINE)
+        figures = (f"p95 TTFT predicted {predicted:.0f} ms, measured {measured:.0f} ms ({error:g}% off)"
+                   if error is not None else "p95 TTFT not comparable")
+        self.console.print(f"  generation {n}: forecast against trial {m['trial']}: {figures}; verdict {record['verdict']} "
+                           f"predicted, {m['verdict']} measured ({'right' if m['right'] else 'wrong'})")
