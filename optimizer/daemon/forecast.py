@@ -183,15 +183,23 @@ class Forecaster:
 
     def __init__(self, state, console):
         self.state, self.console = state, console
+        self._calibrated = None  # the latest generation's plan whose runs calibrated a forecast
 
     def before(self, previous, plan, n: int) -> dict | None:
-        """Generation n's forecast (its record), from the previous generation's plan; None where the
-        twin cannot answer (said once, with why)."""
+        """Generation n's forecast (its record), from the previous generation's plan, or, where that
+        one finished no run (ended early for newer traffic), the latest that did; None where the twin
+        cannot answer (said once, with why)."""
         which, params = current_params(self.state.snapshot().get("recommendation"), plan.cfg.baseline or {})
-        try:
-            f = forecast(previous, plan, which, params)
-        except (OptimizerError, ValueError, KeyError, RuntimeError) as exc:
-            why = first_line(exc, 200)
+        f, why = None, ""
+        older = [self._calibrated] if self._calibrated is not None and self._calibrated is not previous else []
+        for source in [previous, *older]:
+            try:
+                f = forecast(source, plan, which, params)
+                self._calibrated = source
+                break
+            except (OptimizerError, ValueError, KeyError, RuntimeError) as exc:
+                why = why or first_line(exc, 200)
+        if f is None:
             self.console.print(f"  generation {n}: no forecast ({why})")
             self.state.set(forecast={"generation": n, "none": why})
             return None

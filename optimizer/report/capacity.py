@@ -71,7 +71,7 @@ def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
                    f"saturation at {rounded(t.knee)} req/s a replica (p{t.slo.percentile} TTFT stays under "
                    f"{t.slo.limit:g} ms until the queue grows without end)")
         lines.append(f"Knee: {reached}; the plan runs each at {rounded(t.rate)}, {where} (predicted; the knee has no "
-                     "band of its own yet: one measured sweep put it at 0.86x the real one, bench/knee.py)")
+                     "band of its own yet: one measured sweep put it at 0.94x the real one, bench/knee.py)")
     return lines
 
 

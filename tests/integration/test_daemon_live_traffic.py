@@ -544,6 +544,30 @@ def test_an_overload_during_a_generation_is_seen_at_once_and_tuned_on_saturated(
           f"shape input p10/p50/p90 {shape['input_p10']:.0f}/{shape['input_p50']:.0f}/{shape['input_p90']:.0f}")
 
 
+def test_each_new_generation_forecasts_the_published_configuration_on_its_traffic(live):
+    """On each change the twin, calibrated on the last generation that finished a run, forecasts the
+    published recommendation (8 sequences) on the new window, nothing booted: the overload (C, past
+    what production finishes alone) queues, and its forecast p95 TTFT is far above the light B's.
+    The study sets no SLO, so there is no verdict; a measurement is added where generation 2 booted
+    the configuration before it ended (bench/daemon_forecast.py measures verdicts and errors)."""
+    storage = f"sqlite:///{live['root'] / 'live.db'}"
+    f2, f3 = (optuna.load_study(study_name=name, storage=storage).user_attrs["forecast"] for name in ("live-g2", "live-g3"))
+    for f in (f2, f3):
+        assert f["of"] == "the published recommendation" and f["params"]["max-num-seqs"] == 8
+        assert f["verdict"] == "no SLOs" and f["slos"] == []
+        predicted, low, high = f["metrics"]["ttft_ms_p95"]
+        assert 0 < low < predicted < high
+    assert f2["calibrated_on"].startswith("study 'live', trial(s) 0")
+    assert f3["metrics"]["ttft_ms_p95"][0] > 5 * f2["metrics"]["ttft_ms_p95"][0]
+    console = (live["root"] / "live.out").read_text()
+    assert "generation 2: forecast for the published recommendation (--max-num-seqs 8" in console
+    assert "generation 3: forecast for the published recommendation" in console
+    measured = f2.get("measured")
+    assert measured is None or measured["error_pct"]["ttft_ms_p95"] >= 0
+    print(f"\nforecast p95 TTFT, ms: B {f2['metrics']['ttft_ms_p95']} (measured: {measured and measured['metrics']}), "
+          f"C {f3['metrics']['ttft_ms_p95']}; calibrated on {f2['calibrated_on']} / {f3['calibrated_on']}")
+
+
 def test_rejected_requests_are_named_and_a_full_queue_from_capped_clients_is_saturated_and_tuned_on(live):
     """Prompts past --max-model-len: production answers 400 and counts nothing of its own; the
     daemon counts them from http_requests_total and names the episode, never "too little traffic".

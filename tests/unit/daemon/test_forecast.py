@@ -172,3 +172,15 @@ def test_a_measured_slo_miss_makes_the_verdict_wrong(generation_1, tmp_path, tin
     _trial(study, 8, {"ttft_ms_p95": 150000.0}, baseline=True)
     m = fc.against_measured(record, study)["measured"]
     assert m["trial"] == 0 and m["verdict"] == "breaks" and not m["right"]
+
+
+def test_a_generation_that_finished_no_run_forecasts_from_the_last_one_that_did(generation_1, tmp_path, tiny_model):
+    """Generation 2 ended early for newer traffic with nothing finished: generation 3's forecast is
+    calibrated on generation 1's runs, and says so."""
+    state, out = StatusState(), io.StringIO()
+    forecaster = fc.Forecaster(state, Console(file=out, width=300))
+    g2 = _plan(tmp_path, tiny_model, "live-g2", BUSY)
+    assert forecaster.before(generation_1, g2, 2)["calibrated_on"] == "study 'live', trial(s) 0"
+    g3 = forecaster.before(g2, _plan(tmp_path, tiny_model, "live-g3", QUIET), 3)
+    assert g3["calibrated_on"] == "study 'live', trial(s) 0" and g3["generation"] == 3
+    assert "no forecast" not in out.getvalue()
