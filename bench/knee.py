@@ -5,9 +5,9 @@ in flight; eager, to keep the boot short: the twin is calibrated on and compared
 server) gives the run the twin is calibrated on. Then the same configuration is booted once and
 the workload's requests are replayed as an open-loop Poisson stream (twin/tails.py open_loop) at
 rising rates, a share of the measured saturation each, its prefix cache emptied before each rate
-(vLLM's dev-mode /reset_prefix_cache: the same prompts again would hit the cache, where a fresh
-server, and the twin, would not); the twin predicts the same rates. The
-knee is where p95 TTFT crosses the SLO (`--slo-ms`): measured, by log-linear interpolation between
+(vLLM's dev-mode /reset_prefix_cache, as a goodput trial's rate search does: the same prompts
+again would hit the cache, where a fresh server, and the twin, would not); the twin predicts the
+same rates. The knee is where p95 TTFT crosses the SLO (`--slo-ms`): measured, by log-linear interpolation between
 the two sweep points around the crossing; predicted, by the twin's bisection (twin/tails.py).
 Prints each rate's measured and predicted p95 TTFT, the two knees and their ratio.
 
@@ -48,21 +48,6 @@ def _study(root: Path) -> Path:
     return path
 
 
-def _reset_prefix_cache(base_url: str) -> None:
-    """Empty the server's prefix cache (it refuses while blocks are held: retried)."""
-    import json
-    import time
-    import urllib.request
-
-    for _ in range(20):
-        req = urllib.request.Request(f"{base_url}/reset_prefix_cache", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            if json.loads(resp.read() or b"{}").get("success", True):
-                return
-        time.sleep(0.5)
-    raise RuntimeError("the server did not empty its prefix cache")
-
-
 def _crossing(points: list[tuple[float, float]], limit: float) -> float | None:
     """The rate where p95 TTFT first reaches `limit`, log-linear between the sweep points around it."""
     for (r0, t0), (r1, t1) in zip(points, points[1:]):
@@ -84,6 +69,7 @@ def main() -> None:
     from optimizer.measure.replay import run_replay
     from optimizer.measure.slo import parse_slos
     from optimizer.trial.rate_search import at_rate
+    from optimizer.trial.stages import reset_prefix_cache
     from optimizer.twin.from_study import calibrate, stored_runs
     from optimizer.twin.server import TwinServer
     from optimizer.twin.tails import open_loop, tails
@@ -103,7 +89,8 @@ def main() -> None:
                     env={"VLLM_SERVER_DEV_MODE": "1"}) as srv:
         run_replay(srv.base_url, plan.model.source, plan.workload.warmup, len(plan.workload.warmup))
         for rate in rates:
-            _reset_prefix_cache(srv.base_url)
+            if not reset_prefix_cache(srv.base_url):
+                raise RuntimeError("the server refused to empty its prefix cache")
             real = summarize(run_replay(srv.base_url, plan.model.source, at_rate(stream, rate), None))
             sim = summarize(twin.run(at_rate(stream, rate), None, cal.cost).result)
             sweep.append((rate, real["ttft_ms_p95"], sim["ttft_ms_p95"], real["request_throughput"]))

@@ -33,6 +33,7 @@ from optimizer.verdict.trials import COMPLETE, knobs_of
 
 SHOWN = ("ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50", "tpot_ms_p95", "e2el_ms_p95", "request_throughput")
 HEADLINE = "ttft_ms_p95"  # the figure whose forecast error the daemon reports
+EARLIER = 3  # generations looked back on for runs to calibrate on
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ class Forecaster:
 
     def __init__(self, state, console):
         self.state, self.console = state, console
-        self._calibrated = None  # the latest generation's plan whose runs calibrated a forecast
+        self._earlier: list = []  # the plans of the generations before, oldest first (a few)
 
     def before(self, previous, plan, n: int) -> dict | None:
         """Generation n's forecast (its record), from the previous generation's plan, or, where that
@@ -191,14 +192,14 @@ class Forecaster:
         cannot answer (said once, with why)."""
         which, params = current_params(self.state.snapshot().get("recommendation"), plan.cfg.baseline or {})
         f, why = None, ""
-        older = [self._calibrated] if self._calibrated is not None and self._calibrated is not previous else []
-        for source in [previous, *older]:
+        earlier = [p for p in self._earlier if p is not previous]
+        for source in [previous, *reversed(earlier)]:
             try:
                 f = forecast(source, plan, which, params)
-                self._calibrated = source
                 break
             except (OptimizerError, ValueError, KeyError, RuntimeError) as exc:
                 why = why or first_line(exc, 200)
+        self._earlier = [*earlier, previous][-EARLIER:]
         if f is None:
             self.console.print(f"  generation {n}: no forecast ({why})")
             self.state.set(forecast={"generation": n, "none": why})

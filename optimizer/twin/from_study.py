@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer.config import kv_fit
+from optimizer.config.flags import from_cli_args
 from optimizer.errors import ConfigError
 from optimizer.twin import step_cost
 from optimizer.twin.fit import MeasuredRun, fit
@@ -122,7 +123,9 @@ def calibrate(plan, stored: list[StoredRun] | None = None) -> Calibrated:
         _store(plan.artifacts / CACHE, key, cost, error)
     kv_cal = None
     for r in runs:
-        c = kv_fit.Calibration.from_log(plan.model, plan.device, r.params, r.log_text) if r.log_text else None
+        # every knob the server started with: a memory fraction among the config's fixed flags counts
+        ran = from_cli_args(plan.server_args(r.params))
+        c = kv_fit.Calibration.from_log(plan.model, plan.device, ran, r.log_text) if r.log_text else None
         kv_cal = c if kv_cal is None else kv_cal.merge(c)
     return Calibrated(cost, runs, [s for _, s in measured], error, time.monotonic() - t, kv_cal)
 

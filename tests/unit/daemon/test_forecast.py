@@ -181,6 +181,28 @@ def test_a_generation_that_finished_no_run_forecasts_from_the_last_one_that_did(
     forecaster = fc.Forecaster(state, Console(file=out, width=300))
     g2 = _plan(tmp_path, tiny_model, "live-g2", BUSY)
     assert forecaster.before(generation_1, g2, 2)["calibrated_on"] == "study 'live', trial(s) 0"
-    g3 = forecaster.before(g2, _plan(tmp_path, tiny_model, "live-g3", QUIET), 3)
-    assert g3["calibrated_on"] == "study 'live', trial(s) 0" and g3["generation"] == 3
+    g3 = _plan(tmp_path, tiny_model, "live-g3", QUIET)
+    assert forecaster.before(g2, g3, 3)["calibrated_on"] == "study 'live', trial(s) 0"
+    assert forecaster.before(g3, _plan(tmp_path, tiny_model, "live-g4", BUSY), 4)["calibrated_on"] == \
+        "study 'live', trial(s) 0"  # two generations back
     assert "no forecast" not in out.getvalue()
+
+
+def test_a_forecast_that_failed_still_leaves_its_generation_to_look_back_on(generation_1, tmp_path, tiny_model,
+                                                                            monkeypatch):
+    """Generation 2's forecast failed (here: the twin refused once); generation 3's, from generation 2
+    which finished no run, is calibrated on generation 1's."""
+    real, calls = fc.forecast, []
+
+    def once_refused(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise ValueError("refused once")
+        return real(*args)
+
+    monkeypatch.setattr(fc, "forecast", once_refused)
+    out = io.StringIO()
+    forecaster = fc.Forecaster(StatusState(), Console(file=out, width=300))
+    g2, g3 = _plan(tmp_path, tiny_model, "live-g2", BUSY), _plan(tmp_path, tiny_model, "live-g3", QUIET)
+    assert forecaster.before(generation_1, g2, 2) is None and "generation 2: no forecast (refused once)" in out.getvalue()
+    assert forecaster.before(g2, g3, 3)["calibrated_on"] == "study 'live', trial(s) 0"

@@ -119,3 +119,31 @@ def test_the_search_prior_predicts_a_proposed_configuration_from_the_studys_runs
     assert got.calibrated_on == (0,) and got.outside == ()
     fp8 = prior.predict(plan, {**params, "kv-cache-dtype": "fp8"})
     assert fp8 is not None and any("never calibrated" in why for why in fp8.outside)
+
+
+def test_a_memory_fraction_among_the_fixed_flags_sizes_the_calibrated_pool(tmp_path, tiny_model):
+    """A study that fixes --gpu-memory-utilization in engine.extra_args (not a trial parameter): the
+    KV calibration reads it from the flags the server started with, not vLLM's default 0.92, so
+    a configuration predicted later gets the pool its run had, not none."""
+    from optimizer.config.schema import build_config
+    from optimizer.twin.from_study import calibrate
+
+    plan = prepare(build_config({
+        "study_name": "fixed", "storage": f"sqlite:///{tmp_path / 'trials.db'}", "artifacts_dir": str(tmp_path / "a"),
+        "model": {"path": str(tiny_model), "load_format": "dummy", "dtype": "bfloat16"},
+        "baseline": {"max-num-seqs": 4}, "space": {"max-num-seqs": {"low": 1, "high": 16}},
+        "engine": {"extra_args": ["--gpu-memory-utilization", "0.05", "--max-model-len", "2048"]},
+        "workload": {"requests": 8, "warmup_requests": 0, "long_share": 0.0, "short_input": [16, 64],
+                     "output": [8, 16]}}))
+    log = "INFO [kv_cache_utils.py:1] CPU KV cache size: 20,480 tokens\n"
+    server = TwinServer.from_flags(plan.model, plan.server_args({"max-num-seqs": 4}), plan.device, log)
+    sim = server.run(plan.workload.requests, plan.workload.concurrency, TRUTH)
+    d = plan.artifacts / "trial-0"
+    d.mkdir(parents=True)
+    (d / "requests.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in sim.result.records))
+    (d / "server.log").write_text(log)
+    (d / "result.json").write_text(json.dumps({"trial": 0, "params": {"max-num-seqs": 4}, "failure": None}))
+    cal = calibrate(plan)
+    assert "at util 0.05 of" in cal.kv_calibration.evidence
+    other = TwinServer.from_flags(plan.model, plan.server_args({"max-num-seqs": 8}), plan.device, "", cal.kv_calibration)
+    assert other.pool.blocks == server.pool.blocks  # the same memory fraction: the same pool
