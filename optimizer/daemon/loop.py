@@ -7,17 +7,15 @@
                    workload/drift.py) moves beyond `daemon.threshold`, or `daemon.retune_every_h`
                    has passed since the last start,
     generation N   a new study `<study>-g<N>` on the new traffic, warm-started with the previous
-                   generation's best configurations (`enqueue_trial`) in the twin's predicted order,
-                   after a forecast: does production's configuration hold the SLOs on the new
-                   traffic (daemon/forecast.py)? Old studies are kept
+                   generation's best in the twin's predicted order, after a forecast: does
+                   production's configuration hold the SLOs on it (daemon/forecast.py)? Old studies are kept
 
 With live servers, generation 1 waits ("observing") for a complete window with enough traffic.
 After each generation its recommendation is published if it clears the gate (daemon/publish.py).
 
-Each generation records on its study why it started (`trigger`), the trace it replays and its
-shape, and what it was warm-started from. A restart resumes the latest generation. The status
-API (daemon/status_api.py) serves what the daemon is doing throughout; a stop signal ends the running trial
-as FAIL (`interrupted`, queued again) and exits 0.
+Each generation records on its study why it started (`trigger`), the trace it replays and its shape, and
+what it was warm-started from. A restart resumes the latest generation. The status API (daemon/status_api.py)
+serves what the daemon does; a stop signal ends the running trial as FAIL (`interrupted`, queued again), exit 0.
 """
 
 from __future__ import annotations
@@ -98,8 +96,8 @@ class Daemon:
         return src
 
     def _plan(self, n: int, source: Path | None, warm: list[dict], previous: Plan | None = None) -> tuple[Plan, list[str]]:
-        """Generation n's plan on `source`, fitted to what production admits (daemon/admission.py);
-        its warm starts in the order the twin calibrated on `previous` (the last generation) predicts."""
+        """Generation n's plan on `source`, fitted to what production admits (daemon/admission.py), its
+        warm starts in the order the twin predicts (calibrated on `previous`, the last generation)."""
         admits = self.observer.admits if self.observer is not None else None
         cfg = with_source(self.cfg, source, admits).model_copy(update={"study_name": generation_name(self.cfg.study_name, n)})
         cfg, notes = admission.admitting(cfg, admits)
@@ -113,8 +111,7 @@ class Daemon:
         if not warm:
             return plan, []
         kept, dropped = fitting(warm, plan)
-        kept = ordered(previous, plan, kept) if previous is not None else kept
-        cfg = cfg.model_copy(update={"enqueue": kept + list(cfg.enqueue)})
+        cfg = cfg.model_copy(update={"enqueue": (ordered(previous, plan, kept) if previous else kept) + list(cfg.enqueue)})
         return prepare(cfg), dropped
 
     def _rejected_past(self, source: Path | None, admits: int) -> bool:
@@ -136,8 +133,7 @@ class Daemon:
         space = space_mod.resolve(plan.cfg, plan.device, plan.model, workload.longest_request(), trials_at_once(plan.cfg))
         return replace(plan, workload=workload, space=space)
 
-    def _stamp(self, n: int, trigger: str, source: Path | None, previous: str | None, warm: list[dict], plan: Plan,  # noqa: PLR0913
-               forecast: dict | None = None):
+    def _stamp(self, n, trigger: str, source: Path | None, previous: str | None, warm: list, plan: Plan, forecast=None):
         window = window_mod.read(source) if self.live and source is not None else None
         shape = drift.shape_of_window(window) if window is not None else drift.shape_of(plan.workload)
         admitted_notes = list(self._admission)
@@ -198,8 +194,7 @@ class Daemon:
                     trigger, new_source, warm, next_plan, dropped = self._next_plan(study, plan, source, n)
                     forecast = self.forecaster.before(plan, next_plan, n + 1)
                     plan, source, previous, n = next_plan, new_source, study.study_name, n + 1
-                    warm = [p for i, p in enumerate(plan.cfg.enqueue)  # in the order they boot
-                            if p in warm and p not in plan.cfg.enqueue[:i]]
+                    warm = [p for i, p in enumerate(plan.cfg.enqueue) if p in warm and p not in plan.cfg.enqueue[:i]]
                     self.console.print(f"[bold]generation {n}[/]: {trigger}; study '{plan.cfg.study_name}', "
                                        f"{len(warm)} warm start(s) from '{previous}'")
                     for why in dropped:
