@@ -74,10 +74,14 @@ def _proposed(trial) -> bool:
 
 
 def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progress: Progress):
-    """The twin's prediction, stored and said; told PRUNED as `predicted_to_lose` without a boot when it
-    cannot win even at its band's favourable end (search/prior.py). None: boot it."""
+    """The twin's prediction, anchored on the baseline's run, stored and said; told PRUNED without a
+    boot as `predicted_same` when the twin schedules it exactly as the baseline, or `predicted_to_lose`
+    when it cannot win even at its band's favourable end (search/prior.py). None: boot it."""
     try:
         predicted = prior.predict(plan, params)
+        base = measured_baseline(study)
+        if predicted is not None and base is not None:
+            predicted = prior.anchored(predicted, prior.predict(plan, baseline_params(plan)), base.value, base.number)
     except Exception as exc:  # noqa: BLE001 - the prior advises; a twin that fails must not stop the study
         progress.note(f"the twin could not predict trial {trial.number} ({type(exc).__name__}: {first_line(exc)}): "
                       "booted")
@@ -85,14 +89,18 @@ def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progre
     if predicted is None:
         return None
     of_trial.write_prior(trial, predicted.as_dict())
-    e = prior.band(study)
+    e = prior.band(study, plan, predicted)
     best = best_feasible(study, plan.objective)
-    why = prior.loses(predicted, best, plan.objective.direction == "maximize", e)
+    kind, why = "predicted_to_lose", prior.loses(predicted, best, plan.objective.direction == "maximize", e)
+    if predicted.same_as is not None:
+        kind, why = "predicted_same", (f"predicted, not booted: the twin schedules it step for step as trial "
+                                       f"{predicted.same_as} (the baseline), measured at {base.value:.4g}; what it "
+                                       "changes does not reach vLLM's scheduler on this workload")
     progress.predicted(trial.number, predicted, e, plan.objective.unit)
     if why is None:
         return None
     state, result = outcome.tell(study, trial, TrialResult(trial.number, Failure(
-        "predicted_to_lose", why, "boot it with search.prior: none, or queue it (enqueue) to measure it")), plan.objective)
+        kind, why, "boot it with search.prior: none, or queue it (enqueue) to measure it")), plan.objective)
     progress.trial_done(study, trial.number, result, state, plan.objective)
     progress.noted(study, trial.number, plan.objective)
     return state, result.failure

@@ -140,8 +140,7 @@ class Progress:
 
     def predicted(self, number: int, predicted, band: float | None, unit: str) -> None:
         """What the twin predicted for a trial before it boots (search/prior.py), and how far it is trusted."""
-        trust = (f"its band on this study +-{band:.0%}" if band is not None else
-                 "its band on this study not known yet: booted")
+        trust = (f"its band +-{band:.0%}" if band is not None else "its band here not known yet: booted")
         where = f"; outside its envelope ({'; '.join(predicted.outside)}): booted" if predicted.outside else ""
         self.console.print(f"  twin: trial {number} predicted at {predicted.value:.4g} {unit} ({trust}{where})")
 

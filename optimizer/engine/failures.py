@@ -42,7 +42,8 @@ from optimizer.engine.lifeline import NOTE_PREFIX as LIFELINE_PREFIX
 from optimizer.failure import Failure
 
 KINDS = ("oom_startup", "kv_too_small", "invalid_config", "crash", "oom_runtime", "timeout", "request_errors", "infra",
-         "replay_invalid", "early_stopped", "output_changed", "predicted_to_lose")
+         "replay_invalid", "early_stopped", "output_changed", "predicted_to_lose",
+         "predicted_same")
 RETRIED = ("infra", "replay_invalid")  # told FAIL: says nothing about the configuration
 
 

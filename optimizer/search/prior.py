@@ -5,18 +5,24 @@ on the study's own runs (twin/from_study.py: the baseline's run, then the first 
 dtype; refitted when that set changes), and scored by the study's objective. The prediction is
 stored on the trial (`prior`) and said on the console.
 
-Its band is the twin's own error on this study: |log(predicted / measured)| of the trials it
-predicted before they booted (the largest of them below 10, else their 90th percentile), never
-under `FLOOR`. Until `MIN_RESIDUALS` trials have been predicted and measured that error is
-unknown and nothing is told without a boot: a twin that lies (its step costs 2x off) shows it in
-its residuals, its band widens, and it can only change which configuration boots next.
+Each prediction is anchored on the baseline's real run (`anchored`): the twin's value times the
+baseline's measured value over the twin's value for the baseline, so an error the twin makes
+alike on every configuration of this workload cancels. Its band is the twin's own error on this
+study: |log(predicted / measured)| of the trials it predicted before they booted (the largest of
+them below 10, else their 90th percentile), never under `FLOOR`. Until `MIN_RESIDUALS` trials have
+been predicted and measured, the band is the one validated on real runs for a twin calibrated on
+one run (twin/prediction.py `BAND_ONE_RUN`, the objective's metric), and only while the twin
+reproduces the baseline's own run within that band; a twin that does not (its step costs 2x off)
+is not trusted until its residuals say so, and can only change which configuration boots next.
 
 A configuration whose prediction, at the favourable end of that band, is still worse than the best
 feasible value measured is told PRUNED as `predicted_to_lose` ("predicted, not booted: ..."),
-without a boot. Being PRUNED, it is never the recommendation, a re-measurement's candidate, a
-reversion's evidence or the baseline; the sampler learns the region is worse. A configuration
-outside the twin's validated envelope (an uncalibrated KV dtype, parallel ranks, speculation, a
-batch far from the calibration's) is always booted.
+without a boot. One the twin schedules exactly as the baseline, step for step (a larger KV pool
+that never fills, a max-model-len no request reaches), is told PRUNED as `predicted_same`:
+booting it would measure the baseline's noise. Being PRUNED, neither is ever the recommendation, a
+re-measurement's candidate, a reversion's evidence or the baseline; screening holds such a knob.
+A configuration outside the twin's validated envelope (an uncalibrated KV dtype, parallel ranks,
+speculation, an attention backend, a batch far from the calibration's) is always booted.
 
 Screening's moves are queued in the twin's predicted order, best first (`order`).
 """
@@ -24,7 +30,7 @@ Screening's moves are queued in the twin's predicted order, best first (`order`)
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from optimizer.errors import OptimizerError
 from optimizer.record import of_trial
@@ -34,6 +40,15 @@ MIN_RESIDUALS = 3
 FLOOR = 0.05  # a band never narrower than 5%: single runs move more than that here
 
 
+def metric_of(objective) -> str:
+    """The summarize() key an objective scores ('ttft_p95' -> 'ttft_ms_p95'; throughputs as named)."""
+    m = str(objective.metric or "")
+    if objective.name == "latency":
+        base, _, pct = m.rpartition("_")
+        return f"{base}_ms_{pct}"
+    return m
+
+
 @dataclass(frozen=True)
 class Predicted:
     """The twin's value of the objective for one configuration, and where that leaves it."""
@@ -41,6 +56,9 @@ class Predicted:
     value: float
     calibrated_on: tuple[int, ...]
     outside: tuple[str, ...] = ()  # why the configuration is outside the validated envelope
+    raw: float | None = None  # the twin's own value, before anchoring on the baseline
+    anchor_error: float | None = None  # |log(twin's baseline / measured baseline)|
+    same_as: int | None = None  # the measured trial the twin schedules it exactly as (the baseline)
 
     def as_dict(self) -> dict:
         return {**asdict(self), "calibrated_on": list(self.calibrated_on), "outside": list(self.outside)}
@@ -56,13 +74,30 @@ def residuals(study) -> list[float]:
     return out
 
 
-def band(study) -> float | None:
-    """The twin's band on this study as a factor - 1 (0.2: 20%); None until MIN_RESIDUALS trials say."""
+def band(study, plan=None, pred: Predicted | None = None) -> float | None:
+    """The twin's band on this study as a factor - 1 (0.2: 20%): its residuals once MIN_RESIDUALS
+    trials say, before that the validated one-run band of the objective's metric where the twin
+    reproduces the baseline's run within it (`pred`'s anchor error); None: not known."""
     r = sorted(residuals(study))
-    if len(r) < MIN_RESIDUALS:
+    if len(r) >= MIN_RESIDUALS:
+        e = r[-1] if len(r) < 10 else r[int(0.9 * (len(r) - 1))]
+        return max(FLOOR, math.expm1(e))
+    from optimizer.twin.prediction import BAND_ONE_RUN  # noqa: PLC0415
+
+    validated = BAND_ONE_RUN.get(metric_of(plan.objective)) if plan is not None else None
+    if validated is None or pred is None or pred.anchor_error is None or pred.anchor_error > math.log1p(validated):
         return None
-    e = r[-1] if len(r) < 10 else r[int(0.9 * (len(r) - 1))]
-    return max(FLOOR, math.expm1(e))
+    return max(FLOOR, validated)
+
+
+def anchored(pred: Predicted, base: Predicted | None, measured: float | None, number: int | None) -> Predicted:
+    """`pred` times the baseline's measured value over the twin's value for the baseline; `same_as`
+    the baseline's trial where the twin's value is exactly the baseline's (the same schedule)."""
+    if base is None or not measured or not base.value or base.value <= 0 or measured <= 0:
+        return pred
+    same = number if pred.value == base.value and not pred.outside else None
+    return replace(pred, value=pred.value * measured / base.value, raw=pred.value,
+                   anchor_error=abs(math.log(base.value / measured)), same_as=same)
 
 
 def loses(pred: Predicted, best: float | None, maximize: bool, e: float | None) -> str | None:
@@ -72,7 +107,7 @@ def loses(pred: Predicted, best: float | None, maximize: bool, e: float | None) 
     favourable = pred.value * (1 + e) if maximize else pred.value / (1 + e)
     if (favourable < best) if maximize else (favourable > best):
         return (f"predicted, not booted: the twin puts it at {pred.value:.4g} ({favourable:.4g} at best, "
-                f"its band on this study +-{e:.0%}), and {best:.4g} is measured")
+                f"its band +-{e:.0%}), and {best:.4g} is measured")
     return None
 
 

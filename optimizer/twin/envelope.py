@@ -8,6 +8,8 @@ measured. Outside that, the twin's errors were never measured, and it says so (t
   other family's;
 - max-num-seqs or the token budget more than 8x above or below every calibration run's;
 - an offered rate more than 2x the calibration runs' highest (a regime never seen: a deeper queue);
+- a KV block size no calibration run used, or another attention backend: the step cost does not
+  depend on them, though the kernels' speed does;
 - parallel ranks (tensor, pipeline or data parallel), speculative decoding, LoRA: not modelled.
 """
 
@@ -34,6 +36,11 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
             out.append(f"{label} {value} is more than {FACTOR:g}x from the calibrated {min(seen)}-{max(seen)}")
     if rate is not None and calibrated_rate and rate > calibrated_rate * RATE_FACTOR:
         out.append(f"rate {rate:g} req/s is more than {RATE_FACTOR:g}x the calibrated {calibrated_rate:g} req/s")
+    blocks = {s.block_size for s in calibrated_shapes}
+    if blocks and shape.block_size not in blocks:
+        out.append(f"block size {shape.block_size} never calibrated (its kernels' speed assumed equal)")
+    if params.get("attention-backend") not in (None, "", "auto"):
+        out.append(f"attention-backend {params['attention-backend']}: its speed is not modelled")
     for knob in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"):
         if int(params.get(knob) or 1) > 1:
             out.append(f"{knob} {params[knob]}: parallel ranks are not modelled")

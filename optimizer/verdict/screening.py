@@ -61,6 +61,8 @@ def _row(t: optuna.trial.FrozenTrial, base, study: optuna.Study) -> dict:
         return {**row, "searched": True, "why": "stopped early: worse than the baseline beyond the margin"}
     if kind == "predicted_to_lose":
         return {**row, "searched": False, "why": "predicted to lose beyond the twin's band: not booted"}
+    if kind == "predicted_same":
+        return {**row, "searched": False, "why": "the twin schedules it as the baseline: not booted"}
     return {**row, "searched": False, "why": f"moved alone, it could not run ({kind or source.state.name})"}
 
 

@@ -64,7 +64,7 @@ def savings(study: optuna.Study) -> dict:
     return {"boots_avoided": sum(1 for t in trials if of_trial.pruned_by_precheck(t)),
             "too_big": sum(1 for t in trials if of_trial.too_big(t)),
             "repeats": sum(1 for t in trials if of_trial.is_repeat(t)),
-            "predicted": sum(1 for t in trials if of_trial.failure_kind(t) == "predicted_to_lose"
+            "predicted": sum(1 for t in trials if of_trial.failure_kind(t) in ("predicted_to_lose", "predicted_same")
                              and not of_trial.is_repeat(t)),
             "early_stopped": len(stopped),
             "replay_saved_s": round(sum(of_trial.early_stop(t).get("saved_s", 0.0) for t in stopped)

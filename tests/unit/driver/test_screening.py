@@ -22,7 +22,7 @@ BASE = {"max-num-seqs": 16, "max-model-len": 2048, "kv-cache-dtype": "auto"}
 
 @pytest.fixture
 def opened(tmp_path, tiny_model, booted):
-    def make(screen=True):
+    def make(screen=True, **extra):
         cfg = build_config({
             "study_name": "scr", "storage": f"sqlite:///{tmp_path / f'{screen}.db'}", "precheck": False,
             "artifacts_dir": str(tmp_path / "artifacts"), "model": {"path": str(tiny_model)},
@@ -31,7 +31,7 @@ def opened(tmp_path, tiny_model, booted):
             "baseline": BASE, "search": {"screen": screen}, "n_trials": 8,
             "objective": {"name": "latency", "metric": "ttft_p95"},
             "workload": {"requests": 4, "warmup_requests": 1, "short_input": [8, 16], "long_input": [32, 64],
-                         "output": [4, 8]},
+                         "output": [4, 8]}, **extra,
         })
         study, plan = open_study(prepare(cfg))
         ensure_baseline(study, plan)
@@ -189,3 +189,33 @@ def test_screening_trials_are_stopped_early_against_the_baseline_not_the_best(op
     study.tell(r.trial, 200.0)  # a 5x better knob: the best so far
     r = _next(study, plan)
     assert r.trial.user_attrs[SCREEN] == "max-model-len" and r.best == 1000.0  # still the baseline's value
+
+
+def test_a_move_the_twin_schedules_as_the_baseline_is_held_without_a_boot(opened, monkeypatch):
+    """search.prior twin: max-model-len 4096 changes nothing vLLM's scheduler does on this workload (the
+    stand-in twin gives it the baseline's value exactly): not booted, and screening holds it."""
+    from optimizer.search import prior
+    from optimizer.search.prior import Predicted
+
+    def twin(plan, params, runs=None):
+        if params.get("kv-cache-dtype") == "fp8":
+            return Predicted(100.0, (0,), ("KV dtype fp8 never calibrated",))
+        return Predicted(80.0 if params["max-num-seqs"] == 32 else 100.0, (0,))
+
+    monkeypatch.setattr(prior, "predict", twin)
+    make, booted = opened
+    study, plan = make(search={"screen": True, "prior": "twin"})
+    moves = screening_moves(BASE, plan.space)
+    study.tell(_next(study, plan).trial, 100.0)  # the baseline, measured
+    for knob, _ in moves:
+        r = _next(study, plan)
+        if knob == "max-model-len":
+            assert r[0] == PRUNED and r[1].kind == "predicted_same"
+        else:
+            assert isinstance(r, Running)
+            study.tell(r.trial, 90.0)
+    assert booted == [BASE] + [{**BASE, k: v} for k, v in moves if k != "max-model-len"]
+    row = screening(study)["max-model-len"]
+    assert row == {"trial": row["trial"], "to": 4096, "ratio": None, "searched": False,
+                   "why": "the twin schedules it as the baseline: not booted"}
+    assert "max-model-len" in held(study)

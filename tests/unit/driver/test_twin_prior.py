@@ -88,16 +88,17 @@ def test_one_predicted_to_lose_is_pruned_without_a_boot_and_never_ranked(opened,
     got, out = launched(study, plan, monkeypatch, 117.0)
     assert isinstance(got, Running) and len(booted) == 1
     assert of_trial.prior(got.trial)["value"] == 117.0
-    assert "twin: trial" in out and "predicted at 117 tok/s (its band on this study +-" in out
+    assert "twin: trial" in out and "predicted at 117 tok/s (its band +-5%)" in out
 
 
 def test_nothing_is_told_without_a_boot_before_the_twin_has_shown_its_error(opened, monkeypatch):
+    """No measured baseline to check the twin against, and two residuals: its error here is unknown."""
     study, plan, booted = opened
     measured(study, 100.0, 100.0, 8)
     measured(study, 120.0, 119.0, 16)
     got, out = launched(study, plan, monkeypatch, 1.0)  # predicted at 1% of the best: booted all the same
     assert isinstance(got, Running) and len(booted) == 1
-    assert "its band on this study not known yet: booted" in out
+    assert "its band here not known yet: booted" in out
 
 
 @pytest.mark.parametrize("lie", [2.0, 0.5])
@@ -151,3 +152,61 @@ def test_a_twin_that_fails_is_said_and_the_configuration_boots(opened, monkeypat
     got = launch(study, plan, None, Progress(Console(file=out, width=300)), None, 0)
     assert isinstance(got, Running) and len(booted) == 1
     assert "the twin could not predict trial 0 (TypeError: a step cost it cannot read): booted" in out.getvalue()
+
+
+def _baseline(study, value: float) -> None:
+    """The baseline's measured run (8 sequences)."""
+    study.add_trial(optuna.trial.create_trial(
+        state=COMPLETE, value=value, params={"max-num-seqs": 8},
+        distributions={"max-num-seqs": optuna.distributions.IntDistribution(4, 256, log=True)},
+        user_attrs={"baseline": True, "vllm_args": ["--max-num-seqs", "8"], "metrics": {"output_throughput": value}}))
+
+
+def _twin(monkeypatch, baseline: float, other: float, outside=()):
+    """A stand-in twin: `baseline` for the baseline's 8 sequences, `other` for whatever the sampler proposes."""
+    monkeypatch.setattr(prior, "predict", lambda plan, params, runs=None: (
+        Predicted(baseline, (0,)) if params["max-num-seqs"] == 8 else Predicted(other, (0,), outside)))
+
+
+def _launch(study, plan):
+    return launch(study, plan, None, Progress(Console(file=io.StringIO(), width=300)), None, 0)
+
+
+def test_before_any_residual_the_validated_band_prunes_a_clear_loser_anchored_on_the_baseline(opened, monkeypatch):
+    """The twin reproduces the baseline's run (100 predicted, 100 measured): its validated one-run band
+    (throughput 16%) holds, and a configuration it puts at half the baseline is not booted; one at
+    0.92x is. Anchored: a twin at 2x on the baseline's run halves what it says of the others."""
+    study, plan, booted = opened
+    _baseline(study, 100.0)
+    _twin(monkeypatch, 100.0, 50.0)
+    state, failure = _launch(study, plan)
+    assert state == PRUNED and failure.kind == "predicted_to_lose" and not booted
+    assert "the twin puts it at 50 (58 at best, its band +-16%)" in failure.evidence
+    assert of_trial.prior(study.trials[-1])["anchor_error"] == 0.0
+    _twin(monkeypatch, 100.0, 92.0)
+    assert isinstance(_launch(study, plan), Running) and len(booted) == 1
+    assert prior.anchored(Predicted(120.0, (0,)), Predicted(200.0, (0,)), 100.0, 0).value == 60.0
+
+
+def test_a_twin_that_misses_the_baselines_own_run_prunes_nothing_before_its_residuals(opened, monkeypatch):
+    """Predicted 2x the baseline's measured value: it is not trusted before its residuals say so, so
+    even a configuration it puts at a fifth of the best boots (a lying twin only changes the order)."""
+    study, plan, booted = opened
+    _baseline(study, 100.0)
+    _twin(monkeypatch, 200.0, 40.0)
+    assert isinstance(_launch(study, plan), Running) and booted
+
+
+def test_one_the_twin_schedules_as_the_baseline_is_not_booted_and_screening_holds_it(opened, monkeypatch):
+    """The same predicted value as the baseline's, exactly (a larger KV pool that never fills): told
+    PRUNED as predicted_same, never ranked; outside the envelope (fp8 never calibrated) it boots."""
+    study, plan, booted = opened
+    _baseline(study, 100.0)
+    _twin(monkeypatch, 100.0, 100.0)
+    state, failure = _launch(study, plan)
+    assert state == PRUNED and failure.kind == "predicted_same" and not booted
+    assert "the twin schedules it step for step as trial 0 (the baseline), measured at 100" in failure.evidence
+    assert study.trials[-1].number not in [r.number for r in ranked_feasible(study, True)]
+    assert savings(study)["predicted"] == 1
+    _twin(monkeypatch, 100.0, 100.0, outside=("KV dtype fp8 never calibrated",))
+    assert isinstance(_launch(study, plan), Running)
