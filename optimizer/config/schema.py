@@ -220,8 +220,8 @@ class SearchSpec(_Strict):
     screen: bool = Field(True, description="first move each knob alone from the baseline, then let the sampler "
                          "search only the knobs that moved the objective (false: the sampler over every knob)")
     prior: Literal["none", "twin"] = Field("none", description="twin: simulate each proposed configuration first; "
-                                           "one the twin predicts to lose beyond its band on this study is told "
-                                           "PRUNED without a boot (search/prior.py)")
+                                           "one it predicts to lose beyond its band, or schedules exactly as the "
+                                           "baseline, is told PRUNED without a boot (search/prior.py)")
 
 
 class StudyConfig(_Strict):

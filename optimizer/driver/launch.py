@@ -92,10 +92,12 @@ def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progre
     e = prior.band(study, plan, predicted)
     best = best_feasible(study, plan.objective)
     kind, why = "predicted_to_lose", prior.loses(predicted, best, plan.objective.direction == "maximize", e)
-    if predicted.same_as is not None:
+    twin_of = study.trials[predicted.same_as] if predicted.same_as is not None else prior.same_as_measured(study, predicted)
+    if twin_of is not None:
         kind, why = "predicted_same", (f"predicted, not booted: the twin schedules it step for step as trial "
-                                       f"{predicted.same_as} (the baseline), measured at {base.value:.4g}; what it "
-                                       "changes does not reach vLLM's scheduler on this workload")
+                                       f"{twin_of.number}{' (the baseline)' if of_trial.is_baseline(twin_of) else ''}, "
+                                       f"measured at {twin_of.value:.4g}; what it changes does not reach vLLM's "
+                                       "scheduler on this workload")
     progress.predicted(trial.number, predicted, e, plan.objective.unit)
     if why is None:
         return None

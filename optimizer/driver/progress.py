@@ -87,7 +87,7 @@ class Progress:
         c.print("  search: " + ("each knob moved alone from the baseline first, then TPE over the knobs that moved "
                                 "the objective" if cfg.search.screen else "TPE over every knob")
                 + ("; the twin predicts each proposed configuration first, and one it predicts to lose beyond its "
-                   "band on this study is not booted" if cfg.search.prior == "twin" else ""))
+                   "band, or schedules as the baseline, is not booted" if cfg.search.prior == "twin" else ""))
         c.print(f"  KV precheck {'on' if cfg.precheck else 'off (--no-precheck)'}; early stop "
                 + (f"after each of {es.stages} stages" if es.enabled else "off")
                 + (f"; then the {cf.top} best and the baseline re-measured {cf.repeats}x" if cf.top and cf.repeats else "")

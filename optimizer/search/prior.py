@@ -87,7 +87,21 @@ def band(study, plan=None, pred: Predicted | None = None) -> float | None:
     validated = BAND_ONE_RUN.get(metric_of(plan.objective)) if plan is not None else None
     if validated is None or pred is None or pred.anchor_error is None or pred.anchor_error > math.log1p(validated):
         return None
-    return max(FLOOR, validated)
+    return max(FLOOR, validated, math.expm1(r[-1]) if r else 0.0)  # never narrower than an error already seen
+
+
+def same_as_measured(study, pred: Predicted):
+    """The first fully measured trial the twin predicted exactly as `pred` (the same schedule: 64
+    sequences where 32 are ever in flight schedule as 32 do); None if there is none."""
+    if pred.outside:
+        return None
+    own = pred.raw if pred.raw is not None else pred.value
+    for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
+        p = of_trial.prior(t)
+        theirs = p.get("raw") if p.get("raw") is not None else p.get("value")
+        if theirs == own and not p.get("outside") and not of_trial.value_from_partial_run(t):
+            return t
+    return None
 
 
 def anchored(pred: Predicted, base: Predicted | None, measured: float | None, number: int | None) -> Predicted:

@@ -210,3 +210,29 @@ def test_one_the_twin_schedules_as_the_baseline_is_not_booted_and_screening_hold
     assert savings(study)["predicted"] == 1
     _twin(monkeypatch, 100.0, 100.0, outside=("KV dtype fp8 never calibrated",))
     assert isinstance(_launch(study, plan), Running)
+
+
+def test_before_three_residuals_the_band_is_never_narrower_than_an_error_already_seen(opened, monkeypatch):
+    """The validated band is 16% for throughput; a first residual of 66% widens it (a configuration at
+    0.7x of the best, prunable under 16%, now boots)."""
+    study, plan, booted = opened
+    _baseline(study, 100.0)
+    measured(study, 100.0, 166.0, 16)  # predicted 166, measured 100
+    pred = prior.anchored(Predicted(70.0, (0,)), Predicted(100.0, (0,)), 100.0, 0)
+    assert prior.band(study, plan, pred) == pytest.approx(0.66)
+    _twin(monkeypatch, 100.0, 70.0)
+    assert isinstance(_launch(study, plan), Running)
+
+
+def test_one_the_twin_schedules_as_a_measured_trial_is_not_booted(opened, monkeypatch):
+    """64 sequences where 32 are ever in flight schedule exactly as 32: the twin's value is trial 1's
+    own prediction, so it is told PRUNED as the same as trial 1, at trial 1's measured value."""
+    study, plan, booted = opened
+    _baseline(study, 100.0)
+    _twin(monkeypatch, 100.0, 130.0)
+    first = _launch(study, plan)
+    assert isinstance(first, Running)
+    study.tell(first.trial, 140.0)
+    state, failure = _launch(study, plan)
+    assert state == PRUNED and failure.kind == "predicted_same" and len(booted) == 1
+    assert f"as trial {first.trial.number}, measured at 140" in failure.evidence
