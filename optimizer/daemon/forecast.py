@@ -26,7 +26,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from optimizer.config.flags import from_cli_args, to_cli_args
-from optimizer.errors import OptimizerError, first_line
+from optimizer.driver.plan import baseline_params
+from optimizer.errors import first_line
 from optimizer.measure.slo import Slo
 from optimizer.record import of_trial
 from optimizer.verdict.trials import COMPLETE, knobs_of
@@ -81,17 +82,21 @@ def _twin(previous, plan, params: dict, cal):
     from optimizer.twin.prediction import BAND, BAND_ONE_RUN, predict  # noqa: PLC0415
     from optimizer.twin.server import TwinServer  # noqa: PLC0415
 
+    from optimizer.trial.rate_search import nominal_rate  # noqa: PLC0415
+
     server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device, "", cal.kv_calibration)
     sim = server.run(plan.workload.requests, plan.workload.concurrency, cal.cost)
     pred = predict(sim, plan.objective.slos)
     pred.bands = BAND_ONE_RUN if len(cal.runs) == 1 else BAND
-    pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params)
+    # the new traffic's rate against the calibration's: a deeper queue than it ever saw doubles the bands
+    pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params,
+                                    nominal_rate(plan.workload.requests), nominal_rate(previous.workload.requests))
     return pred
 
 
 def forecast(previous, plan, which: str, params: dict) -> Forecast:
     """`params` on `plan`'s workload by the twin calibrated on `previous` (the last generation's plan);
-    raises OptimizerError (or ValueError, RuntimeError) where the twin cannot answer."""
+    raises where the twin cannot answer (the Forecaster says why and goes on)."""
     from optimizer.twin.from_study import calibrate  # noqa: PLC0415
 
     cal = calibrate(previous)
@@ -130,21 +135,24 @@ def ordered(previous, plan, warm: list[dict]) -> list[dict]:
         return list(warm)
     try:
         cal = calibrate(previous)
-    except (OptimizerError, ValueError, KeyError, RuntimeError):
+    except Exception:  # noqa: BLE001 - the order advises; a twin that fails must not stop the daemon
         return list(warm)
+    base = baseline_params(plan)
     maximize = plan.objective.direction == "maximize"
     keyed = []
     for i, params in enumerate(warm):
-        try:
-            value = plan.objective.score(_twin(previous, plan, params, cal).metrics)
+        try:  # the knobs a trial of these warm-start values boots with: the baseline's outside the space too
+            value = plan.objective.score(_twin(previous, plan, {**base, **params}, cal).metrics)
             rank = -value if maximize else value
-        except (OptimizerError, ValueError, KeyError, RuntimeError):
+        except Exception:  # noqa: BLE001
             rank = math.inf
         keyed.append((rank if math.isfinite(rank) else math.inf, i, params))
     return [params for _, _, params in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
 def _measured_trial(study, which: str, params: dict):
+    if which != "the baseline" and not params:
+        return None  # no flag to recognise it by
     for t in sorted(study.get_trials(deepcopy=False, states=(COMPLETE,)), key=lambda t: t.number):
         if of_trial.value_from_partial_run(t) or not of_trial.metrics(t):
             continue
@@ -197,7 +205,7 @@ class Forecaster:
             try:
                 f = forecast(source, plan, which, params)
                 break
-            except (OptimizerError, ValueError, KeyError, RuntimeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - the forecast advises; a twin that fails must not stop the daemon
                 why = why or first_line(exc, 200)
         self._earlier = [*earlier, previous][-EARLIER:]
         if f is None:
@@ -218,7 +226,11 @@ class Forecaster:
         record = of_generation.forecast(study)
         if not record or record.get("measured"):
             return
-        done = against_measured(record, study)
+        try:
+            done = against_measured(record, study)
+        except Exception as exc:  # noqa: BLE001 - a record it cannot read must not stop the daemon
+            self.console.print(f"  generation {n}: the forecast not checked ({first_line(exc, 200)})")
+            return
         m = done["measured"]
         if m is None:
             return

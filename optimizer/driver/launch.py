@@ -77,11 +77,15 @@ def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progre
     """The twin's prediction, anchored on the baseline's run, stored and said; told PRUNED without a
     boot as `predicted_same` when the twin schedules it exactly as the baseline, or `predicted_to_lose`
     when it cannot win even at its band's favourable end (search/prior.py). None: boot it."""
+    from optimizer.twin.from_study import stored_runs  # noqa: PLC0415 - the twin loads vLLM's config classes
+
     try:
-        predicted = prior.predict(plan, params)
+        runs = stored_runs(plan.artifacts)  # read once: a trial finishing beside must not change the fit midway
+        predicted, twin_base = prior.predict(plan, params, runs), None
         base = measured_baseline(study)
         if predicted is not None and base is not None:
-            predicted = prior.anchored(predicted, prior.predict(plan, baseline_params(plan)), base.value, base.number)
+            twin_base = prior.predict(plan, baseline_params(plan), runs)
+            predicted = prior.anchored(predicted, twin_base, base.value)
     except Exception as exc:  # noqa: BLE001 - the prior advises; a twin that fails must not stop the study
         progress.note(f"the twin could not predict trial {trial.number} ({type(exc).__name__}: {first_line(exc)}): "
                       "booted")
@@ -92,7 +96,8 @@ def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progre
     e = prior.band(study, plan, predicted)
     best = best_feasible(study, plan.objective)
     kind, why = "predicted_to_lose", prior.loses(predicted, best, plan.objective.direction == "maximize", e)
-    twin_of = study.trials[predicted.same_as] if predicted.same_as is not None else prior.same_as_measured(study, predicted)
+    twin_of = (prior.same_schedule(study, plan, predicted, params, twin_base, of_trial.is_screen(trial))
+               if e is not None else None)
     if twin_of is not None:
         kind, why = "predicted_same", (f"predicted, not booted: the twin schedules it step for step as trial "
                                        f"{twin_of.number}{' (the baseline)' if of_trial.is_baseline(twin_of) else ''}, "

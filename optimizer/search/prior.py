@@ -17,9 +17,11 @@ is not trusted until its residuals say so, and can only change which configurati
 
 A configuration whose prediction, at the favourable end of that band, is still worse than the best
 feasible value measured is told PRUNED as `predicted_to_lose` ("predicted, not booted: ..."),
-without a boot. One the twin schedules exactly as the baseline, step for step (a larger KV pool
-that never fills, a max-model-len no request reaches), is told PRUNED as `predicted_same`:
-booting it would measure the baseline's noise. Being PRUNED, neither is ever the recommendation, a
+without a boot. One the twin schedules exactly as a measured one (the same steps and metrics: a
+larger KV pool that never fills, a max-model-len no request reaches, on a CPU 64 sequences where
+32 are ever in flight), differing from it only in knobs that change nothing but the scheduler's
+limits (`SAME_KNOBS`), is told PRUNED as `predicted_same` once the band is known: booting it
+would measure that trial's noise. A screening move is compared with the baseline only. Being PRUNED, neither is ever the recommendation, a
 re-measurement's candidate, a reversion's evidence or the baseline; screening holds such a knob.
 A configuration outside the twin's validated envelope (an uncalibrated KV dtype, parallel ranks,
 speculation, an attention backend, a batch far from the calibration's) is always booted.
@@ -58,7 +60,7 @@ class Predicted:
     outside: tuple[str, ...] = ()  # why the configuration is outside the validated envelope
     raw: float | None = None  # the twin's own value, before anchoring on the baseline
     anchor_error: float | None = None  # |log(twin's baseline / measured baseline)|
-    same_as: int | None = None  # the measured trial the twin schedules it exactly as (the baseline)
+    schedule: str = ""  # a digest of the simulated run (its steps and every metric): equal, the same schedule
 
     def as_dict(self) -> dict:
         return {**asdict(self), "calibrated_on": list(self.calibrated_on), "outside": list(self.outside)}
@@ -90,28 +92,42 @@ def band(study, plan=None, pred: Predicted | None = None) -> float | None:
     return max(FLOOR, validated, math.expm1(r[-1]) if r else 0.0)  # never narrower than an error already seen
 
 
-def same_as_measured(study, pred: Predicted):
-    """The first fully measured trial the twin predicted exactly as `pred` (the same schedule: 64
-    sequences where 32 are ever in flight schedule as 32 do); None if there is none."""
-    if pred.outside:
+# Knobs that change nothing but the scheduler's limits: where the twin schedules two configurations
+# step for step alike, the engine runs the same batches. On a GPU, max-num-seqs and the token budget
+# also size the CUDA graphs captured (a different speed for the same batches): CPU only.
+SAME_KNOBS = ("gpu-memory-utilization", "max-model-len")
+SAME_KNOBS_CPU = ("max-num-seqs", "max-num-batched-tokens")
+
+
+def same_schedule(study, plan, pred: Predicted, params: dict, base: Predicted | None, only_baseline: bool):
+    """The fully measured trial (the baseline first) the twin schedules exactly as `pred`, differing
+    from `params` only in SAME_KNOBS; None if there is none. `base`: the twin's run of the baseline."""
+    from optimizer.driver.plan import baseline_params  # noqa: PLC0415
+    from optimizer.search.screening import measured_baseline  # noqa: PLC0415
+
+    if pred.outside or not pred.schedule:
         return None
-    own = pred.raw if pred.raw is not None else pred.value
-    for t in study.get_trials(deepcopy=False, states=(COMPLETE,)):
-        p = of_trial.prior(t)
-        theirs = p.get("raw") if p.get("raw") is not None else p.get("value")
-        if theirs == own and not p.get("outside") and not of_trial.value_from_partial_run(t):
+    found = []
+    if (b := measured_baseline(study)) is not None and base is not None and not base.outside:
+        found += [b] if base.schedule == pred.schedule else []
+    if not only_baseline:
+        found += [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
+                  if of_trial.prior(t).get("schedule") == pred.schedule and not of_trial.prior(t).get("outside")
+                  and not of_trial.value_from_partial_run(t)]
+    safe = set(SAME_KNOBS) | (set(SAME_KNOBS_CPU) if plan.device.kind == "cpu" else set())
+    for t in found:
+        ran = {**baseline_params(plan), **t.params}
+        if {k for k in set(params) | set(ran) if str(params.get(k)) != str(ran.get(k))} <= safe:
             return t
     return None
 
 
-def anchored(pred: Predicted, base: Predicted | None, measured: float | None, number: int | None) -> Predicted:
-    """`pred` times the baseline's measured value over the twin's value for the baseline; `same_as`
-    the baseline's trial where the twin's value is exactly the baseline's (the same schedule)."""
-    if base is None or not measured or not base.value or base.value <= 0 or measured <= 0:
+def anchored(pred: Predicted, base: Predicted | None, measured: float | None) -> Predicted:
+    """`pred` times the baseline's measured value over the twin's value for the baseline."""
+    if base is None or base.outside or not measured or not base.value or base.value <= 0 or measured <= 0:
         return pred
-    same = number if pred.value == base.value and not pred.outside else None
     return replace(pred, value=pred.value * measured / base.value, raw=pred.value,
-                   anchor_error=abs(math.log(base.value / measured)), same_as=same)
+                   anchor_error=abs(math.log(base.value / measured)))
 
 
 def loses(pred: Predicted, best: float | None, maximize: bool, e: float | None) -> str | None:
@@ -137,12 +153,21 @@ def predict(plan, params: dict, runs=None) -> Predicted | None:
         cal = calibrate(plan, stored_runs(plan.artifacts) if runs is None else runs)
         server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device, "", cal.kv_calibration)
         sim = server.run(plan.workload.requests, plan.workload.concurrency, cal.cost)
-        value = plan.objective.score(scored(sim, plan.objective.slos).metrics)
+        got = scored(sim, plan.objective.slos)
+        value = plan.objective.score(got.metrics)
         # the study's own workload at its own rate: only the flags can leave the envelope
         outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params)
     except (OptimizerError, ValueError, KeyError, RuntimeError):  # no run to calibrate on, flags it cannot model
         return None
-    return Predicted(float(value), tuple(r.number for r in cal.runs), tuple(outside))
+    return Predicted(float(value), tuple(r.number for r in cal.runs), tuple(outside), schedule=_digest(got))
+
+
+def _digest(got) -> str:
+    """The simulated run in a few bytes: its step count and every metric (equal: the same schedule)."""
+    import hashlib  # noqa: PLC0415
+
+    figures = sorted((k, round(v, 9)) for k, v in got.metrics.items() if isinstance(v, (int, float)))
+    return hashlib.sha1(repr((got.steps, figures, got.goodput)).encode()).hexdigest()[:16]
 
 
 def order(plan, moves: list[tuple[str, object]], baseline: dict) -> list[tuple[str, object]]:

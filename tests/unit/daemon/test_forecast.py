@@ -197,7 +197,7 @@ def test_a_forecast_that_failed_still_leaves_its_generation_to_look_back_on(gene
     def once_refused(*args):
         calls.append(args)
         if len(calls) == 1:
-            raise ValueError("refused once")
+            raise TypeError("refused once")  # not a ConfigError: the daemon goes on all the same
         return real(*args)
 
     monkeypatch.setattr(fc, "forecast", once_refused)

@@ -199,8 +199,9 @@ def test_a_move_the_twin_schedules_as_the_baseline_is_held_without_a_boot(opened
 
     def twin(plan, params, runs=None):
         if params.get("kv-cache-dtype") == "fp8":
-            return Predicted(100.0, (0,), ("KV dtype fp8 never calibrated",))
-        return Predicted(80.0 if params["max-num-seqs"] == 32 else 100.0, (0,))
+            return Predicted(100.0, (0,), ("KV dtype fp8 never calibrated",), schedule="base")
+        return Predicted(80.0, (0,), schedule="32") if params["max-num-seqs"] == 32 else Predicted(
+            100.0, (0,), schedule="base")
 
     monkeypatch.setattr(prior, "predict", twin)
     make, booted = opened

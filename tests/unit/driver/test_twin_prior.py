@@ -164,8 +164,9 @@ def _baseline(study, value: float) -> None:
 
 def _twin(monkeypatch, baseline: float, other: float, outside=()):
     """A stand-in twin: `baseline` for the baseline's 8 sequences, `other` for whatever the sampler proposes."""
-    monkeypatch.setattr(prior, "predict", lambda plan, params, runs=None: (
-        Predicted(baseline, (0,)) if params["max-num-seqs"] == 8 else Predicted(other, (0,), outside)))
+    monkeypatch.setattr(prior, "predict", lambda plan, params, runs=None: (  # equal values: the same schedule
+        Predicted(baseline, (0,), schedule=f"s{baseline}") if params["max-num-seqs"] == 8
+        else Predicted(other, (0,), outside, schedule=f"s{other}")))
 
 
 def _launch(study, plan):
@@ -185,7 +186,7 @@ def test_before_any_residual_the_validated_band_prunes_a_clear_loser_anchored_on
     assert of_trial.prior(study.trials[-1])["anchor_error"] == 0.0
     _twin(monkeypatch, 100.0, 92.0)
     assert isinstance(_launch(study, plan), Running) and len(booted) == 1
-    assert prior.anchored(Predicted(120.0, (0,)), Predicted(200.0, (0,)), 100.0, 0).value == 60.0
+    assert prior.anchored(Predicted(120.0, (0,)), Predicted(200.0, (0,)), 100.0).value == 60.0
 
 
 def test_a_twin_that_misses_the_baselines_own_run_prunes_nothing_before_its_residuals(opened, monkeypatch):
@@ -218,7 +219,7 @@ def test_before_three_residuals_the_band_is_never_narrower_than_an_error_already
     study, plan, booted = opened
     _baseline(study, 100.0)
     measured(study, 100.0, 166.0, 16)  # predicted 166, measured 100
-    pred = prior.anchored(Predicted(70.0, (0,)), Predicted(100.0, (0,)), 100.0, 0)
+    pred = prior.anchored(Predicted(70.0, (0,)), Predicted(100.0, (0,)), 100.0)
     assert prior.band(study, plan, pred) == pytest.approx(0.66)
     _twin(monkeypatch, 100.0, 70.0)
     assert isinstance(_launch(study, plan), Running)
@@ -236,3 +237,35 @@ def test_one_the_twin_schedules_as_a_measured_trial_is_not_booted(opened, monkey
     state, failure = _launch(study, plan)
     assert state == PRUNED and failure.kind == "predicted_same" and len(booted) == 1
     assert f"as trial {first.trial.number}, measured at 140" in failure.evidence
+
+
+def test_the_same_schedule_counts_only_where_nothing_but_the_schedulers_limits_differ(opened):
+    """On a CPU 16 sequences scheduled as the baseline's 8 are the same configuration; on a GPU the
+    sequence limit also sizes the CUDA graphs captured, so it is not; a KV dtype never is; a screening
+    move is compared with the baseline only; and another schedule is never the same."""
+    from dataclasses import replace
+
+    study, plan, _ = opened
+    _baseline(study, 100.0)
+    same, base = Predicted(100.0, (0,), schedule="s"), Predicted(100.0, (0,), schedule="s")
+    assert prior.same_schedule(study, plan, same, {"max-num-seqs": 16}, base, True).number == 0
+    gpu = replace(plan, device=replace(plan.device, kind="cuda"))
+    assert prior.same_schedule(study, gpu, same, {"max-num-seqs": 16}, base, True) is None
+    assert prior.same_schedule(study, gpu, same, {"max-num-seqs": 8, "max-model-len": 4096}, base, True).number == 0
+    assert prior.same_schedule(study, plan, same, {"max-num-seqs": 8, "kv-cache-dtype": "fp8"}, base, True) is None
+    assert prior.same_schedule(study, plan, Predicted(100.0, (0,), schedule="t"), {"max-num-seqs": 16}, base,
+                               True) is None
+    asked = study.ask()  # a measured trial the twin predicted before it booted
+    of_trial.write_prior(asked, Predicted(140.0, (0,), schedule="u").as_dict())
+    study.tell(asked, 140.0)
+    other = Predicted(140.0, (0,), schedule="u")
+    assert prior.same_schedule(study, plan, other, {"max-num-seqs": 8}, base, True) is None  # screening: the baseline only
+    assert prior.same_schedule(study, plan, other, {"max-num-seqs": 8}, base, False).number == asked.number
+
+
+def test_without_a_band_nothing_is_the_same_either(opened, monkeypatch):
+    """A twin that misses the baseline's own run (2x) is not trusted to say two configurations are alike."""
+    study, plan, booted = opened
+    _baseline(study, 100.0)
+    _twin(monkeypatch, 200.0, 200.0)
+    assert isinstance(_launch(study, plan), Running) and booted

@@ -147,3 +147,16 @@ def test_a_memory_fraction_among_the_fixed_flags_sizes_the_calibrated_pool(tmp_p
     assert "at util 0.05 of" in cal.kv_calibration.evidence
     other = TwinServer.from_flags(plan.model, plan.server_args({"max-num-seqs": 8}), plan.device, "", cal.kv_calibration)
     assert other.pool.blocks == server.pool.blocks  # the same memory fraction: the same pool
+
+
+def test_a_block_size_or_attention_backend_never_calibrated_is_outside_the_envelope(model):
+    """The step cost does not see them (the kernels do): never 'the same' as a calibrated run."""
+    from optimizer.twin import envelope
+
+    calibrated = TwinServer.from_flags(model, ["--max-model-len", "4096", "--kv-cache-memory-bytes", str(1 << 30)])
+    other = TwinServer.from_flags(model, ["--max-model-len", "4096", "--kv-cache-memory-bytes", str(1 << 30),
+                                          "--block-size", "64"])
+    assert envelope.outside(calibrated.shape, [calibrated.shape], {}) == []
+    assert any("block size 64 never calibrated" in why for why in envelope.outside(other.shape, [calibrated.shape], {}))
+    assert any("attention-backend" in why for why in envelope.outside(
+        calibrated.shape, [calibrated.shape], {"attention-backend": "TORCH_SDPA"}))
