@@ -102,7 +102,6 @@ SAME_KNOBS_CPU = ("max-num-seqs", "max-num-batched-tokens")
 def same_schedule(study, plan, pred: Predicted, params: dict, base: Predicted | None, only_baseline: bool):
     """The fully measured trial (the baseline first) the twin schedules exactly as `pred`, differing
     from `params` only in SAME_KNOBS; None if there is none. `base`: the twin's run of the baseline."""
-    from optimizer.driver.plan import baseline_params  # noqa: PLC0415
     from optimizer.search.screening import measured_baseline  # noqa: PLC0415
 
     if pred.outside or not pred.schedule:
@@ -116,7 +115,7 @@ def same_schedule(study, plan, pred: Predicted, params: dict, base: Predicted | 
                   and not of_trial.value_from_partial_run(t)]
     safe = set(SAME_KNOBS) | (set(SAME_KNOBS_CPU) if plan.device.kind == "cpu" else set())
     for t in found:
-        ran = {**baseline_params(plan), **t.params}
+        ran = {**(plan.cfg.baseline or {}), **t.params}  # the knobs it ran: the baseline's, then its own draws
         if {k for k in set(params) | set(ran) if str(params.get(k)) != str(ran.get(k))} <= safe:
             return t
     return None
