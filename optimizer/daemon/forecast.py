@@ -90,7 +90,9 @@ def _twin(previous, plan, params: dict, cal):
     pred.bands = BAND_ONE_RUN if len(cal.runs) == 1 else BAND
     # the new traffic's rate against the calibration's: a deeper queue than it ever saw doubles the bands
     pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params,
-                                    nominal_rate(plan.workload.requests), nominal_rate(previous.workload.requests))
+                                    nominal_rate(plan.workload.requests), nominal_rate(previous.workload.requests),
+                                    envelope.median_prompt(plan.workload.requests),
+                                    envelope.median_prompt(previous.workload.requests))
     return pred
 
 

@@ -8,6 +8,9 @@ measured. Outside that, the twin's errors were never measured, and it says so (t
   other family's;
 - max-num-seqs or the token budget more than 8x above or below every calibration run's;
 - an offered rate more than 2x the calibration runs' highest (a regime never seen: a deeper queue);
+- a median prompt more than 8x longer than the calibration workload's: the cost of a prefill token
+  is fitted on the lengths the runs saw, and extrapolated far past them (shorter prompts weigh it
+  less, and stay inside);
 - a KV block size no calibration run used, or another attention backend: the step cost does not
   depend on them, though the kernels' speed does;
 - parallel ranks (tensor, pipeline or data parallel), speculative decoding, LoRA: not modelled.
@@ -21,9 +24,17 @@ FACTOR = 8.0
 RATE_FACTOR = 2.0
 
 
+def median_prompt(requests) -> float | None:
+    """The median prompt length, in tokens, of a workload's requests (None for none)."""
+    lengths = sorted(len(r.prompt_token_ids) for r in requests)
+    return float(lengths[len(lengths) // 2]) if lengths else None
+
+
 def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
-            calibrated_rate: float | None = None) -> list[str]:
-    """Why `shape` (a SchedulerShape) lies outside the envelope of `calibrated_shapes`; empty when inside."""
+            calibrated_rate: float | None = None, prompt: float | None = None,
+            calibrated_prompt: float | None = None) -> list[str]:
+    """Why `shape` (a SchedulerShape) lies outside the envelope of `calibrated_shapes`; empty when inside.
+    `prompt` and `calibrated_prompt` are median prompt lengths (median_prompt), where the workloads differ."""
     out = []
     families = {is_fp8(s.kv_cache_dtype) for s in calibrated_shapes}
     if is_fp8(shape.kv_cache_dtype) not in families:
@@ -36,6 +47,9 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
             out.append(f"{label} {value} is more than {FACTOR:g}x from the calibrated {min(seen)}-{max(seen)}")
     if rate is not None and calibrated_rate and rate > calibrated_rate * RATE_FACTOR:
         out.append(f"rate {rate:g} req/s is more than {RATE_FACTOR:g}x the calibrated {calibrated_rate:g} req/s")
+    if prompt and calibrated_prompt and prompt > calibrated_prompt * FACTOR:
+        out.append(f"median prompt {prompt:.0f} tokens is more than {FACTOR:g}x the calibrated "
+                   f"{calibrated_prompt:.0f} (the prefill cost is extrapolated)")
     blocks = {s.block_size for s in calibrated_shapes}
     if blocks and shape.block_size not in blocks:
         out.append(f"block size {shape.block_size} never calibrated (its kernels' speed assumed equal)")

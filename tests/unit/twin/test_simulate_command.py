@@ -160,3 +160,19 @@ def test_a_block_size_or_attention_backend_never_calibrated_is_outside_the_envel
     assert any("block size 64 never calibrated" in why for why in envelope.outside(other.shape, [calibrated.shape], {}))
     assert any("attention-backend" in why for why in envelope.outside(
         calibrated.shape, [calibrated.shape], {"attention-backend": "TORCH_SDPA"}))
+
+
+def test_prompts_far_longer_than_the_calibrations_are_outside_the_envelope(model):
+    """A prefill token's cost fitted on 40-token prompts, priced on 3,500-token ones, is an extrapolation."""
+    from optimizer.twin import envelope
+    from optimizer.workload.base import Request
+
+    calibrated = TwinServer.from_flags(model, ["--max-model-len", "4096", "--kv-cache-memory-bytes", str(1 << 30)])
+    short = [Request(f"s{i}", tuple(range(n)), 8, 0.0) for i, n in enumerate((30, 40, 45))]
+    long = [Request(f"l{i}", tuple(range(n)), 8, 0.0) for i, n in enumerate((3200, 3500, 3800))]
+    assert envelope.median_prompt(short) == 40 and envelope.median_prompt([]) is None
+    why = envelope.outside(calibrated.shape, [calibrated.shape], {}, prompt=envelope.median_prompt(long),
+                           calibrated_prompt=envelope.median_prompt(short))
+    assert why == ["median prompt 3500 tokens is more than 8x the calibrated 40 (the prefill cost is extrapolated)"]
+    assert envelope.outside(calibrated.shape, [calibrated.shape], {}, prompt=300.0, calibrated_prompt=40.0) == []
+    assert envelope.outside(calibrated.shape, [calibrated.shape], {}, prompt=40.0, calibrated_prompt=3500.0) == []
