@@ -23,6 +23,7 @@ for the twin's order, each lie, and today's strategies from the same baseline (`
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -70,23 +71,79 @@ def pessimistic() -> tuple[float, float]:
     return 1 / (1 + BAND["ttft_ms_p95"]), 1 / (1 + BAND["tpot_ms_p50"])
 
 
-def predicted_goodput(ctx, row: dict, cost, kv_cal, ttft_ms: float, tpot_ms: float, rank: str = "spread") -> float:
+def predicted_records(ctx, row: dict, cost, kv_cal) -> list:
+    """The twin's per-request records (sent, first token, end, prompt, output, ok) for `row`'s configuration."""
     server = tv.twin_server(ctx, row, kv_cal)
     sim = server.run(ctx.plan.workload.requests, ctx.plan.workload.concurrency, cost)
-    recs = [(r.sent_s, r.first_chunk_s, r.end_s, r.prompt_tokens, r.output_tokens, r.ok) for r in sim.result.records]
+    return [(r.sent_s, r.first_chunk_s, r.end_s, r.prompt_tokens, r.output_tokens, r.ok) for r in sim.result.records]
+
+
+def predicted_goodput(recs: list, ttft_ms: float, tpot_ms: float, rank: str = "spread",
+                      correction: tuple[float, float] = (1.0, 1.0)) -> float:
+    """Goodput of the twin's records, its latencies multiplied by `correction` (TTFT, TPOT): the
+    SLOs divided by it."""
+    r_ttft, r_tpot = correction
     if rank == "pessimistic":
         f_ttft, f_tpot = pessimistic()
-        return efficiency.goodput(recs, ttft_ms * f_ttft, tpot_ms * f_tpot)
-    return statistics.fmean(efficiency.goodput(recs, ttft_ms * f, tpot_ms * f) for f in SPREAD)
+        return efficiency.goodput(recs, ttft_ms * f_ttft / r_ttft, tpot_ms * f_tpot / r_tpot)
+    return statistics.fmean(efficiency.goodput(recs, ttft_ms * f / r_ttft, tpot_ms * f / r_tpot) for f in SPREAD)
+
+
+QUANTILES = (0.5, 0.9)  # where the residual of a latency is read: its middle and its tail
+
+
+def _latencies(recs: list) -> tuple[list, list]:
+    done = [r for r in recs if r[5] and r[1] is not None and r[2] is not None]
+    ttft = sorted(first - sent for sent, first, *_ in done)
+    tpot = sorted((end - first) / (out - 1) for _, first, end, _, out, _ in done if out > 1)
+    return ttft, tpot
+
+
+def residual(measured_recs: list, predicted_recs: list) -> tuple[float, float]:
+    """log(measured / predicted) of TTFT and TPOT, averaged over QUANTILES: what the twin missed on
+    a booted configuration (0 where either side has no latency)."""
+    out = []
+    for m, p in zip(_latencies(measured_recs), _latencies(predicted_recs)):
+        logs = [math.log(_q(m, q) / _q(p, q)) for q in QUANTILES if m and p and _q(m, q) > 0 and _q(p, q) > 0]
+        out.append(statistics.fmean(logs) if logs else 0.0)
+    return out[0], out[1]
+
+
+def _q(xs: list, q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def distance(a: dict, b: dict) -> float:
+    """How far apart two configurations are: |log2| of each numeric knob's ratio, 1 per other knob that differs."""
+    d = 0.0
+    for k in a.keys() | b.keys():
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool) and x > 0 and y > 0:
+            d += abs(math.log2(x / y))
+        elif x != y:
+            d += 1.0
+    return d
+
+
+def correction(params: dict, seen: list) -> tuple[float, float]:
+    """The residual multipliers (TTFT, TPOT) for `params`: the booted configurations' residuals,
+    weighted 2^-distance (the nearest count most; with only the baseline booted, its own)."""
+    if not seen:
+        return 1.0, 1.0
+    weights = [2.0 ** -distance(params, p) for p, _ in seen]
+    total = sum(weights)
+    return tuple(math.exp(sum(w * r[i] for w, (_, r) in zip(weights, seen)) / total) for i in (0, 1))
 
 
 def twin_order(ctx, land: st.Landscape, rows: dict, baseline: dict, lie: float, ttft_ms: float,
-               tpot_ms: float, target: float, rank: str = "spread") -> tuple[st.Run, int, float]:
+               tpot_ms: float, target: float, rank: str = "spread", residuals: bool = False) -> tuple[st.Run, int, float]:
     """Boot the baseline, then always the point the twin predicts best, until one reaches `target`;
-    (the run, fits, seconds predicting)."""
+    (the run, fits, seconds predicting). With `residuals`, each booted run's latencies against the
+    twin's correct the predictions of the configurations near it."""
     run, booted, fits, spent = st.Run(), [], 0, 0.0
-    predictions: dict = {}
+    recs: dict = {}
     calibrated_on: list = []
+    seen: list = []  # (params, residual) of each booted run, against the calibration it was predicted by
 
     def boot(row: dict) -> None:
         run.boot(land, row["params"], st.compile_key(row["params"]))
@@ -99,12 +156,26 @@ def twin_order(ctx, land: st.Landscape, rows: dict, baseline: dict, lie: float, 
             t = time.monotonic()
             fitted, kv_cal = tv.calibrate(ctx, runs)
             cost = scaled(fitted.cost, lie)
-            predictions = {k: predicted_goodput(ctx, r, cost, kv_cal, ttft_ms, tpot_ms, rank) for k, r in rows.items()}
+            recs = {k: predicted_records(ctx, r, cost, kv_cal) for k, r in rows.items()}
             spent += time.monotonic() - t
             calibrated_on, fits = [st.key(r["params"]) for r in runs], fits + 1
+        if residuals:
+            seen = [(r["params"], residual(r["requests"], recs[st.key(r["params"])])) for r in booted]
         done = {st.key(r["params"]) for r in booted}
-        boot(rows[max((k for k in rows if k not in done), key=lambda k: predictions[k])])
+        score = {k: predicted_goodput(recs[k], ttft_ms, tpot_ms, rank, correction(rows[k]["params"], seen))
+                 for k in rows if k not in done}
+        boot(rows[max(score, key=lambda k: score[k])])
     return run, fits, spent
+
+
+def variants(lies: str) -> list[tuple[float, bool]]:
+    """(step-cost factor, residuals) of each row: the calibrated twin, then each lie, without and with
+    the booted runs' residuals."""
+    return [(lie, res) for lie in [1.0] + [float(x) for x in lies.split(",") if x] for res in (False, True)]
+
+
+def label(lie: float, res: bool) -> str:
+    return ("twin's order" if lie == 1.0 else f"twin's order, costs x{lie:g}") + (" + residuals" if res else "")
 
 
 def main() -> None:
@@ -132,19 +203,18 @@ def main() -> None:
           f"{ns.tpot_ms:g} ms; best {land.best:.2f} req/s at {best.params}; "
           f"{sum(q.score >= target for q in land.points.values())} point(s) within 95%; baseline {st.BASELINE} at "
           f"{land.at(st.BASELINE).score / land.best:.0%} of the best")
-    print(f"{'strategy':22s} {'boots to 95%':>14s} {'minutes to 95%':>15s}  the order's first boots")
-    for lie in [1.0] + [float(x) for x in ns.lie.split(",") if x]:
-        run, fits, spent = twin_order(ctx, land, rows, st.BASELINE, lie, ns.ttft_ms, ns.tpot_ms, target, ns.rank)
+    print(f"{'strategy':34s} {'boots to 95%':>14s} {'minutes to 95%':>15s}  the order's first boots")
+    for lie, res in variants(ns.lie):
+        run, fits, spent = twin_order(ctx, land, rows, st.BASELINE, lie, ns.ttft_ms, ns.tpot_ms, target, ns.rank, res)
         boots, secs = run.to_target(target)
         first = ", ".join(f"{land.at(q).score / land.best:.0%}" for q in run.booted[:6])
-        label = "twin's order" if lie == 1.0 else f"twin's order, costs x{lie:g}"
-        print(f"{label:22s} {efficiency._fmt(boots, '{:.0f}'):>14s} {efficiency._fmt(secs / 60, '{:.1f}'):>15s}  "
+        print(f"{label(lie, res):34s} {efficiency._fmt(boots, '{:.0f}'):>14s} {efficiency._fmt(secs / 60, '{:.1f}'):>15s}  "
               f"{first} ... ({fits} fit(s), {spent:.0f} s predicting)")
     for name in ("screen", "ours_base") if ns.seeds else ():
         hits = [st.STRATEGIES[name](land, seed, len(land.points), baseline=st.BASELINE).to_target(target)
                 for seed in range(ns.seeds)]
         b, s = [h[0] for h in hits], [h[1] / 60 for h in hits]
-        print(f"{name + f' ({ns.seeds} seeds)':22s} {efficiency._pair(b, '{:.0f}'):>14s} "
+        print(f"{name + f' ({ns.seeds} seeds)':34s} {efficiency._pair(b, '{:.0f}'):>14s} "
               f"{efficiency._pair(s, '{:.1f}'):>15s}  (median, worst)")
     if ns.baselines:
         _every_baseline(ctx, land, rows, target, ns)
@@ -154,16 +224,15 @@ def _every_baseline(ctx, land: st.Landscape, rows: dict, target: float, ns) -> N
     """The twin's order from `--baselines` points spread over the grid as the baseline: boots to 95%."""
     points = sorted(rows)[:: max(1, len(rows) // ns.baselines)][: ns.baselines]
     print(f"from {len(points)} points of the grid as the baseline (every {max(1, len(rows) // ns.baselines)}th):")
-    for lie in [1.0] + [float(x) for x in ns.lie.split(",") if x]:
-        boots = [twin_order(ctx, land, rows, dict(k), lie, ns.ttft_ms, ns.tpot_ms, target, ns.rank)[0].to_target(target)[0]
-                 for k in points]
-        label = "twin's order" if lie == 1.0 else f"twin's order, costs x{lie:g}"
-        print(f"{label:22s} boots to 95%: median {efficiency._fmt(statistics.median(boots), '{:.0f}')}, worst "
+    for lie, res in variants(ns.lie):
+        boots = [twin_order(ctx, land, rows, dict(k), lie, ns.ttft_ms, ns.tpot_ms, target, ns.rank, res)[0]
+                 .to_target(target)[0] for k in points]
+        print(f"{label(lie, res):34s} boots to 95%: median {efficiency._fmt(statistics.median(boots), '{:.0f}')}, worst "
               f"{efficiency._fmt(max(boots), '{:.0f}')} ({', '.join(efficiency._fmt(b, '{:.0f}') for b in boots)})")
     for name in ("screen",) if ns.seeds else ():
         boots = [st.STRATEGIES[name](land, seed, len(land.points), baseline=dict(k)).to_target(target)[0]
                  for k in points for seed in range(ns.seeds)]
-        print(f"{name + f' ({ns.seeds} seeds each)':22s} boots to 95%: median "
+        print(f"{name + f' ({ns.seeds} seeds each)':34s} boots to 95%: median "
               f"{efficiency._fmt(statistics.median(boots), '{:.0f}')}, worst {efficiency._fmt(max(boots), '{:.0f}')}")
 
 
