@@ -8,7 +8,11 @@ strategy boots the baseline, calibrates the twin on it (twin/from_study.py's rul
 then the first booted run of the other KV dtype, at most 3 runs), predicts the goodput of every
 point not booted yet by replaying the landscape's own workload through vLLM's scheduler, and boots
 the best predicted one; after a boot that changes the calibration runs it fits and predicts
-again. Nothing else: no sampler, no early stop, no screening. A twin that lies is the same
+again. With residuals (the rows marked so), each booted run's TTFT and TPOT against the twin's
+(log ratio, averaged at the median and the 90th percentile) correct the predictions of the points
+near it, weighted 2^-distance (|log2| of each numeric knob's ratio, 1 per other knob that differs):
+with only the baseline booted, every prediction is anchored on it alone. Nothing else: no sampler,
+no early stop, no screening. A twin that lies is the same
 strategy with every step-cost coefficient (and the intake time) multiplied by `--lie` factors
 (2 and 0.5 by default): the search must still reach the best, at more boots.
 
