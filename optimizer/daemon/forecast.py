@@ -53,7 +53,12 @@ class Forecast:
         return asdict(self)
 
     def describe(self) -> str:
-        """One line: the verdict, and the SLO that decides it (or the headline latency without SLOs)."""
+        """One line: the verdict, and the SLO that decides it (or the headline latency without SLOs),
+        and where the new traffic lies outside what the twin was calibrated on (its band doubled)."""
+        outside = f"; outside the calibration ({'; '.join(self.outside)}): band doubled" if self.outside else ""
+        return self._verdict() + outside
+
+    def _verdict(self) -> str:
         if not self.slos:
             v, lo, hi = self.metrics[HEADLINE]
             if v is None:

@@ -206,3 +206,14 @@ def test_a_forecast_that_failed_still_leaves_its_generation_to_look_back_on(gene
     g2, g3 = _plan(tmp_path, tiny_model, "live-g2", BUSY), _plan(tmp_path, tiny_model, "live-g3", QUIET)
     assert forecaster.before(generation_1, g2, 2) is None and "generation 2: no forecast (refused once)" in out.getvalue()
     assert forecaster.before(g2, g3, 3)["calibrated_on"] == "study 'live', trial(s) 0"
+
+
+def test_a_forecast_outside_the_calibration_says_why_and_that_its_band_doubled():
+    f = fc.Forecast("the baseline", {}, "study 'g1', trial(s) 0", {"ttft_ms_p95": [120.0, 60.0, 240.0]}, [],
+                    "no SLOs", False, ["median prompt 3500 tokens is more than 8x the calibrated 350 (the prefill "
+                                       "cost is extrapolated)"])
+    assert f.describe() == ("p95 TTFT 120 ms [60, 240] (no SLOs to judge); outside the calibration (median prompt "
+                            "3500 tokens is more than 8x the calibrated 350 (the prefill cost is extrapolated)): "
+                            "band doubled")
+    assert "outside" not in fc.Forecast("the baseline", {}, "", {"ttft_ms_p95": [1.0, 0.5, 2.0]}, [], "no SLOs",
+                                        False).describe()
