@@ -13,7 +13,8 @@ the same flags, booted once, replay that traffic for the measurement:
     long answers            outputs of 256-512 tokens
 
 Prints, per traffic: p95 TTFT and p95 TPOT predicted (with the band) and measured, the |error|
-(log scale), and the verdict on the SLOs (`--slos`) predicted and measured.
+(log scale), and the verdict on the SLOs (`--slos`) predicted and measured; then the line the
+daemon prints for each forecast.
 
     .venv/bin/python bench/daemon_forecast.py [--rate 3] [--slos "ttft:300 tpot:50"] [--requests 64]
 """
@@ -114,6 +115,9 @@ def main() -> None:
               f"{pe:5.0f}%  {f.verdict}{'' if f.sure else ' (unsure)'} / {verdict}")
     print(f"verdict right in {right} of {len(rows)}; p95 TTFT |error| median {statistics.median(errors):.0f}%, "
           f"largest {max(errors):.0f}%")
+    print("the daemon's console line for each forecast:")
+    for name, f, _, _ in rows:
+        print(f"  {name}: {f.describe()}")
 
 
 if __name__ == "__main__":
