@@ -122,7 +122,8 @@ def distance(a: dict, b: dict) -> float:
     d = 0.0
     for k in a.keys() | b.keys():
         x, y = a.get(k), b.get(k)
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool) and x > 0 and y > 0:
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (x, y))
+        if numeric:
             d += abs(math.log2(x / y))
         elif x != y:
             d += 1.0
@@ -147,7 +148,7 @@ def twin_order(ctx, land: st.Landscape, rows: dict, baseline: dict, lie: float, 
     run, booted, fits, spent = st.Run(), [], 0, 0.0
     recs: dict = {}
     calibrated_on: list = []
-    seen: list = []  # (params, residual) of each booted run, against the calibration it was predicted by
+    seen: list = []  # (params, residual) of each booted run, against the current calibration
 
     def boot(row: dict) -> None:
         run.boot(land, row["params"], st.compile_key(row["params"]))

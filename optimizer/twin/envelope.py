@@ -18,6 +18,8 @@ measured. Outside that, the twin's errors were never measured, and it says so (t
 
 from __future__ import annotations
 
+import statistics
+
 from optimizer.twin.step_cost import is_fp8
 
 FACTOR = 8.0
@@ -26,8 +28,8 @@ RATE_FACTOR = 2.0
 
 def median_prompt(requests) -> float | None:
     """The median prompt length, in tokens, of a workload's requests (None for none)."""
-    lengths = sorted(len(r.prompt_token_ids) for r in requests)
-    return float(lengths[len(lengths) // 2]) if lengths else None
+    lengths = [len(r.prompt_token_ids) for r in requests]
+    return float(statistics.median(lengths)) if lengths else None
 
 
 def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
