@@ -7,7 +7,8 @@ workload, the new window's requests at their observed arrival times, with produc
 configuration: the recommendation last published (the daemon's `/recommendation`), else the
 config's baseline. The forecast holds the predicted latencies with their bands and, per SLO of the
 objective at its own percentile, whether it holds; the verdict is `breaks` when any SLO is
-predicted broken, `holds` when none is, and `sure` when no band crosses a limit. The error SLO is
+predicted broken, `holds` when none is, and `sure` when no band crosses a limit and the new
+traffic lies inside the calibration's envelope (outside it the twin's error was never measured). The error SLO is
 not forecast (the twin has no failures). Without SLOs the forecast holds the latencies alone.
 
 The bands are the twin's validated ones (twin/prediction.py): calibrated on one run, the one-run
@@ -66,7 +67,8 @@ class Forecast:
             return f"p95 TTFT {v:.0f} ms [{lo:.0f}, {hi:.0f}] (no SLOs to judge)"
         deciding = [s for s in self.slos if not s["holds"]] or self.slos
         worst = max(deciding, key=lambda s: math.inf if s["predicted"] is None else s["predicted"] / s["limit"])
-        certainty = "" if self.sure else " (the band reaches past the limit)"
+        certainty = ("" if self.sure else " (unsure: outside the calibration)" if self.outside
+                     else " (the band reaches past the limit)")
         if worst["predicted"] is None:
             return f"{self.verdict}{certainty}: {worst['slo']}, not predicted"
         return (f"{self.verdict}{certainty}: {worst['slo']}, predicted {worst['predicted']:.0f} ms "
@@ -112,7 +114,8 @@ def forecast(previous, plan, which: str, params: dict) -> Forecast:
     slos = [_judged(s, pred) for s in plan.objective.slos if s.metric != "error"]
     broken = [s for s in slos if not s["holds"]]
     verdict = "no SLOs" if not slos else "breaks" if broken else "holds"
-    sure = bool(slos) and (any(s["sure"] for s in broken) if broken else all(s["sure"] for s in slos))
+    # outside the calibration the twin's error was never measured: its verdict is never sure
+    sure = bool(slos) and not pred.outside and (any(s["sure"] for s in broken) if broken else all(s["sure"] for s in slos))
     trials = ", ".join(str(r.number) for r in cal.runs)
     return Forecast(which, params, f"study '{previous.cfg.study_name}', trial(s) {trials}", metrics, slos, verdict,
                     sure, list(pred.outside))

@@ -31,6 +31,8 @@ BASELINE = {"max-num-seqs": 8, "gpu-memory-utilization": 0.3, "max-model-len": 2
 QUIET = {"requests": 32, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 256], "output": [16, 64],
          "arrival": {"process": "poisson", "rate": 8}}
 BUSY = {**QUIET, "requests": 48, "short_input": [512, 1024], "arrival": {"process": "poisson", "rate": 30}}
+# busier, inside the calibration's envelope (at most 2x its rate, a median prompt at most 8x longer)
+BUSIER = {**QUIET, "requests": 48, "short_input": [256, 512], "arrival": {"process": "poisson", "rate": 15}}
 
 
 def _plan(tmp_path, tiny_model, name: str, workload: dict, slos: str | None = None):
@@ -63,11 +65,11 @@ def generation_1(tmp_path, tiny_model):
 
 
 def test_the_forecast_on_busier_traffic_is_the_truths_and_judges_each_slo(generation_1, tmp_path, tiny_model):
-    probe = _plan(tmp_path, tiny_model, "live-g2", BUSY)
+    probe = _plan(tmp_path, tiny_model, "live-g2", BUSIER)
     true_p95 = predict(_truth(probe, BASELINE)).metrics["ttft_ms_p95"]
     # one SLO the truth meets by 2x, one it misses by 2x: a forecast that only echoed the quiet
     # traffic's latencies (a naive one) would call both held
-    plan = _plan(tmp_path, tiny_model, "live-g2", BUSY, f"ttft:{2 * true_p95:.0f} e2el_p50:1")
+    plan = _plan(tmp_path, tiny_model, "live-g2", BUSIER, f"ttft:{2 * true_p95:.0f} e2el_p50:1")
     f = fc.forecast(generation_1, plan, "the baseline", BASELINE)
     assert f.metrics["ttft_ms_p95"][0] == pytest.approx(true_p95, rel=0.1)
     low, high = f.metrics["ttft_ms_p95"][1:]
@@ -84,9 +86,9 @@ def test_the_forecast_on_busier_traffic_is_the_truths_and_judges_each_slo(genera
 
 
 def test_a_limit_inside_the_band_is_a_verdict_that_is_not_sure(generation_1, tmp_path, tiny_model):
-    probe = _plan(tmp_path, tiny_model, "live-g2", BUSY)
+    probe = _plan(tmp_path, tiny_model, "live-g2", BUSIER)
     predicted = fc.forecast(generation_1, probe, "the baseline", BASELINE).metrics["ttft_ms_p95"][0]
-    f = fc.forecast(generation_1, _plan(tmp_path, tiny_model, "live-g2", BUSY, f"ttft:{1.05 * predicted:.0f}"),
+    f = fc.forecast(generation_1, _plan(tmp_path, tiny_model, "live-g2", BUSIER, f"ttft:{1.05 * predicted:.0f}"),
                     "the baseline", BASELINE)
     assert f.verdict == "holds" and not f.sure and "the band reaches past the limit" in f.describe()
 
@@ -217,3 +219,14 @@ def test_a_forecast_outside_the_calibration_says_why_and_that_its_band_doubled()
                             "band doubled")
     assert "outside" not in fc.Forecast("the baseline", {}, "", {"ttft_ms_p95": [1.0, 0.5, 2.0]}, [], "no SLOs",
                                         False).describe()
+
+
+def test_a_verdict_outside_the_calibration_is_never_sure(generation_1, tmp_path, tiny_model):
+    """BUSY: far past the calibration's rate (30 against 8 req/s), its SLO far past the band: still not sure."""
+    busy = _plan(tmp_path, tiny_model, "live-g2", BUSY)
+    predicted = fc.forecast(generation_1, busy, "the baseline", BASELINE).metrics["ttft_ms_p95"][0]
+    f = fc.forecast(generation_1, _plan(tmp_path, tiny_model, "live-g2", BUSY, f"ttft:{100 * predicted:.0f}"),
+                    "the baseline", BASELINE)
+    assert f.verdict == "holds" and f.slos[0]["sure"]  # the band alone would say sure
+    assert any(why.startswith("rate ") for why in f.outside) and not f.sure
+    assert f.describe().startswith("holds (unsure: outside the calibration): ")
