@@ -46,7 +46,8 @@ SERVER = "vllm.entrypoints.openai.api_server"
 STUDY = "faults"
 
 
-def _trace(path: Path, seed: int, inputs: tuple[int, int], n: int = 64, rate: float = 4.0) -> None:
+def _trace(path: Path, seed: int, inputs: tuple[int, int], n: int = 40, rate: float = 4.0) -> None:
+    """`n` requests at `rate` a second: a 10 s replay, long enough to be caught in the middle."""
     r = random.Random(seed)
     tmp = path.with_name(path.name + ".part")  # not a trace suffix: the daemon never reads it half-written
     tmp.write_text("".join(json.dumps({"timestamp": i / rate, "input_tokens": r.randint(*inputs),

