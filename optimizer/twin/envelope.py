@@ -6,7 +6,9 @@ measured. Outside that, the twin's errors were never measured, and it says so (t
 
 - a KV dtype family (16-bit or fp8) no calibration run used: its step costs are assumed to be the
   other family's;
-- max-num-seqs or the token budget more than 8x above or below every calibration run's;
+- max-num-seqs or the token budget more than 8x above or below every calibration run's; more than
+  1 when every calibration run served one sequence at a time (then no step held two, and what a
+  batch costs was never seen);
 - an offered rate more than 2x the calibration runs' highest (a regime never seen: a deeper queue);
 - a median prompt more than 8x longer than the calibration workload's: the cost of a prefill token
   is fitted on the lengths the runs saw, and extrapolated far past them (shorter prompts weigh it
@@ -42,6 +44,9 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
     if is_fp8(shape.kv_cache_dtype) not in families:
         out.append(f"KV dtype {shape.kv_cache_dtype} never calibrated (its costs assumed equal to "
                    f"{'fp8' if not is_fp8(shape.kv_cache_dtype) else '16-bit'}'s)")
+    if calibrated_shapes and all(s.max_num_seqs == 1 for s in calibrated_shapes) and shape.max_num_seqs > 1:
+        out.append(f"max-num-seqs {shape.max_num_seqs}: the calibration runs served one sequence at a time, "
+                   "so what a batch costs was never seen")
     for name, label in (("max_num_seqs", "max-num-seqs"), ("max_num_batched_tokens", "max-num-batched-tokens")):
         seen = [getattr(s, name) for s in calibrated_shapes]
         value = getattr(shape, name)

@@ -31,7 +31,7 @@ from optimizer.twin.step_cost import LinearStepCost, is_fp8
 
 MAX_RUNS = 3
 CACHE = "twin.json"
-FIT_VERSION = 1  # bumped when the fit or the step-cost terms change: a stored fit is then redone
+FIT_VERSION = 2  # bumped when the fit or the step-cost terms change: a stored fit is then redone
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from optimizer.errors import ConfigError
 from optimizer.record import of_trial
 from optimizer.search import prior
 from optimizer.search.prior import Predicted
+from optimizer.twin.prediction import BAND_ONE_RUN
 from optimizer.verdict.trials import ranked_feasible, savings
 
 COMPLETE, PRUNED = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED
@@ -182,7 +183,8 @@ def test_before_any_residual_the_validated_band_prunes_a_clear_loser_anchored_on
     _twin(monkeypatch, 100.0, 50.0)
     state, failure = _launch(study, plan)
     assert state == PRUNED and failure.kind == "predicted_to_lose" and not booted
-    assert "the twin puts it at 50 (58 at best, its band +-16%)" in failure.evidence
+    band = BAND_ONE_RUN["output_throughput"]
+    assert f"the twin puts it at 50 ({50 * (1 + band):.4g} at best, its band +-{band:.0%})" in failure.evidence
     assert of_trial.prior(study.trials[-1])["anchor_error"] == 0.0
     _twin(monkeypatch, 100.0, 92.0)
     assert isinstance(_launch(study, plan), Running) and len(booted) == 1

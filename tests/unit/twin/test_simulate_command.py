@@ -176,3 +176,19 @@ def test_prompts_far_longer_than_the_calibrations_are_outside_the_envelope(model
     assert why == ["median prompt 3500 tokens is more than 8x the calibrated 40 (the prefill cost is extrapolated)"]
     assert envelope.outside(calibrated.shape, [calibrated.shape], {}, prompt=300.0, calibrated_prompt=40.0) == []
     assert envelope.outside(calibrated.shape, [calibrated.shape], {}, prompt=40.0, calibrated_prompt=3500.0) == []
+
+
+def test_a_batch_is_outside_the_envelope_of_runs_that_served_one_sequence_at_a_time(model):
+    """Fitted where every step held one sequence, the cost of a batch was never seen: 2 sequences are
+    outside (8x would otherwise allow them); runs that batched keep the 8x rule."""
+    from optimizer.twin import envelope
+
+    def shape(n: int):
+        return TwinServer.from_flags(model, ["--max-model-len", "4096", "--kv-cache-memory-bytes", str(1 << 30),
+                                             "--max-num-seqs", str(n)]).shape
+
+    assert envelope.outside(shape(1), [shape(1)], {}) == []
+    assert envelope.outside(shape(2), [shape(1)], {}) == [
+        "max-num-seqs 2: the calibration runs served one sequence at a time, so what a batch costs was never seen"]
+    assert envelope.outside(shape(16), [shape(2)], {}) == []
+    assert envelope.outside(shape(16), [shape(1), shape(4)], {}) == []

@@ -68,3 +68,26 @@ def test_without_an_fp8_run_fp8_costs_what_16_bit_costs(twin):
     got = fit([_measured(twin("--max-num-seqs", "8"), reqs, "a")], iterations=6)
     c = dict(zip(TERMS, got.cost.coefficients))
     assert c["fp8_prefill_token_s"] == c["prefill_token_s"] and c["fp8_decode_context_s"] == c["decode_context_s"]
+
+
+
+def test_where_the_rows_cannot_tell_a_steps_fixed_cost_from_its_per_sequence_cost_the_fixed_one_takes_it():
+    """Steps that each decode exactly one sequence (a server at max-num-seqs 1): the fixed column and
+    the per-sequence column are the same numbers, and any split fits. The solver takes the fixed cost
+    (a decode step reads the weights once whatever its batch), so a batch is not priced as that many
+    steps. Where the batch moves (the first test), the timings decide."""
+    import numpy as np
+
+    from optimizer.twin.fit import LINEAR, _solve
+
+    rng = random.Random(6)
+    rows, targets = [], []
+    for _ in range(40):  # a request's decode: n steps of one sequence over a growing context
+        n, ctx = rng.randint(8, 64), rng.randint(50, 900) / 1000
+        counts = StepShape(decode_seqs=1, decode_context=ctx).features() * n
+        rows.append(np.append(counts, 0.0))
+        targets.append(n * (0.006 + 0.0002 * ctx))
+    coef, _ = _solve(np.array(rows), np.array(targets), LINEAR)
+    c = dict(zip(TERMS, coef))
+    assert c["step_s"] + c["decode_seq_s"] == pytest.approx(0.006, rel=0.05)
+    assert c["decode_seq_s"] < 0.05 * c["step_s"], c
