@@ -44,10 +44,13 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
     if is_fp8(shape.kv_cache_dtype) not in families:
         out.append(f"KV dtype {shape.kv_cache_dtype} never calibrated (its costs assumed equal to "
                    f"{'fp8' if not is_fp8(shape.kv_cache_dtype) else '16-bit'}'s)")
-    if calibrated_shapes and all(s.max_num_seqs == 1 for s in calibrated_shapes) and shape.max_num_seqs > 1:
+    one_at_a_time = bool(calibrated_shapes) and all(s.max_num_seqs == 1 for s in calibrated_shapes)
+    if one_at_a_time and shape.max_num_seqs > 1:
         out.append(f"max-num-seqs {shape.max_num_seqs}: the calibration runs served one sequence at a time, "
                    "so what a batch costs was never seen")
     for name, label in (("max_num_seqs", "max-num-seqs"), ("max_num_batched_tokens", "max-num-batched-tokens")):
+        if name == "max_num_seqs" and one_at_a_time:
+            continue  # said above, more exactly
         seen = [getattr(s, name) for s in calibrated_shapes]
         value = getattr(shape, name)
         if seen and not (min(seen) / FACTOR <= value <= max(seen) * FACTOR):

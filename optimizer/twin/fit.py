@@ -169,13 +169,13 @@ def _solve(rows: np.ndarray, targets: np.ndarray, terms: Terms) -> tuple[np.ndar
 def _penalty(weighted: np.ndarray, terms: Terms) -> np.ndarray:
     """Rows that pull the per-sequence decode cost towards 0, weighted `SPLIT_PENALTY` of its column.
 
-    A run whose batch hardly moves (a closed loop that keeps max-num-seqs full, a baseline that
-    serves one sequence at a time) cannot tell a step's fixed cost from its cost per decoding
-    sequence: every step holds the same number of them, so any split fits as well, and least
-    squares picks one at random (fitted on one run at one sequence, the twin then priced 2
-    sequences 6% above 1; the real server ran 16 at 6.5x). Where the runs cannot tell, the twin
-    takes the fixed cost: a decode step reads the weights once whatever its batch. Where the
-    batch does move, the rows outweigh the penalty."""
+    Where every decode step holds the same number of sequences (a server at max-num-seqs 1), a
+    step's fixed cost and its cost per decoding sequence are the same column in the decode rows, and
+    splits that fit alike differ in what they say of a batch. The penalty settles such a tie on the
+    fixed cost (a decode step reads the weights once whatever its batch); where the batch moves, the
+    rows outweigh it. It does not make a run at one sequence informative about batches (its prefill
+    steps hold no decoding sequence, so the tie is not exact there): envelope.py marks those
+    predictions outside instead (docs/twin.md, "Fitting")."""
     if not isinstance(terms, LinearTerms):
         return np.zeros((0, weighted.shape[1]))
     out = np.zeros((len(PENALIZED), weighted.shape[1]))

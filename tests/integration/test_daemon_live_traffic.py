@@ -364,12 +364,20 @@ def live(tmp_path_factory):
             except ConfigError as exc:
                 out["no_series"] = str(exc).replace(prom.url, "http://127.0.0.1:<port>")
             out["sent_a"] = _sent_in(traffic, out["direct"].start, out["direct"].end)
-            # Stopped as soon as it tunes: inside the generation's Ray start, a stop that must still exit 0.
-            out["direct_tuning"] = m.until("generation 1 from /metrics", lambda s: s.get("state") == "tuning", 240)
-            out["direct_rc"] = m.stop()
-
-            d.until("generation 1 tuning", lambda s: s.get("state") == "tuning", 180)
-            traffic.paused.set()  # the trials have the machine
+            # Both start a first generation on this traffic. It pauses as soon as the Prometheus daemon
+            # tunes (its trials have the machine); the /metrics one is stopped as soon as it tunes:
+            # inside the generation's Ray start, a stop that must still exit 0.
+            deadline = time.monotonic() + 240
+            while "direct_tuning" not in out or not traffic.paused.is_set():
+                assert time.monotonic() < deadline, f"no first generation: {m.status()} / {d.status()}"
+                assert d.proc.poll() is None, f"daemon exited before tuning:\n{d.text()[-4000:]}"
+                if not traffic.paused.is_set() and d.status().get("state") == "tuning":
+                    traffic.paused.set()
+                if "direct_tuning" not in out:
+                    assert m.proc.poll() is None, f"daemon exited before tuning:\n{m.text()[-4000:]}"
+                    if (status := m.status()).get("state") == "tuning":
+                        out["direct_tuning"], out["direct_rc"] = status, m.stop()
+                time.sleep(0.5)
             out["published"] = d.until("the first generation published", lambda s: s.get("state") == "watching"
                                        and s.get("recommendation"), 1200)
             with urllib.request.urlopen(d.url + "/recommendation", timeout=10) as resp:
