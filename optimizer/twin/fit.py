@@ -32,7 +32,7 @@ from optimizer.twin.step_cost import COLUMN, FP8_FALLBACK, TERMS, LinearStepCost
 ITERATIONS = 16
 DAMPING = 0.5  # each step moves half way from the current costs to the new solution: no oscillation
 SPLIT_PENALTY = 0.01  # of the per-sequence column's own weight: decides only where the rows cannot
-PENALIZED = ("decode_seq_s",)
+PENALIZED = COLUMN["decode_seq_s"]
 START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-3, 1e-4, 1e-4, 1e-5, 1e-4), 0.005)
 
 
@@ -167,7 +167,7 @@ def _solve(rows: np.ndarray, targets: np.ndarray, terms: Terms) -> tuple[np.ndar
 
 
 def _penalty(weighted: np.ndarray, terms: Terms) -> np.ndarray:
-    """Rows that pull the per-sequence decode cost towards 0, weighted `SPLIT_PENALTY` of its column.
+    """A row that pulls the per-sequence decode cost towards 0, weighted `SPLIT_PENALTY` of its column.
 
     Where every decode step holds the same number of sequences (a server at max-num-seqs 1), a
     step's fixed cost and its cost per decoding sequence are the same column in the decode rows, and
@@ -178,8 +178,6 @@ def _penalty(weighted: np.ndarray, terms: Terms) -> np.ndarray:
     predictions outside instead (docs/twin.md, "Fitting")."""
     if not isinstance(terms, LinearTerms):
         return np.zeros((0, weighted.shape[1]))
-    out = np.zeros((len(PENALIZED), weighted.shape[1]))
-    for i, name in enumerate(PENALIZED):
-        j = COLUMN[name]
-        out[i, j] = SPLIT_PENALTY * np.linalg.norm(weighted[:, j])
-    return out
+    row = np.zeros((1, weighted.shape[1]))
+    row[0, PENALIZED] = SPLIT_PENALTY * np.linalg.norm(weighted[:, PENALIZED])
+    return row
