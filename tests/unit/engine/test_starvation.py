@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 
 
 CORE = max(os.sched_getaffinity(0))
 READY = "print('ready', flush=True)\n"
-SPIN, SLEEP = READY + "while True: pass", READY + "import time; time.sleep(600)"
+SPIN, SLEEP = READY + "while True: pass", "import time\n" + READY + "time.sleep(600)"
 
 
 def _start(code: str, core: int | None = None, nice: int = 0, own_group: bool = False, readies: int = 1):
@@ -48,6 +48,16 @@ def processes():
         else:
             kill_tree(p.pid)
         p.wait()
+
+
+def _asleep(process: subprocess.Popen) -> subprocess.Popen:
+    """`process` once it sleeps: past "ready", a niced process on a busy core may wait its turn to
+    reach its sleep, and that wait is not what the test watches."""
+    end = time.monotonic() + 10
+    while psutil.Process(process.pid).status() != psutil.STATUS_SLEEPING:
+        assert time.monotonic() < end, "the process never went to sleep"
+        time.sleep(0.01)
+    return process
 
 
 def _watch(server: subprocess.Popen, seconds: float) -> CpuWatch:
@@ -84,7 +94,7 @@ def test_a_server_that_sleeps_on_a_busy_core_waits_for_nothing_and_is_not_starve
     # A start-up stuck on a lock or the network uses no CPU either, but it is not waiting for one.
     server = processes(SLEEP, CORE, nice=19, own_group=True)
     processes(SPIN, CORE)
-    share = _watch(server, 2.5).judge(min_window_s=2)
+    share = _watch(_asleep(server), 2.5).judge(min_window_s=2)
     assert share.others_busy >= starvation.OTHERS_BUSY and share.used < 0.05
     assert share.waited is not None and share.waited < 0.1
     assert not share.starved
