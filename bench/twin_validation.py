@@ -185,6 +185,9 @@ def objective_value(ctx: Context, m: dict) -> float:
 
 
 POOLED: dict = {k: [] for k in METRICS}  # every twin |error| of the prescribed calibrations, for the bands
+# The same errors split by the envelope's batch rule (twin/envelope.py): a prediction running more
+# sequences at once than any calibration run held, by more than a quarter, against the others.
+BATCH_SPLIT: dict = {side: {k: [] for k in METRICS} for side in ("inside", "outside")}
 
 
 def _p90(e: list[float]) -> float:
@@ -243,10 +246,23 @@ def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict
         metric = SETS[ctx.name]["objective"][0]
         ratio = meas[top[0]][metric] / meas[best][metric]
         out[label] = (errors(p, meas, pool if label == "twin" else None), spearman(vals_p, vals_m), best in top, ratio)
+    if pool is not None:
+        _split_by_batch(chosen, preds, servers, meas)
     prefix = max(abs(s["prefix_cache_hit_rate"] - r["server"]["prefix_cache_hit_rate"]) for s, r in zip(servers, targets))
     preempt = max(abs(s["preemptions"] - r["server"]["preemptions"]) for s, r in zip(servers, targets))
     return Outcome(out["twin"][0], out["naive"][0], out["analytic"][0], {k: v[1] for k, v in out.items()},
                    {k: v[2] for k, v in out.items()}, {k: v[3] for k, v in out.items()}, prefix, preempt, fit_s, predict_s, len(targets))
+
+
+def _split_by_batch(chosen: list[dict], preds, servers, meas) -> None:
+    from optimizer.twin.envelope import BATCH_FACTOR
+
+    held = max(r["server"]["running_peak"] for r in chosen)
+    for p, s, m in zip(preds, servers, meas):
+        side = "outside" if s["running_peak"] > held * BATCH_FACTOR else "inside"
+        for k in METRICS:
+            if m.get(k) and p.get(k) is not None and math.isfinite(p[k]):
+                BATCH_SPLIT[side][k].append(abs(p[k] / m[k] - 1))
 
 
 def chosen_rows(ctx: Context, specs) -> list[dict]:
@@ -270,11 +286,14 @@ def random_choice(ctx: Context, rng: random.Random, like: list[dict]) -> list[di
 
 
 def noise_floor(ctx: Context) -> dict | None:
-    """Per metric, the median |log ratio| of a repeated configuration's runs to their geometric mean,
-    as a relative spread (exp - 1), over every configuration measured more than once."""
+    """Per metric, over every configuration measured more than once: the median |log ratio| of its
+    runs to their geometric mean, as a relative spread (exp - 1); and, under `repeat_predicts`, the
+    median |error| of predicting each run by the geometric mean of the configuration's other runs:
+    what booting the same configuration again predicts, an error measured like the twin's."""
     if not ctx.repeats:
         return None
     spread = {k: [] for k in METRICS}
+    again = {k: [] for k in METRICS}
     for runs in ctx.repeats.values():
         ms = [measured(ctx, r) for r in runs]
         for k in METRICS:
@@ -282,7 +301,11 @@ def noise_floor(ctx: Context) -> dict | None:
             if len(vals) > 1:
                 mean = statistics.fmean(math.log(v) for v in vals)
                 spread[k] += [abs(math.log(v) - mean) for v in vals]
+                for i, v in enumerate(vals):
+                    others = statistics.fmean(math.log(x) for j, x in enumerate(vals) if j != i)
+                    again[k].append(abs(math.exp(others) / v - 1))
     return {k: (math.expm1(statistics.median(v)) if v else math.nan) for k, v in spread.items()} | {
+        "repeat_predicts": {k: (statistics.median(v) if v else math.nan) for k, v in again.items()},
         "configurations": len(ctx.repeats), "runs": sum(len(v) for v in ctx.repeats.values())}
 
 
@@ -292,11 +315,11 @@ def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> N
     for r in chosen:
         print(f"   calibration: {r['params']}")
     head = f"   {'metric':<20}{'twin med':>9}{'p90':>7}{'analytic':>10}{'p90':>7}{'naive':>8}{'p90':>7}"
-    print(head + ("  run-to-run" if spread else ""))
+    print(head + ("  run-to-run  a repeat" if spread else ""))
     for k in METRICS:
         line = f"   {k:<20}" + "".join(f"{a:>9.1%}{b:>7.1%}" for a, b in (o.twin[k], o.analytic[k], o.naive[k]))
         if spread:
-            line += f"  {spread[k]:>9.1%}"
+            line += f"  {spread[k]:>9.1%}  {spread['repeat_predicts'][k]:>7.1%}"
         print(line)
     print(f"   Spearman by {SETS[ctx.name]['objective'][0]}: twin {o.rho['twin']:.2f}, analytic "
           f"{o.rho['analytic']:.2f}, naive {o.rho['naive']:.2f}; measured best in top 3: twin {o.top3['twin']}, "
@@ -304,7 +327,8 @@ def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> N
           f"{o.pick['analytic']:.2f}x the measured best's {SETS[ctx.name]['objective'][0]}")
     print(f"   prefix-cache hit rate: max |difference| {o.prefix:.3f}; preemptions: max |difference| {o.preempt:.0f}")
     if spread:
-        print(f"   run-to-run: {spread['configurations']} configurations, {spread['runs']} runs")
+        print(f"   run-to-run: {spread['configurations']} configurations, {spread['runs']} runs (the spread around "
+              "their mean; `a repeat`: each run predicted by the mean of its configuration's other runs)")
 
 
 def main() -> None:
@@ -338,6 +362,13 @@ def main() -> None:
     for k, e in POOLED.items():
         if e:
             print(f"   {k:<20}{statistics.median(e):>9.1%}{_p90(e):>7.1%}")
+    inside, outside = BATCH_SPLIT["inside"], BATCH_SPLIT["outside"]
+    if inside["request_throughput"] and outside["request_throughput"]:
+        print(f"\n   split by the envelope's batch rule: {len(inside['request_throughput'])} predictions inside, "
+              f"{len(outside['request_throughput'])} running a batch past the calibration's (median |error|)")
+        for k in METRICS:
+            if inside[k] and outside[k]:
+                print(f"   {k:<20}{statistics.median(inside[k]):>9.1%}{statistics.median(outside[k]):>9.1%}")
 
 
 if __name__ == "__main__":

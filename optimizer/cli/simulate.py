@@ -131,7 +131,8 @@ def _calibrated(plan, ns, changes: dict, requests):
     pred = predict(server.run(requests, plan.workload.concurrency, cal.cost), plan.objective.slos,
                    time.monotonic() - t)
     pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params, ns.rate,
-                                    nominal_rate(plan.workload.requests))
+                                    nominal_rate(plan.workload.requests), batch=pred.server["running_peak"],
+                                    calibrated_batch=cal.largest_batch)
     if len(cal.runs) == 1:
         pred.bands = BAND_ONE_RUN
     measured = _measured(plan, same) if same is not None and ns.rate is None else None

@@ -99,7 +99,8 @@ def _twin(previous, plan, params: dict, cal):
     pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params,
                                     nominal_rate(plan.workload.requests), nominal_rate(previous.workload.requests),
                                     envelope.median_prompt(plan.workload.requests),
-                                    envelope.median_prompt(previous.workload.requests))
+                                    envelope.median_prompt(previous.workload.requests),
+                                    batch=sim.server["running_peak"], calibrated_batch=cal.largest_batch)
     return pred
 
 

@@ -155,7 +155,8 @@ def predict(plan, params: dict, runs=None) -> Predicted | None:
         got = scored(sim, plan.objective.slos)
         value = plan.objective.score(got.metrics)
         # the study's own workload at its own rate: only the flags can leave the envelope
-        outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params)
+        outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params,
+                                   batch=sim.server["running_peak"], calibrated_batch=cal.largest_batch)
     except (OptimizerError, ValueError, KeyError, RuntimeError):  # no run to calibrate on, flags it cannot model
         return None
     return Predicted(float(value), tuple(r.number for r in cal.runs), tuple(outside), schedule=_digest(got))

@@ -2,9 +2,9 @@
 
 A study keeps, per trial, `artifacts/<study>/trial-<n>/requests.jsonl` (every measured request's
 send, first-chunk and end times), `result.json` (its parameters) and `server.log` (whose "KV cache
-size: N tokens" line sizes the twin's pool exactly). The calibration takes the baseline (trial 0)
-and, where the study measured another KV dtype, the first complete trial of each: one run per
-dtype, at most 3, as the validation does. A trial measured by a rate search (goodput) replayed
+size: N tokens" line sizes the twin's pool exactly). The calibration takes the baseline (trial 0),
+where the study measured another KV dtype the first complete trial of each, and, when none of those
+ever ran two sequences at once, the trial that ran the most: at most 3 runs. A trial measured by a rate search (goodput) replayed
 several schedules and is not used; nor is a failed or early-stopped one.
 
 The fitted step cost is kept beside the trials (`twin.json`) with the trial numbers and the
@@ -40,6 +40,7 @@ class StoredRun:
     params: dict
     records: list[dict]
     log_text: str
+    running_peak: float | None = None  # the most sequences its server ran at once (/metrics), when read
 
     @property
     def kv_dtype(self) -> str:
@@ -55,6 +56,12 @@ class Calibrated:
     seconds: float
     kv_calibration: kv_fit.Calibration | None
 
+    @property
+    def largest_batch(self) -> float:
+        """The most sequences a calibration run's steps held: its measured running peak, else its
+        max-num-seqs (what bounds it). The envelope's batch rule compares a prediction with it."""
+        return max(r.running_peak if r.running_peak else s.shape.max_num_seqs for r, s in zip(self.runs, self.servers))
+
 
 def stored_runs(artifacts: Path) -> list[StoredRun]:
     """The study's complete, fully replayed trials, by number."""
@@ -69,7 +76,8 @@ def stored_runs(artifacts: Path) -> list[StoredRun]:
             continue
         log = result.parent / "server.log"
         runs.append(StoredRun(int(body["trial"]), dict(body["params"]), [json.loads(x) for x in lines if x.strip()],
-                              log.read_text(errors="replace") if log.exists() else ""))
+                              log.read_text(errors="replace") if log.exists() else "",
+                              (body.get("server") or {}).get("running_peak")))
     return runs
 
 
@@ -81,13 +89,21 @@ def _number(name: str) -> int:
 
 
 def choose(runs: list[StoredRun]) -> list[StoredRun]:
-    """The baseline (the lowest number), then the first run of each KV dtype it did not have."""
+    """The baseline (the lowest number), then the first run of each KV dtype it did not have, then,
+    when none of those held two sequences in a step, the run that held the most: runs at one
+    sequence cannot split a step's fixed cost from its cost per sequence (docs/twin.md, "Fitting").
+    Where the batch moved in the chosen runs, another batch was measured to add noise rather than
+    accuracy (BENCHMARKS.md), so none is added."""
     chosen, dtypes = [], set()
     for r in runs:
         family = "fp8" if is_fp8(r.kv_dtype) else "16-bit"
         if family not in dtypes and len(chosen) < MAX_RUNS:
             chosen.append(r)
             dtypes.add(family)
+    if len(chosen) < MAX_RUNS and chosen and all(r.running_peak is not None and r.running_peak <= 1 for r in chosen):
+        most = max((r for r in runs if r not in chosen), key=lambda r: r.running_peak or 0, default=None)
+        if most is not None and (most.running_peak or 0) > 1:
+            chosen.append(most)
     return chosen
 
 

@@ -31,7 +31,7 @@ def study(tmp_path, tiny_model, monkeypatch):
            "objective": {"name": "latency", "metric": "ttft_p95", "slos": "tpot:50"}}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(cfg))
     plan = prepare(load_config("study.yaml"))
-    for n, seqs in ((0, 8), (1, 4)):
+    for n, seqs in ((0, 8), (1, 4), (2, 6)):
         params = {**cfg["baseline"], "max-num-seqs": seqs}
         server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device, LOG)
         sim = server.run(plan.workload.requests, None, TRUTH)
@@ -40,15 +40,15 @@ def study(tmp_path, tiny_model, monkeypatch):
         (d / "requests.jsonl").write_text("".join(json.dumps(asdict(r)) + "\n" for r in sim.result.records))
         (d / "server.log").write_text(LOG)
         (d / "result.json").write_text(json.dumps({"trial": n, "params": params, "failure": None, "early_stop": {},
-                                                   "rate_search": []}))
+                                                   "rate_search": [], "server": {"running_peak": sim.server["running_peak"]}}))
     return tmp_path
 
 
 def test_simulate_predicts_a_trial_it_was_not_calibrated_on_beside_its_measured_run(study, capsys):
-    assert main(["simulate", "--config", "study.yaml", "--trial", "1"]) == 0
+    assert main(["simulate", "--config", "study.yaml", "--trial", "2"]) == 0
     out = capsys.readouterr().out
     assert "nothing booted" in out and "fitted on trial(s) 0 of this study" in out
-    assert "vLLM's own (max-num-seqs 4, token budget 2048" in out and "Not modelled:" in out
+    assert "vLLM's own (max-num-seqs 6, token budget 2048" in out and "Not modelled:" in out
     row = next(line for line in out.splitlines() if line.strip().startswith("TPOT p50"))
     predicted, measured = float(row.split()[3]), float(row.split()[-1])
     assert predicted == pytest.approx(measured, rel=0.05)
@@ -62,7 +62,13 @@ def test_simulate_answers_in_json_with_bands_inside_the_metrics_range(study, cap
     for metric, (lo, hi) in body["bands"].items():
         value = body["goodput"] if metric == "goodput" else body["metrics"][metric]
         assert 0 < lo < value < hi, metric
-    assert body["outside_envelope"] == []  # 16 is within 8x of the calibrated 8; 12 req/s within 2x of 8
+    # 16 is within 8x of the calibrated 8 and 12 req/s within 2x of 8, but the batch grows past what the
+    # baseline's run held: said, with both figures
+    held = json.loads((study / "artifacts" / "twin" / "trial-0" / "result.json").read_text())["server"]["running_peak"]
+    batch = body["server"]["running_peak"]
+    assert batch > 1.25 * held
+    assert body["outside_envelope"] == [f"a running batch of {batch:g} is more than 1.25x the largest a calibration "
+                                        f"run held ({held:g}): what more sequences in a step cost is extrapolated"]
 
 
 def test_a_configuration_far_from_the_calibration_is_marked_outside(study, capsys):
@@ -180,7 +186,7 @@ def test_prompts_far_longer_than_the_calibrations_are_outside_the_envelope(model
 
 def test_a_batch_is_outside_the_envelope_of_runs_that_served_one_sequence_at_a_time(model):
     """Fitted where every step held one sequence, the cost of a batch was never seen: 2 sequences are
-    outside (8x would otherwise allow them); runs that batched keep the 8x rule."""
+    outside (8x would otherwise allow them); a batch past a quarter more than any run held is outside."""
     from optimizer.twin import envelope
 
     def shape(n: int):
@@ -189,6 +195,30 @@ def test_a_batch_is_outside_the_envelope_of_runs_that_served_one_sequence_at_a_t
 
     assert envelope.outside(shape(1), [shape(1)], {}) == []
     assert envelope.outside(shape(2), [shape(1)], {}) == [
-        "max-num-seqs 2: the calibration runs served one sequence at a time, so what a batch costs was never seen"]
-    assert envelope.outside(shape(16), [shape(2)], {}) == []
+        "a running batch of 2: no calibration run held two sequences in a step, so what a batch costs was never seen"]
+    assert envelope.outside(shape(16), [shape(2)], {}) == []  # no batch told: only a batch never seen is said
     assert envelope.outside(shape(16), [shape(1), shape(4)], {}) == []
+    # The batch a prediction runs against the largest a calibration run held (its running peak): a
+    # server at max-num-seqs 16 whose traffic only ever filled 3 never showed what 16 cost.
+    assert envelope.outside(shape(16), [shape(16)], {}, batch=12, calibrated_batch=10) == []
+    assert envelope.outside(shape(16), [shape(16)], {}, batch=13, calibrated_batch=10) == [
+        "a running batch of 13 is more than 1.25x the largest a calibration run held (10): what more sequences "
+        "in a step cost is extrapolated"]
+    assert envelope.outside(shape(16), [shape(16)], {}, batch=16, calibrated_batch=1) == [
+        "a running batch of 16: no calibration run held two sequences in a step, so what a batch costs was never seen"]
+    assert envelope.outside(shape(16), [shape(16)], {}, batch=16) == []  # bounded by the runs' max-num-seqs
+
+
+def test_the_calibration_takes_the_baseline_each_kv_dtype_and_a_batch_where_none_was_seen():
+    """The baseline, the first run of a KV dtype it lacked, then, where none of them held two
+    sequences at once, the run that held the most; where the batch moved, no run is added."""
+    from optimizer.twin.from_study import StoredRun, choose
+
+    def run(n: int, peak: float | None, dtype: str = "auto") -> StoredRun:
+        return StoredRun(n, {"kv-cache-dtype": dtype}, [], "", peak)
+
+    assert [r.number for r in choose([run(0, 1), run(1, 16), run(2, 1, "fp8"), run(3, 64)])] == [0, 2, 3]
+    assert [r.number for r in choose([run(0, 1), run(1, 16), run(2, 4, "fp8"), run(3, 64)])] == [0, 2]
+    assert [r.number for r in choose([run(0, 8), run(1, 32)])] == [0]
+    assert [r.number for r in choose([run(0, 1), run(1, None), run(2, 1)])] == [0]  # no batch anywhere
+    assert [r.number for r in choose([run(0, None), run(1, 32)])] == [0]  # the baseline's batch never read
