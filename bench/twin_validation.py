@@ -275,6 +275,13 @@ def chosen_rows(ctx: Context, specs) -> list[dict]:
     return rows
 
 
+def furthest_batch(ctx: Context, chosen: list[dict]) -> dict:
+    """The stored run whose running peak lies furthest (by ratio) from every chosen run's; the first such."""
+    peaks = [r["server"]["running_peak"] for r in chosen]
+    return max((r for r in ctx.rows if r not in chosen),
+               key=lambda r: min(abs(math.log(r["server"]["running_peak"] / p)) for p in peaks))
+
+
 def random_choice(ctx: Context, rng: random.Random, like: list[dict]) -> list[dict]:
     """A calibration of the same shape as `like`: as many runs of each KV dtype, picked at random."""
     out = []
@@ -336,6 +343,8 @@ def main() -> None:
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--choices", type=int, default=0, help="also fit N random calibration choices of the same shape")
     p.add_argument("--no-analytic", action="store_true")
+    p.add_argument("--furthest-batch", action="store_true", help="calibrate on the first two calibration runs and the "
+                   "stored run whose running peak lies furthest from theirs (a rule tried for `simulate`, not kept)")
     p.add_argument("--one-run", action="store_true", help="calibrate on the first calibration run alone (the baseline: "
                    "what `simulate` has after one boot); its pooled 90th percentiles are the one-run bands")
     ns = p.parse_args()
@@ -347,6 +356,8 @@ def main() -> None:
         chosen = chosen_rows(ctx, SETS[name]["calibrate"])
         if ns.one_run:
             chosen = chosen[:1]
+        elif ns.furthest_batch:
+            chosen = chosen[:2] + [furthest_batch(ctx, chosen[:2])]
         show(ctx, validate(ctx, chosen, not ns.no_analytic, POOLED), chosen, noise_floor(ctx))
         if ns.choices:
             rng = random.Random(0)
