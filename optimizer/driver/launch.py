@@ -103,7 +103,7 @@ def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progre
                                        f"{twin_of.number}{' (the baseline)' if of_trial.is_baseline(twin_of) else ''}, "
                                        f"measured at {twin_of.value:.4g}; what it changes does not reach vLLM's "
                                        "scheduler on this workload")
-    progress.predicted(trial.number, predicted, e, plan.objective.unit)
+    progress.predicted(trial.number, predicted, e, plan.objective.unit, booted=why is None)
     if why is None:
         return None
     state, result = outcome.tell(study, trial, TrialResult(trial.number, Failure(

@@ -138,10 +138,12 @@ class Progress:
         role = " baseline" if baseline else f" screening {screen}" if screen else ""
         self.console.print(f"[bold]trial {number}[/] ({position}/{total}){role}: {fmt_params(params)}")
 
-    def predicted(self, number: int, predicted, band: float | None, unit: str) -> None:
-        """What the twin predicted for a trial before it boots (search/prior.py), and how far it is trusted."""
+    def predicted(self, number: int, predicted, band: float | None, unit: str, booted: bool = True) -> None:
+        """What the twin predicted for a trial before it boots (search/prior.py), and how far it is trusted;
+        `booted` False when it is told without a boot (the line after says why)."""
         trust = (f"its band +-{band:.0%}" if band is not None else "its band here not known yet: booted")
-        where = f"; outside its envelope ({'; '.join(predicted.outside)}): booted" if predicted.outside else ""
+        where = (f"; outside its envelope ({'; '.join(predicted.outside)})" + (": booted" if booted else "")
+                 if predicted.outside else "")
         self.console.print(f"  twin: trial {number} predicted at {predicted.value:.4g} {unit} ({trust}{where})")
 
     def screened(self, found: dict, baseline: dict) -> None:

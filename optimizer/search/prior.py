@@ -24,7 +24,10 @@ limits (`SAME_KNOBS`), is told PRUNED as `predicted_same` once the band is known
 would measure that trial's noise. A screening move is compared with the baseline only. Being PRUNED, neither is ever the recommendation, a
 re-measurement's candidate, a reversion's evidence or the baseline; screening holds such a knob.
 A configuration outside the twin's validated envelope (an uncalibrated KV dtype, parallel ranks,
-speculation, an attention backend, a batch far from the calibration's) is always booted.
+speculation, an attention backend, max-num-seqs far from the calibration's) is always booted; one
+outside only for running a larger batch than any calibration run held is never predicted to lose
+(that batch's price is extrapolated), but may be predicted the same as a trial the twin schedules
+step for step alike, both priced alike whatever that price.
 
 Screening's moves are queued in the twin's predicted order, best first (`order`).
 """
@@ -104,15 +107,18 @@ def same_schedule(study, plan, pred: Predicted, params: dict, base: Predicted | 
     from `params` only in SAME_KNOBS; None if there is none. `base`: the twin's run of the baseline."""
     from optimizer.search.screening import measured_baseline  # noqa: PLC0415
 
-    if pred.outside or not pred.schedule:
+    from optimizer.twin.envelope import beyond_price  # noqa: PLC0415
+
+    # A batch past the calibration's doubts a step's price only, and both sides are priced alike.
+    if beyond_price(pred.outside) or not pred.schedule:
         return None
     found = []
-    if (b := measured_baseline(study)) is not None and base is not None and not base.outside:
+    if (b := measured_baseline(study)) is not None and base is not None and not beyond_price(base.outside):
         found += [b] if base.schedule == pred.schedule else []
     if not only_baseline:
         found += [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
-                  if of_trial.prior(t).get("schedule") == pred.schedule and not of_trial.prior(t).get("outside")
-                  and not of_trial.value_from_partial_run(t)]
+                  if of_trial.prior(t).get("schedule") == pred.schedule
+                  and not beyond_price(of_trial.prior(t).get("outside")) and not of_trial.value_from_partial_run(t)]
     safe = set(SAME_KNOBS) | (set(SAME_KNOBS_CPU) if plan.device.kind == "cpu" else set())
     for t in found:
         ran = {**(plan.cfg.baseline or {}), **t.params}  # the knobs it ran: the baseline's, then its own draws

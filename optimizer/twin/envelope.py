@@ -30,6 +30,7 @@ from optimizer.twin.step_cost import is_fp8
 FACTOR = 8.0
 RATE_FACTOR = 2.0
 BATCH_FACTOR = 1.25
+BATCH_REASON = "a running batch of "  # how the batch rule's reasons begin (beyond_price)
 
 
 def median_prompt(requests) -> float | None:
@@ -55,10 +56,10 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
     if calibrated_batch is None and calibrated_shapes:
         calibrated_batch = max(s.max_num_seqs for s in calibrated_shapes)
     if calibrated_batch and calibrated_batch <= 1 and (batch or shape.max_num_seqs) > 1:
-        out.append(f"a running batch of {batch or shape.max_num_seqs:g}: no calibration run held two sequences "
+        out.append(f"{BATCH_REASON}{batch or shape.max_num_seqs:g}: no calibration run held two sequences "
                    "in a step, so what a batch costs was never seen")
     elif batch and calibrated_batch and batch > calibrated_batch * BATCH_FACTOR:
-        out.append(f"a running batch of {batch:g} is more than {BATCH_FACTOR:g}x the largest a calibration run "
+        out.append(f"{BATCH_REASON}{batch:g} is more than {BATCH_FACTOR:g}x the largest a calibration run "
                    f"held ({calibrated_batch:g}): what more sequences in a step cost is extrapolated")
     for name, label in (("max_num_seqs", "max-num-seqs"), ("max_num_batched_tokens", "max-num-batched-tokens")):
         seen = [getattr(s, name) for s in calibrated_shapes]
@@ -81,3 +82,9 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
     if params.get("speculative-config") not in (None, "", "off"):
         out.append("speculative decoding is not modelled")
     return out
+
+
+def beyond_price(reasons) -> list[str]:
+    """The reasons that doubt more than the step's price: all but the batch rule's. Two configurations
+    vLLM's scheduler runs step for step alike are priced alike whatever a step of that batch costs."""
+    return [why for why in reasons or () if not why.startswith(BATCH_REASON)]

@@ -215,6 +215,25 @@ def test_one_the_twin_schedules_as_the_baseline_is_not_booted_and_screening_hold
     assert isinstance(_launch(study, plan), Running)
 
 
+def test_a_batch_past_the_calibrations_is_never_predicted_to_lose_but_may_be_the_same(opened, monkeypatch):
+    """Outside the envelope only for its batch (what such a step costs is extrapolated): a
+    configuration the twin puts at half the baseline boots; one it schedules step for step as the
+    baseline is still told predicted_same, priced alike whatever that price, and the console says so
+    without "booted"."""
+    study, plan, booted = opened
+    _baseline(study, 100.0)
+    batch = ("a running batch of 32 is more than 1.25x the largest a calibration run held (8): what more sequences "
+             "in a step cost is extrapolated",)
+    _twin(monkeypatch, 100.0, 50.0, outside=batch)
+    assert isinstance(_launch(study, plan), Running) and len(booted) == 1
+    _twin(monkeypatch, 100.0, 100.0, outside=batch)
+    out = io.StringIO()
+    state, failure = launch(study, plan, None, Progress(Console(file=out, width=400)), None, 0)
+    assert state == PRUNED and failure.kind == "predicted_same" and len(booted) == 1
+    line = next(x for x in out.getvalue().splitlines() if "twin: trial" in x)
+    assert line.endswith(f"outside its envelope ({batch[0]}))"), line
+
+
 def test_before_three_residuals_the_band_is_never_narrower_than_an_error_already_seen(opened, monkeypatch):
     """The validated band is 16% for throughput; a first residual of 66% widens it (a configuration at
     0.7x of the best, prunable under 16%, now boots)."""
