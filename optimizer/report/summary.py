@@ -43,7 +43,7 @@ def savings_text(sv: dict) -> str:
     """The savings in one sentence (the console's and the written report's)."""
     repeats = f"{sv['repeats']} repeat(s) of a measured configuration told without a boot; " if sv.get("repeats") else ""
     too_big = f"{sv['too_big']} by a topology no node holds; " if sv.get("too_big") else ""
-    repeats += (f"{sv['predicted']} configuration(s) the twin predicted to lose or to match the baseline, not booted; "
+    repeats += (f"{sv['predicted']} configuration(s) the twin predicted to lose or to match a measured trial, not booted; "
                 if sv.get("predicted") else "")
     return (f"Saved: {sv['boots_avoided']} boot(s) avoided by the KV precheck; {too_big}{repeats}{sv['early_stopped']} "
             f"trial(s) stopped early; ~{sv['replay_saved_s']:.0f} s of replay not spent")
