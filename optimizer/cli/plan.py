@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 
 from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.cli.whatif_args import WhatIfArgs, parse_whatif
@@ -143,7 +144,8 @@ def _tails(cfg, study, p, slos, trial: int | None) -> list[str]:
     from optimizer.twin.from_study import calibrate, stored_runs  # noqa: PLC0415
     from optimizer.twin.prediction import BAND, BAND_ONE_RUN  # noqa: PLC0415
     from optimizer.twin.server import TwinServer  # noqa: PLC0415
-    from optimizer.twin.tails import tails  # noqa: PLC0415
+    from optimizer.twin import envelope  # noqa: PLC0415
+    from optimizer.twin.tails import TAILS, tails  # noqa: PLC0415
 
     rate = p.peak_qps / p.replicas
     try:
@@ -155,8 +157,12 @@ def _tails(cfg, study, p, slos, trial: int | None) -> list[str]:
         server = TwinServer.from_flags(plan_.model, plan_.server_args(params), plan_.device,
                                        same.log_text if same else "", cal.kv_calibration)
         table = BAND_ONE_RUN if len(cal.runs) == 1 else BAND
-        got = tails(server, cal.cost, plan_.workload.requests, rate, slos,
-                    band=lambda m, v: (v / (1 + table[m]), v * (1 + table[m])))
+        got = tails(server, cal.cost, plan_.workload.requests, rate, slos)
+        why = tuple(envelope.outside(server.shape, [s.shape for s in cal.servers], params, rate, cal.rate,
+                                     batch=got.server.get("running_peak"), calibrated_batch=cal.largest_batch))
+        k = 2 if why else 1  # doubled outside the validated envelope, as simulate's
+        got = replace(got, outside=why, bands={m: (v / (1 + k * table[m]), v * (1 + k * table[m]))
+                                               for m, v in got.metrics.items() if m in TAILS})
     except OptimizerError as exc:
         return [f"Tails at peak: not predicted ({str(exc).removeprefix('simulate: ')})"]
     except (ValueError, KeyError, RuntimeError) as exc:  # vLLM's config classes on flags the twin does not model

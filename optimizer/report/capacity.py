@@ -57,6 +57,8 @@ def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
     lines = [f"Tails at peak (the twin of trial {trial}, calibrated on trial(s) {', '.join(map(str, calibrated_on))}; "
              f"predicted, nothing booted; {t.requests} requests a run): each replica at {rounded(t.rate)} req/s: "
              f"TTFT {shown('ttft_ms_p95')}, {shown('ttft_ms_p99')}; TPOT {shown('tpot_ms_p95')}, {shown('tpot_ms_p99')}"]
+    if t.outside:
+        lines.append(f"  OUTSIDE the twin's validated envelope ({'; '.join(t.outside)}): its bands doubled")
     if t.knee is None:
         lines.append(f"Knee: needs a TTFT SLO (--slo ttft:MS); saturation at {rounded(t.ceiling)} req/s a replica "
                      "(predicted)")

@@ -57,6 +57,16 @@ class Calibrated:
     kv_calibration: kv_fit.Calibration | None
 
     @property
+    def rate(self) -> float | None:
+        """The most requests a second a calibration run was sent (its records: sent over their span)."""
+        rates = []
+        for r in self.runs:
+            sent = [x["sent_s"] for x in r.records if x.get("sent_s") is not None]
+            if len(sent) > 1 and max(sent) > min(sent):
+                rates.append((len(sent) - 1) / (max(sent) - min(sent)))
+        return max(rates, default=None)
+
+    @property
     def largest_batch(self) -> float:
         """The most sequences a calibration run's steps held: its measured running peak, else its
         max-num-seqs (what bounds it). The envelope's batch rule compares a prediction with it."""

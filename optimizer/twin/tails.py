@@ -38,6 +38,8 @@ class Tails:
     ceiling: float = math.nan  # requests/s at saturation
     slo: Slo | None = None  # the TTFT SLO the knee is taken against
     requests: int = 0  # how many requests each simulated run replays
+    server: dict = field(default_factory=dict)  # the simulated run's server view at that rate (running peak...)
+    outside: tuple = ()  # why the prediction lies outside the twin's validated envelope (twin/envelope.py)
 
     @property
     def below_knee(self) -> float | None:
@@ -64,8 +66,10 @@ def tails(server, cost, requests: tuple, rate: float, slos: tuple = (), band=Non
     """The twin's run of `requests` at `rate` requests/s (module docstring), and, with a TTFT SLO among
     `slos`, the knee. `band(metric, value)` gives a prediction's (low, high)."""
     stream = open_loop(requests)
-    metrics = summarize(server.run(at_rate(stream, rate), None, cost).result)
+    sim = server.run(at_rate(stream, rate), None, cost)
+    metrics = summarize(sim.result)
     bands = {m: band(m, metrics[m]) for m in TAILS if band is not None and m in metrics}
     slo = ttft_slo(slos)
     cap = capacity(server, cost, stream, (slo,) if slo is not None else ())
-    return Tails(rate, metrics, bands, cap.rate if slo is not None else None, cap.ceiling, slo, len(requests))
+    return Tails(rate, metrics, bands, cap.rate if slo is not None else None, cap.ceiling, slo, len(requests),
+                 sim.server)

@@ -123,3 +123,29 @@ def test_without_a_ttft_slo_the_knee_asks_for_one_and_without_runs_the_plan_says
     assert any(x.startswith("Tails at peak: not predicted (no complete trial with request records under ")
                for x in lines)
     assert any(x.startswith("Replicas: ") for x in lines)  # the measured plan stands
+
+
+def _band_ratio(line: str, metric: str) -> float:
+    """high / low of `metric`'s band in a tails line ('TTFT p95 47 ms [32-69]')."""
+    part = line.split(f"{metric} ", 1)[1].split("]", 1)[0]
+    low, high = part.split("[", 1)[1].replace(",", "").split("-")
+    return float(high) / float(low)
+
+
+def test_tails_past_the_batch_the_calibration_held_are_marked_outside_with_doubled_bands(study):
+    """Calibrated on trial 0 alone (8 sequences at most): trial 1's 16, one replica near saturation,
+    run a larger batch, so its tails are said to lie outside the validated envelope, their bands
+    doubled; trial 0's own tails at its planned rate stay inside, with the one-run band."""
+    from optimizer.twin.prediction import BAND_ONE_RUN
+
+    # one replica near its saturation (17 req/s): a batch of up to 16
+    lines = _plan("--peak-qps", "16", "--tokens-per-request", "150", "--headroom", "0")
+    tail = next(x for x in lines if x.startswith("Tails at peak"))
+    outside = next((x for x in lines if x.startswith("  OUTSIDE the twin's validated envelope (")), "")
+    assert "is more than 1.25x the largest a calibration run held (8)" in outside and outside.endswith("its bands doubled"), "\n".join(lines)
+    assert _band_ratio(tail, "TTFT p95") == pytest.approx((1 + 2 * BAND_ONE_RUN["ttft_ms_p95"]) ** 2, rel=0.05)
+    own = _plan("--peak-qps", "16", "--tokens-per-request", "150", "--headroom", "0", "--trial", "0")
+    assert not any("OUTSIDE" in x for x in own), own
+    inside = next(x for x in own if x.startswith("Tails at peak"))
+    assert "the twin of trial 0" in inside
+    assert _band_ratio(inside, "TTFT p95") == pytest.approx((1 + BAND_ONE_RUN["ttft_ms_p95"]) ** 2, rel=0.05)
