@@ -247,17 +247,24 @@ def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict
         ratio = meas[top[0]][metric] / meas[best][metric]
         out[label] = (errors(p, meas, pool if label == "twin" else None), spearman(vals_p, vals_m), best in top, ratio)
     if pool is not None:
-        _split_by_batch(chosen, preds, servers, meas)
+        _split_by_batch(ctx, chosen, fitted.cost, preds, servers, meas)
     prefix = max(abs(s["prefix_cache_hit_rate"] - r["server"]["prefix_cache_hit_rate"]) for s, r in zip(servers, targets))
     preempt = max(abs(s["preemptions"] - r["server"]["preemptions"]) for s, r in zip(servers, targets))
     return Outcome(out["twin"][0], out["naive"][0], out["analytic"][0], {k: v[1] for k, v in out.items()},
                    {k: v[2] for k, v in out.items()}, {k: v[3] for k, v in out.items()}, prefix, preempt, fit_s, predict_s, len(targets))
 
 
-def _split_by_batch(chosen: list[dict], preds, servers, meas) -> None:
+def _split_by_batch(ctx: Context, chosen: list[dict], cost, preds, servers, meas) -> None:
+    """Each prediction's errors into BATCH_SPLIT, by the batch rule against the calibration's largest
+    batch as `simulate` takes it (from_study.Calibrated.largest_batch: the larger of the run's sampled
+    running peak and the twin's own run of it at its send times)."""
     from optimizer.twin.envelope import BATCH_FACTOR
 
-    held = max(r["server"]["running_peak"] for r in chosen)
+    held = 0.0
+    for row in chosen:
+        sim = twin_server(ctx, row, exact=True).run(ctx.plan.workload.requests, None, cost,
+                                                    send_times=[q[0] for q in row["requests"]])
+        held = max(held, sim.server["running_peak"], row["server"].get("running_peak") or 0)
     for p, s, m in zip(preds, servers, meas):
         side = "outside" if s["running_peak"] > held * BATCH_FACTOR else "inside"
         for k in METRICS:

@@ -141,10 +141,11 @@ def _tails(cfg, study, p, slos, trial: int | None) -> list[str]:
     study's own runs (twin/tails.py); one line saying why not when the twin cannot answer."""
     from optimizer.driver.plan import prepare  # noqa: PLC0415
     from optimizer.report.capacity import describe_tails  # noqa: PLC0415
+    from optimizer.trial.rate_search import nominal_rate  # noqa: PLC0415
+    from optimizer.twin import envelope  # noqa: PLC0415
     from optimizer.twin.from_study import calibrate, stored_runs  # noqa: PLC0415
     from optimizer.twin.prediction import BAND, BAND_ONE_RUN  # noqa: PLC0415
     from optimizer.twin.server import TwinServer  # noqa: PLC0415
-    from optimizer.twin import envelope  # noqa: PLC0415
     from optimizer.twin.tails import TAILS, tails  # noqa: PLC0415
 
     rate = p.peak_qps / p.replicas
@@ -158,8 +159,10 @@ def _tails(cfg, study, p, slos, trial: int | None) -> list[str]:
                                        same.log_text if same else "", cal.kv_calibration)
         table = BAND_ONE_RUN if len(cal.runs) == 1 else BAND
         got = tails(server, cal.cost, plan_.workload.requests, rate, slos)
-        why = tuple(envelope.outside(server.shape, [s.shape for s in cal.servers], params, rate, cal.rate,
-                                     batch=got.server.get("running_peak"), calibrated_batch=cal.largest_batch))
+        # the rate against the study's own schedule, as simulate's (a closed loop has none to compare)
+        why = tuple(envelope.outside(server.shape, [s.shape for s in cal.servers], params, rate,
+                                     nominal_rate(plan_.workload.requests), batch=got.server.get("running_peak"),
+                                     calibrated_batch=cal.largest_batch))
         k = 2 if why else 1  # doubled outside the validated envelope, as simulate's
         got = replace(got, outside=why, bands={m: (v / (1 + k * table[m]), v * (1 + k * table[m]))
                                                for m, v in got.metrics.items() if m in TAILS})

@@ -106,7 +106,6 @@ def same_schedule(study, plan, pred: Predicted, params: dict, base: Predicted | 
     """The fully measured trial (the baseline first) the twin schedules exactly as `pred`, differing
     from `params` only in SAME_KNOBS; None if there is none. `base`: the twin's run of the baseline."""
     from optimizer.search.screening import measured_baseline  # noqa: PLC0415
-
     from optimizer.twin.envelope import beyond_price  # noqa: PLC0415
 
     # A batch past the calibration's doubts a step's price only, and both sides are priced alike.
@@ -129,7 +128,10 @@ def same_schedule(study, plan, pred: Predicted, params: dict, base: Predicted | 
 
 def anchored(pred: Predicted, base: Predicted | None, measured: float | None) -> Predicted:
     """`pred` times the baseline's measured value over the twin's value for the baseline."""
-    if base is None or base.outside or not measured or not base.value or base.value <= 0 or measured <= 0:
+    from optimizer.twin.envelope import beyond_price  # noqa: PLC0415
+
+    if base is None or beyond_price(base.outside) or not measured or not base.value or base.value <= 0 \
+            or measured <= 0:
         return pred
     return replace(pred, value=pred.value * measured / base.value, raw=pred.value,
                    anchor_error=abs(math.log(base.value / measured)))

@@ -53,14 +53,7 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
     if is_fp8(shape.kv_cache_dtype) not in families:
         out.append(f"KV dtype {shape.kv_cache_dtype} never calibrated (its costs assumed equal to "
                    f"{'fp8' if not is_fp8(shape.kv_cache_dtype) else '16-bit'}'s)")
-    if calibrated_batch is None and calibrated_shapes:
-        calibrated_batch = max(s.max_num_seqs for s in calibrated_shapes)
-    if calibrated_batch and calibrated_batch <= 1 and (batch or shape.max_num_seqs) > 1:
-        out.append(f"{BATCH_REASON}{batch or shape.max_num_seqs:g}: no calibration run held two sequences "
-                   "in a step, so what a batch costs was never seen")
-    elif batch and calibrated_batch and batch > calibrated_batch * BATCH_FACTOR:
-        out.append(f"{BATCH_REASON}{batch:g} is more than {BATCH_FACTOR:g}x the largest a calibration run "
-                   f"held ({calibrated_batch:g}): what more sequences in a step cost is extrapolated")
+    out += _batch_reason(shape, calibrated_shapes, batch, calibrated_batch)
     for name, label in (("max_num_seqs", "max-num-seqs"), ("max_num_batched_tokens", "max-num-batched-tokens")):
         seen = [getattr(s, name) for s in calibrated_shapes]
         value = getattr(shape, name)
@@ -82,6 +75,20 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
     if params.get("speculative-config") not in (None, "", "off"):
         out.append("speculative decoding is not modelled")
     return out
+
+
+def _batch_reason(shape, calibrated_shapes, batch: float | None, calibrated_batch: float | None) -> list[str]:
+    """The batch rule (module docstring): [] inside, else its one reason."""
+    if calibrated_batch is None and calibrated_shapes:
+        calibrated_batch = max(s.max_num_seqs for s in calibrated_shapes)
+    running = batch if batch is not None else shape.max_num_seqs
+    if calibrated_batch is not None and calibrated_batch <= 1 and running > 1:
+        return [f"{BATCH_REASON}{running:g}: no calibration run held two sequences in a step, so what a batch "
+                "costs was never seen"]
+    if batch is not None and calibrated_batch and batch > calibrated_batch * BATCH_FACTOR:
+        return [f"{BATCH_REASON}{batch:g} is more than {BATCH_FACTOR:g}x the largest a calibration run held "
+                f"({calibrated_batch:g}): what more sequences in a step cost is extrapolated"]
+    return []
 
 
 def beyond_price(reasons) -> list[str]:

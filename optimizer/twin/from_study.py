@@ -3,8 +3,8 @@
 A study keeps, per trial, `artifacts/<study>/trial-<n>/requests.jsonl` (every measured request's
 send, first-chunk and end times), `result.json` (its parameters) and `server.log` (whose "KV cache
 size: N tokens" line sizes the twin's pool exactly). The calibration takes the baseline (trial 0),
-where the study measured another KV dtype the first complete trial of each, and, when none of those
-ever ran two sequences at once, the trial that ran the most: at most 3 runs. A trial measured by a rate search (goodput) replayed
+where the study measured another KV dtype the first complete trial of each, and, when none of
+those ever ran two sequences at once, the trial that ran the most: at most 3 runs. A trial measured by a rate search (goodput) replayed
 several schedules and is not used; nor is a failed or early-stopped one.
 
 The fitted step cost is kept beside the trials (`twin.json`) with the trial numbers and the
@@ -56,21 +56,20 @@ class Calibrated:
     seconds: float
     kv_calibration: kv_fit.Calibration | None
 
-    @property
-    def rate(self) -> float | None:
-        """The most requests a second a calibration run was sent (its records: sent over their span)."""
-        rates = []
-        for r in self.runs:
-            sent = [x["sent_s"] for x in r.records if x.get("sent_s") is not None]
-            if len(sent) > 1 and max(sent) > min(sent):
-                rates.append((len(sent) - 1) / (max(sent) - min(sent)))
-        return max(rates, default=None)
+    simulated_peaks: tuple = ()  # the most sequences the twin's run of each calibration run held, at its send times
 
     @property
     def largest_batch(self) -> float:
-        """The most sequences a calibration run's steps held: its measured running peak, else its
-        max-num-seqs (what bounds it). The envelope's batch rule compares a prediction with it."""
-        return max(r.running_peak if r.running_peak else s.shape.max_num_seqs for r, s in zip(self.runs, self.servers))
+        """The most sequences a calibration run's steps held: the larger of its running peak read on
+        /metrics (sampled, so it may miss the top) and the twin's own run of it (exact, as a
+        prediction's is); its max-num-seqs where neither is known. The envelope's batch rule compares
+        a prediction's running peak with it."""
+        peaks = []
+        for i, (r, s) in enumerate(zip(self.runs, self.servers)):
+            seen = [p for p in (r.running_peak, self.simulated_peaks[i] if i < len(self.simulated_peaks) else None)
+                    if p is not None]
+            peaks.append(max(seen) if seen else s.shape.max_num_seqs)
+        return max(peaks)
 
 
 def stored_runs(artifacts: Path) -> list[StoredRun]:
@@ -153,7 +152,9 @@ def calibrate(plan, stored: list[StoredRun] | None = None) -> Calibrated:
         ran = from_cli_args(plan.server_args(r.params))
         c = kv_fit.Calibration.from_log(plan.model, plan.device, ran, r.log_text) if r.log_text else None
         kv_cal = c if kv_cal is None else kv_cal.merge(c)
-    return Calibrated(cost, runs, [s for _, s in measured], error, time.monotonic() - t, kv_cal)
+    peaks = tuple(m.server.run(m.requests, None, cost, send_times=[x[0] for x in m.times]).server["running_peak"]
+                  for m, _ in measured)
+    return Calibrated(cost, runs, [s for _, s in measured], error, time.monotonic() - t, kv_cal, peaks)
 
 
 def correct_gpu(plan, device, arch, stored: list[StoredRun]):

@@ -58,7 +58,7 @@ from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.record import of_trial
 from optimizer.testing.memory import memory_fraction
 from optimizer.testing.one_process import ONE_PROCESS_ENV
-from optimizer.twin.prediction import BAND
+from optimizer.twin.prediction import BAND, BAND_ONE_RUN
 from optimizer.verdict.recommendation import MINIMAL, recommend
 from optimizer.workload.materialize import read_workload
 
@@ -431,21 +431,29 @@ def test_report_command_writes_markdown_html_pictures_and_a_yaml_vllm_accepts(fi
 
 def test_the_twin_tells_a_screening_move_it_predicts_to_lose_without_a_boot(finished_study):
     """`search.prior: twin`: after the warm starts, the budget has room for one screening move, the
-    twin's best predicted (max-num-seqs 1 -> 2, calibrated on the baseline when it was queued). When
-    it comes up, the twin (now calibrated on the baseline and trial 1, the run that batched) puts it
-    far below trial 1's measured throughput even at its band's favourable end: PRUNED as
-    predicted_to_lose, never booted, never the recommendation."""
+    twin's best predicted (max-num-seqs 1 -> 2; the others it predicts no better, and a tie keeps the
+    space's order). When it comes up, the twin, now calibrated on the baseline and trial 1 (the run
+    that batched), puts it far below trial 1's measured throughput: with its validated one-run band
+    (the twin reproduces the baseline's run within it) even the band's favourable end loses, so it
+    is told PRUNED as predicted_to_lose, never booted, never the recommendation. (Measured here: 399
+    predicted, 462 at best, 1372 measured, the baseline's run reproduced within 0.1%.) A stall of
+    1-3 s in the baseline's run can leave the twin further than its band from that run: it then
+    tells nothing before its residuals, and the move boots, said so."""
     run, study, _, root = finished_study
     moved = study.trials[4]
     assert of_trial.screen(moved) == "max-num-seqs" and moved.params["max-num-seqs"] == 2, moved.user_attrs
+    twin = of_trial.prior(moved)
+    assert twin["calibrated_on"] == [0, 1] and twin["outside"] == [] and 0 < twin["value"] < study.trials[1].value
+    assert "twin: trial 4 predicted at " in run.stdout
+    assert recommend(study).trial.number == 1
+    if twin["anchor_error"] > math.log1p(BAND_ONE_RUN["output_throughput"]):
+        assert "twin: trial 4 predicted at" in run.stdout and "its band here not known yet: booted" in run.stdout
+        assert moved.user_attrs.get("failure_kind") != "predicted_to_lose"
+        return
     assert moved.state == optuna.trial.TrialState.PRUNED, run.stdout[-4000:]
     assert moved.user_attrs["failure_kind"] == "predicted_to_lose", moved.user_attrs
     assert moved.user_attrs["evidence"].startswith("predicted, not booted: the twin puts it at ")
-    twin = of_trial.prior(moved)
-    assert twin["calibrated_on"] == [0, 1] and twin["outside"] == [] and 0 < twin["value"] < study.trials[1].value
     assert not (artifacts(root) / "trial-4").exists()  # no server was started for it
-    assert "twin: trial 4 predicted at " in run.stdout
-    assert recommend(study).trial.number == 1
 
 
 def test_simulate_prices_the_winner_on_runs_that_saw_a_batch_beside_its_measurement(finished_study):

@@ -222,3 +222,25 @@ def test_the_calibration_takes_the_baseline_each_kv_dtype_and_a_batch_where_none
     assert [r.number for r in choose([run(0, 8), run(1, 32)])] == [0]
     assert [r.number for r in choose([run(0, 1), run(1, None), run(2, 1)])] == [0]  # no batch anywhere
     assert [r.number for r in choose([run(0, None), run(1, 32)])] == [0]  # the baseline's batch never read
+
+
+def test_the_largest_batch_held_is_the_larger_of_the_sampled_and_the_twins_peak_else_max_num_seqs(model):
+    """/metrics samples the running gauge and may miss the top; the twin's run of the calibration run
+    counts every step, as a prediction's does: the larger counts. With neither, max-num-seqs bounds it."""
+    from optimizer.twin import envelope
+    from optimizer.twin.from_study import Calibrated, StoredRun
+
+    server = TwinServer.from_flags(model, ["--max-model-len", "4096", "--kv-cache-memory-bytes", str(1 << 30),
+                                           "--max-num-seqs", "16"])
+
+    def cal(peaks: list, simulated: tuple = ()) -> Calibrated:
+        runs = [StoredRun(n, {}, [], "", p) for n, p in enumerate(peaks)]
+        return Calibrated(None, runs, [server] * len(runs), 0.0, 0.0, None, simulated)
+
+    assert cal([6.0, 9.0]).largest_batch == 9.0
+    assert cal([6.0, 9.0], (7, 12)).largest_batch == 12
+    assert cal([None], ()).largest_batch == 16
+    assert cal([None], (5,)).largest_batch == 5
+    batch = envelope.outside(server.shape, [server.shape], {}, batch=20, calibrated_batch=12)
+    fp8 = ["KV dtype fp8 never calibrated"]
+    assert envelope.beyond_price(batch) == [] and envelope.beyond_price(batch + fp8) == fp8
