@@ -4,7 +4,8 @@ A study keeps, per trial, `artifacts/<study>/trial-<n>/requests.jsonl` (every me
 send, first-chunk and end times), `result.json` (its parameters) and `server.log` (whose "KV cache
 size: N tokens" line sizes the twin's pool exactly). The calibration takes the baseline (trial 0),
 where the study measured another KV dtype the first complete trial of each, and, when none of
-those ever ran two sequences at once, the trial that ran the most: at most 3 runs. A trial measured by a rate search (goodput) replayed
+those ever ran two sequences at once, the trial that ran the most: at most 3 runs. A trial
+measured by a rate search (goodput) replayed
 several schedules and is not used; nor is a failed or early-stopped one.
 
 The fitted step cost is kept beside the trials (`twin.json`) with the trial numbers and the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from optimizer.config import kv_fit
@@ -65,9 +67,8 @@ class Calibrated:
         prediction's is); its max-num-seqs where neither is known. The envelope's batch rule compares
         a prediction's running peak with it."""
         peaks = []
-        for i, (r, s) in enumerate(zip(self.runs, self.servers)):
-            seen = [p for p in (r.running_peak, self.simulated_peaks[i] if i < len(self.simulated_peaks) else None)
-                    if p is not None]
+        for r, s, simulated in zip_longest(self.runs, self.servers, self.simulated_peaks):
+            seen = [p for p in (r.running_peak, simulated) if p is not None]
             peaks.append(max(seen) if seen else s.shape.max_num_seqs)
         return max(peaks)
 
