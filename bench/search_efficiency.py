@@ -54,19 +54,24 @@ def goodput(requests: list, ttft_ms: float, tpot_ms: float) -> float:
 def build(rows: dict, ttft_ms: float, tpot_ms: float) -> st.Landscape:
     """The landscape under these SLOs. Boot costs per compile key as measured: a key whose first
     boot missed the cache costs that boot cold and its other boots warm; a key that never missed
-    (inductor reused what another key compiled) costs its warm boots even the first time."""
+    (inductor reused what another key compiled) costs its warm boots even the first time. A point
+    measured more than once (`landscape.py measure --repeats`) scores the mean goodput of its runs."""
     by_key: dict[tuple, dict] = {}
     for r in rows.values():
         state = "cold" if r["startup"].get("compile_cache") == "miss" else "warm"
         by_key.setdefault(st.compile_key(r["params"]), {}).setdefault(state, []).append(r["phases"]["startup_s"])
-    points = {}
+    runs: dict[tuple, list] = {}  # a point measured more than once scores the mean of its runs
     for r in rows.values():
+        runs.setdefault(st.key(r["params"]), []).append(r)
+    points = {}
+    for k, rs in runs.items():
+        r = rs[0]
         b = by_key[st.compile_key(r["params"])]
         warm = statistics.mean(b["warm"]) if "warm" in b else max(b["cold"])
         cold = max(b["cold"]) if "cold" in b else warm
-        score = goodput(r["requests"], ttft_ms, tpot_ms) if r["ok"] else 0.0
-        points[st.key(r["params"])] = st.Point(r["params"], score, cold, warm, r["phases"].get("replay_s", 0.0),
-                                               started=bool(r["ok"]))
+        score = statistics.fmean(goodput(x["requests"], ttft_ms, tpot_ms) if x["ok"] else 0.0 for x in rs)
+        replay = statistics.fmean(x["phases"].get("replay_s", 0.0) for x in rs)
+        points[k] = st.Point(r["params"], score, cold, warm, replay, started=all(x["ok"] for x in rs))
     return st.Landscape(dict(measured.GRID), points)
 
 

@@ -43,15 +43,24 @@ import strategies as st  # noqa: E402
 import twin_validation as tv  # noqa: E402
 
 
+PREFIX_RULE = [False]  # --calibrate-prefix: also the first booted run with prefix caching the other way
+
+
 def chosen(booted: list[dict]) -> list[dict]:
     """The calibration runs among those booted: the first (the baseline), then the first of the
-    other KV dtype (twin/from_study.py's `choose`, whose third run is a second dtype's)."""
+    other KV dtype (twin/from_study.py's `choose`, whose third run is a second dtype's); with
+    PREFIX_RULE, also the first with prefix caching the other way than the baseline."""
     out, dtypes = [], set()
     for row in booted:
         family = "fp8" if str(row["params"]["kv-cache-dtype"]).startswith("fp8") else "16-bit"
         if family not in dtypes:
             out.append(row)
             dtypes.add(family)
+    if PREFIX_RULE[0] and booted:
+        first = booted[0]["params"].get("enable-prefix-caching")
+        other = next((r for r in booted if r["params"].get("enable-prefix-caching") != first), None)
+        if other is not None and other not in out:
+            out.append(other)
     return out
 
 
@@ -187,7 +196,7 @@ def main() -> None:
     import optuna
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--landscape", choices=("rag", "rag-tight-kv"), default="rag")
+    p.add_argument("--landscape", choices=("rag", "rag-tight-kv", "decode-heavy"), default="rag")
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--ttft-ms", type=float, default=1500.0)
     p.add_argument("--tpot-ms", type=float, default=50.0)
@@ -197,7 +206,10 @@ def main() -> None:
                         "twin's band's slow end (pessimistic)")
     p.add_argument("--baselines", type=int, default=0,
                    help="also start from this many grid points as the baseline (spread over the grid)")
+    p.add_argument("--calibrate-prefix", action="store_true",
+                   help="also calibrate on the first booted run with prefix caching the other way than the baseline")
     ns = p.parse_args()
+    PREFIX_RULE[0] = ns.calibrate_prefix
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     ctx = tv.context(ns.landscape)
     rows = {st.key(r["params"]): r for r in ctx.rows}

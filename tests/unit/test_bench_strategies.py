@@ -136,3 +136,22 @@ def test_atv_runs_as_auto_tuning_vllm_does(land, monkeypatch):
         point = lossy.at(booted)
         assert value == (point.score if point.started else None)
     assert any(v == 0.0 for _, v in told) and any(v is None for _, v in told)
+
+
+def test_a_point_measured_more_than_once_scores_the_mean_of_its_runs():
+    import search_efficiency as se
+
+    params = {"max-num-seqs": 8, "max-num-batched-tokens": 256, "kv-cache-dtype": "auto", "enable-prefix-caching": True}
+    other = {**params, "max-num-seqs": 16}
+    fast = [[0.0, 0.1, 1.1, 100, 11, True], [9.0, 9.1, 10.0, 100, 11, True]]  # both good, window 10 s: 0.2
+    slow = [[0.0, 0.1, 1.1, 100, 11, True], [9.0, 9.1, 20.0, 100, 11, True]]  # one good, window 20 s: 0.05
+
+    def row(p, requests, repeat=0, cache="hit"):
+        return {"params": p, "repeat": repeat, "ok": True, "requests": requests,
+                "phases": {"startup_s": 30.0, "replay_s": 10.0 + 10 * repeat}, "startup": {"compile_cache": cache}}
+
+    rows = {"a": row(params, fast, cache="miss"), "a #1": row(params, slow, 1), "b": row(other, fast)}
+    land = se.build(rows, ttft_ms=1000, tpot_ms=200)
+    assert land.at(params).score == pytest.approx((0.2 + 0.05) / 2)
+    assert land.at(params).replay_s == pytest.approx(15.0)
+    assert land.at(other).score == pytest.approx(0.2)
