@@ -66,7 +66,7 @@ def main() -> None:
             print(f"run {len(rows)} ({label}) failed: {result.failure.kind}: {result.failure.evidence[:300]}")
         rows.append((label, cpu.get("others_busy") or 0.0, bool(disturbance(cpu)),
                      result.metrics.get("output_throughput")))
-    print(f"tiny model, max-num-seqs 16, worker bound to core {core}, 64 requests at 16 in flight, one process; "
+    print(f"tiny model, max-num-seqs 16, worker bound to core {core}, 64 requests at 16 in flight, two vLLM processes instead of three; "
           f"disturbed at >= 25% of its cores' time taken by others")
     print(f"{'run':<20} {'others took':>12} {'disturbed':>10} {'output tok/s':>13}")
     for label, share, disturbed, tok in rows:

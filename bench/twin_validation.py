@@ -9,6 +9,8 @@ first-token and end times, and the server's view):
     rag-tight-kv  the same grid and workload in 128 MiB of KV at 4.5 req/s (vLLM preempts in bf16)
     quickstart    the quickstart's four knobs on its own chat workload, 32 in flight (12 runs)
     preempt       a 16 MiB KV pool under 16 chat requests in flight: preemption everywhere (8 runs)
+and one measured after the bands were set, shown apart and never pooled into them (`--sets decode-heavy`):
+    decode-heavy  the rag grid, 1 GiB of KV, 24 chat clients in a closed loop (48 points, repeats of 8)
 
 Calibration: the set's middle configuration, the same with an fp8 KV cache, and (rag sets and
 quickstart) one more 16-bit run that differs in what matters most there (prefix caching off; a
@@ -73,6 +75,11 @@ EXTRA_SETS = {"decode-heavy": {"objective": ("goodput", "max"), "slos": "ttft:60
                                               "kv-cache-dtype": "fp8", "enable-prefix-caching": True})}}
 
 
+def spec(name: str) -> dict:
+    """A set's objective, SLOs and calibration points, whether pooled into the bands or not."""
+    return SETS[name] if name in SETS else EXTRA_SETS[name]
+
+
 @dataclass
 class Context:
     name: str
@@ -95,7 +102,7 @@ def context(name: str) -> Context:
     for r in runs:
         if r["ok"]:
             repeats.setdefault(landscape.key(r["params"]), []).append(r)
-    return Context(name, plan, parse_slos({**SETS, **EXTRA_SETS}[name]["slos"]), rows, {k: v for k, v in repeats.items() if len(v) > 1})
+    return Context(name, plan, parse_slos(spec(name)["slos"]), rows, {k: v for k, v in repeats.items() if len(v) > 1})
 
 
 def flags_of(ctx: Context, row: dict) -> dict:
@@ -183,7 +190,7 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 def objective_value(ctx: Context, m: dict) -> float:
     """Larger is better: the set's objective, with a broken SLO constraint (quickstart's TPOT) ranked last."""
-    metric, direction = SETS[ctx.name]["objective"]
+    metric, direction = spec(ctx.name)["objective"]
     value = m[metric] if direction == "max" else -m[metric]
     if ctx.name == "quickstart" and m.get("tpot_ms_p95", 0) > 50:
         value -= 1e9
@@ -249,7 +256,7 @@ def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict
         vals_m = [objective_value(ctx, x) for x in meas]
         best = max(range(len(meas)), key=lambda i: vals_m[i])
         top = sorted(range(len(p)), key=lambda i: -vals_p[i])[:3]
-        metric = SETS[ctx.name]["objective"][0]
+        metric = spec(ctx.name)["objective"][0]
         ratio = meas[top[0]][metric] / meas[best][metric]
         out[label] = (errors(p, meas, pool if label == "twin" else None), spearman(vals_p, vals_m), best in top, ratio)
     if pool is not None:
@@ -341,10 +348,10 @@ def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> N
         if spread:
             line += f"  {spread[k]:>9.1%}  {spread['repeat_predicts'][k]:>7.1%}"
         print(line)
-    print(f"   Spearman by {SETS[ctx.name]['objective'][0]}: twin {o.rho['twin']:.2f}, analytic "
+    print(f"   Spearman by {spec(ctx.name)['objective'][0]}: twin {o.rho['twin']:.2f}, analytic "
           f"{o.rho['analytic']:.2f}, naive {o.rho['naive']:.2f}; measured best in top 3: twin {o.top3['twin']}, "
           f"analytic {o.top3['analytic']}; each one's top pick measured {o.pick['twin']:.2f}x / "
-          f"{o.pick['analytic']:.2f}x the measured best's {SETS[ctx.name]['objective'][0]}")
+          f"{o.pick['analytic']:.2f}x the measured best's {spec(ctx.name)['objective'][0]}")
     print(f"   prefix-cache hit rate: max |difference| {o.prefix:.3f}; preemptions: max |difference| {o.preempt:.0f}")
     if spread:
         print(f"   run-to-run: {spread['configurations']} configurations, {spread['runs']} runs (the spread around "
@@ -361,18 +368,18 @@ def main() -> None:
     p.add_argument("--one-run", action="store_true", help="calibrate on the first calibration run alone (the baseline: "
                    "what `simulate` has after one boot); its pooled 90th percentiles are the one-run bands")
     ns = p.parse_args()
-    SETS.update({k: v for k, v in EXTRA_SETS.items() if k in ns.sets.split(",")})
     for name in ns.sets.split(","):
         ctx = context(name)
         if not ctx.rows:
             print(f"\n== {name}: no stored runs (bench/landscape.py measure --landscape {name})")
             continue
-        chosen = chosen_rows(ctx, SETS[name]["calibrate"])
+        chosen = chosen_rows(ctx, spec(name)["calibrate"])
         if ns.one_run:
             chosen = chosen[:1]
         elif ns.furthest_batch:
             chosen = chosen[:2] + [furthest_batch(ctx, chosen[:2])]
-        show(ctx, validate(ctx, chosen, not ns.no_analytic, POOLED), chosen, noise_floor(ctx))
+        pool = None if name in EXTRA_SETS else POOLED  # a set measured after the bands stays out of them
+        show(ctx, validate(ctx, chosen, not ns.no_analytic, pool), chosen, noise_floor(ctx))
         if ns.choices:
             rng = random.Random(0)
             outs = [validate(ctx, random_choice(ctx, rng, chosen), analytic=False) for _ in range(ns.choices)]
@@ -382,6 +389,8 @@ def main() -> None:
                       f"{statistics.median(o.twin[k][1] for o in outs):>7.1%}")
             print(f"   Spearman median {statistics.median(o.rho['twin'] for o in outs):.2f}; measured best in top 3 "
                   f"in {sum(o.top3['twin'] for o in outs)} of {ns.choices}")
+    if not POOLED["request_throughput"]:
+        return
     print(f"\n== pooled over the sets ({len(POOLED['request_throughput'])} predictions): the twin's median and "
           "90th-percentile |error|, the band simulate prints (twin/prediction.py BAND)")
     for k, e in POOLED.items():

@@ -201,7 +201,7 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
            # the baseline's 8: each such trial is told that outcome without a boot).
            "space": {"max-num-seqs": {"low": 9, "high": 24, "ladder": False}}, "search": {"screen": False},
            "workload": {"scenario": "trace", "path": str(traces / "a.jsonl"), "warmup_requests": 0},
-           # eager: ~20 s less a boot; one process: 8 s less (a vLLM server's own processes dying with it
+           # eager: ~20 s less a boot; two processes instead of three: 8 s less (a vLLM server's own processes dying with it
            # is tested in test_server_dies_with_its_owner.py)
            "engine": {"extra_args": ["--gpu-memory-utilization", str(memory_fraction(0.5)), "--enforce-eager"],
                       "env": ONE_PROCESS_ENV},  # 0.5 GiB of KV cache: a boot allocates it at ~1.7 s a GiB

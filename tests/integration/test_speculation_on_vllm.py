@@ -11,7 +11,7 @@ path of its own: bench/speculation_sweep.py measures it per workload and concurr
 (BENCHMARKS.md), and the study runs the same code as this one.
 
 float32: a 135M model decodes 3-4x faster in it than in bf16 on an AVX2-only CPU, and no slower
-on AVX-512. Eager, and vLLM in one process (optimizer/testing/one_process.py: 8 s less a boot).
+on AVX-512. Eager, and vLLM in two processes instead of three (optimizer/testing/one_process.py: 8 s less a boot).
 """
 
 from __future__ import annotations
