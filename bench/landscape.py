@@ -28,7 +28,7 @@ Five landscapes. Three share the grid above; two of them share the workload abov
                   to where the memory, not the arrivals, decides what keeps up.
     decode-heavy  the same grid and a 1 GiB KV cache on another workload: 24 clients in a closed loop,
                   each sending a chat turn of 200-600 prompt tokens (no prefix shared) for 128-256
-                  output tokens. Every configuration finishes about as many tokens a second; what
+                  output tokens. Every bf16 configuration finishes about as many tokens a second; what
                   moves is the time between tokens, which grows with the sequences a step runs. Under
                   a tight TPOT SLO the hand-set baseline (16 sequences) and vLLM's defaults (128,
                   nearest 64 in the grid) sit far from the best: a landscape that flatters no

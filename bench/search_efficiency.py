@@ -26,7 +26,6 @@ it runs on a budget of half the grid's boots (the others: the whole grid).
 from __future__ import annotations
 
 import argparse
-import json
 import importlib.util
 import math
 import statistics
@@ -99,7 +98,7 @@ def main() -> None:
     only = [name for name in ns.only.split(",") if name] or list(st.STRATEGIES)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rows = measured.load(ns.landscape)
-    measured_points = {json.dumps(r["params"], sort_keys=True) for r in rows.values()}
+    measured_points = {measured.key(r["params"]) for r in rows.values()}
     if len(measured_points) < len(measured.points()):
         sys.exit(f"the landscape {ns.landscape} is not fully measured ({len(measured_points)} of {len(measured.points())} "
                  f"points); run `bench/landscape.py measure --landscape {ns.landscape}` first")
