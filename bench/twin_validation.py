@@ -10,7 +10,7 @@ first-token and end times, and the server's view):
     quickstart    the quickstart's four knobs on its own chat workload, 32 in flight (12 runs)
     preempt       a 16 MiB KV pool under 16 chat requests in flight: preemption everywhere (8 runs)
 and one measured after the bands were set, shown apart and never pooled into them (`--sets decode-heavy`):
-    decode-heavy  the rag grid, 1 GiB of KV, 24 chat clients in a closed loop (48 points, repeats of 8)
+    decode-heavy  the rag grid, 1 GiB of KV, 24 chat clients in a closed loop (48 points, each run 2-3 times)
 
 Calibration: the set's middle configuration, the same with an fp8 KV cache, and (rag sets and
 quickstart) one more 16-bit run that differs in what matters most there (prefix caching off; a
