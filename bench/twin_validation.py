@@ -35,7 +35,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,6 +232,24 @@ class Outcome:
     fit_s: float
     predict_s: float
     n: int
+    by_batch: dict = field(default_factory=dict)  # signed_by_batch of the twin's predictions
+
+
+SIGNED = ("request_throughput", "tpot_ms_p50")
+
+
+def signed_by_batch(params: list[dict], preds: list[dict], meas: list[dict]) -> dict:
+    """{(max-num-seqs, KV dtype family): the predictions' geometric-mean ratio to the measured, minus 1, of
+    each SIGNED metric}. A bias the |error| medians hide: a step's fixed and per-sequence costs split
+    wrongly shows as errors of opposite sign at batches below and above the calibration's."""
+    groups: dict = {}
+    for p, x, m in zip(params, preds, meas):
+        family = "fp8" if str(p.get("kv-cache-dtype")).startswith("fp8") else "16-bit"
+        logs = [math.log(x[k] / m[k]) if (x.get(k) or 0) > 0 and (m.get(k) or 0) > 0 else None for k in SIGNED]
+        groups.setdefault((p.get("max-num-seqs") or 0, family), []).append(logs)
+    return {g: tuple(math.exp(statistics.fmean(got)) - 1 if (got := [v[i] for v in rows if v[i] is not None]) else math.nan
+                     for i in range(len(SIGNED)))
+            for g, rows in sorted(groups.items())}
 
 
 def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict | None = None) -> Outcome:
@@ -264,7 +282,8 @@ def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict
     prefix = max(abs(s["prefix_cache_hit_rate"] - r["server"]["prefix_cache_hit_rate"]) for s, r in zip(servers, targets))
     preempt = max(abs(s["preemptions"] - r["server"]["preemptions"]) for s, r in zip(servers, targets))
     return Outcome(out["twin"][0], out["naive"][0], out["analytic"][0], {k: v[1] for k, v in out.items()},
-                   {k: v[2] for k, v in out.items()}, {k: v[3] for k, v in out.items()}, prefix, preempt, fit_s, predict_s, len(targets))
+                   {k: v[2] for k, v in out.items()}, {k: v[3] for k, v in out.items()}, prefix, preempt, fit_s, predict_s,
+                   len(targets), signed_by_batch([r["params"] for r in targets], list(preds), meas))
 
 
 def _split_by_batch(ctx: Context, chosen: list[dict], cost, preds, servers, meas) -> None:
@@ -353,6 +372,8 @@ def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> N
           f"analytic {o.top3['analytic']}; each one's top pick measured {o.pick['twin']:.2f}x / "
           f"{o.pick['analytic']:.2f}x the measured best's {spec(ctx.name)['objective'][0]}")
     print(f"   prefix-cache hit rate: max |difference| {o.prefix:.3f}; preemptions: max |difference| {o.preempt:.0f}")
+    print("   the twin's signed error by max-num-seqs and KV dtype (throughput, TPOT p50): " + "; ".join(
+        f"{seqs} {family} {t:+.1%}, {u:+.1%}" for (seqs, family), (t, u) in o.by_batch.items()))
     if spread:
         print(f"   run-to-run: {spread['configurations']} configurations, {spread['runs']} runs (the spread around "
               "their mean; `a repeat`: each run predicted by the mean of its configuration's other runs)")
