@@ -242,9 +242,11 @@ def signed_by_batch(params: list[dict], preds: list[dict], meas: list[dict]) -> 
     """{(max-num-seqs, KV dtype family): the predictions' geometric-mean ratio to the measured, minus 1, of
     each SIGNED metric}. A bias the |error| medians hide: a step's fixed and per-sequence costs split
     wrongly shows as errors of opposite sign at batches below and above the calibration's."""
+    from optimizer.twin.step_cost import is_fp8  # noqa: PLC0415
+
     groups: dict = {}
     for p, x, m in zip(params, preds, meas):
-        family = "fp8" if str(p.get("kv-cache-dtype")).startswith("fp8") else "16-bit"
+        family = "fp8" if is_fp8(p.get("kv-cache-dtype")) else "16-bit"
         logs = [math.log(x[k] / m[k]) if (x.get(k) or 0) > 0 and (m.get(k) or 0) > 0 else None for k in SIGNED]
         groups.setdefault((p.get("max-num-seqs") or 0, family), []).append(logs)
     return {g: tuple(math.exp(statistics.fmean(got)) - 1 if (got := [v[i] for v in rows if v[i] is not None]) else math.nan
