@@ -226,7 +226,15 @@ def _study_cfg(root: Path, name: str, model: str, watch: dict, **daemon) -> dict
             # 4 warm-ups of shape A's outputs took it 66 s of a 94 s trial; 12 keep its ~1000x loss.
             "workload": {"warmup_requests": 1},
             "daemon": {"watch": {"window_s": WINDOW_S, "min_requests": MIN_REQUESTS, "requests": 12, **watch},
-                       "poll_s": 2, "threshold": 0.5, **daemon}}
+                       "poll_s": 2, "threshold": THRESHOLD, **daemon}}
+
+
+# A change is a quantile or the rate moving 2x either way. The same shape A, read on this shared 2-core
+# machine while two daemons started beside production, once read 1.37 req/s and output p10 63 tokens,
+# and 2.09 and 102 once the traffic resumed (x1.53 and x1.60): both readings inside the band
+# test_both_sources_read_the_traffic_that_was_sent accepts (0.6-1.4x). B moves the input p50 ~10x, C
+# ~100x from B.
+THRESHOLD = 1.0
 
 
 CAP = 24  # the clients' connection pool: at most this many requests in flight (production runs 16 at once)
