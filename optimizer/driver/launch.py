@@ -36,6 +36,7 @@ from optimizer.verdict.trials import best_feasible, finished_count
 from optimizer.engine.failures import Failure
 from optimizer.errors import first_line
 from optimizer.trial.spec import TrialResult, TrialSpec
+from optimizer.twin import probe as step_probe
 
 
 def _baseline_value(study: optuna.Study) -> float | None:
@@ -115,8 +116,10 @@ def _judged_by_twin(study: optuna.Study, plan: Plan, trial, params: dict, progre
 
 def spec_for(trial: optuna.Trial, plan: Plan, params: dict, best: float | None = None) -> TrialSpec:
     # The baseline always runs in full: the gain is measured against it.
+    # The baseline also sends the step probe: the twin calibrates on its run (twin/from_study.py).
+    baseline = of_trial.is_baseline(trial)
     spec = make_spec(trial.number, plan, params, f"trial-{trial.number}",
-                     early_stop=not of_trial.is_baseline(trial), best=best, outputs=True)
+                     early_stop=not baseline, best=best, outputs=True, probe=baseline)
     of_trial.write_vllm_args(trial, spec.vllm_args)
     return spec
 
@@ -129,11 +132,12 @@ def dev_mode(args: list[str]) -> dict:
 
 
 def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: bool = True,
-              best: float | None = None, outputs: bool = False) -> TrialSpec:
+              best: float | None = None, outputs: bool = False, probe: bool = False) -> TrialSpec:
     """What a trial task needs to measure `params` (its log goes to artifacts/<study>/<log_dir>/).
     With early stop on, the trial judges its stages itself against `best` (the best feasible value
     when it starts) as well as hearing the driver's verdicts. With `outputs`, it also answers the
-    output-regression prompts when the config asks (outputs/gate.py)."""
+    output-regression prompts when the config asks (outputs/gate.py). With `probe`, it sends the
+    step probe after its measured run (twin/probe.py)."""
     args = plan.server_args(params)
     env = {**dev_mode(args), **dict(plan.server_env), **plan.cfg.engine.env}
     if plan.cfg.engine.compile_cache:
@@ -154,7 +158,10 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
         best=best, margin=es.margin, driver_host=socket.gethostname(),
         regression=outputcheck.trial_spec_part(plan.cfg) if outputs else None,
         compile_cache=str(plan.compile_cache) if plan.cfg.engine.compile_cache else "",
+        step_probe=(step_probe.for_server(plan.workload, args, plan.model.max_positions)
+                    if probe and plan.objective.mode == "replay" else ()),
     )
+
 
 
 @dataclass

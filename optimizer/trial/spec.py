@@ -49,6 +49,8 @@ class TrialSpec:
     # greedily after a measured run, one prompt at a time on the then idle server.
     regression: tuple | None = None
     compile_cache: str = ""  # the compile cache on the driver's machine (engine/compile_cache.py); "": vLLM's default
+    # The step probe's groups of requests (twin/probe.py), sent after a complete measured run; (): none.
+    step_probe: tuple = ()
 
     def server_env(self, host: str | None = None) -> dict[str, str]:
         """The server's environment on `host` (this machine by default): `env`, with the compile
@@ -91,6 +93,7 @@ class TrialResult:
     outputs_error: str = ""  # why they could not be read (the measurement still counts)
     startup: dict = field(default_factory=dict)  # the start-up's steps read from the log (engine/startup_log.py)
     replay_cpu: dict = field(default_factory=dict)  # what the server got of the CPU while measured (engine/starvation.py)
+    step_probe: tuple = ()  # per probe group, per request: [sent, first token, end, prompt, output, ok] (twin/probe.py)
 
     @property
     def ok(self) -> bool:

@@ -38,6 +38,7 @@ from optimizer.outputs import compare as regression
 from optimizer.trial import gpu_check as gpucheck
 from optimizer.trial.driver_link import Driver
 from optimizer.trial.spec import TrialResult, TrialSpec
+from optimizer.trial import step_probe
 from optimizer.trial.stages import (
     measure_window,
     reset_prefix_cache,
@@ -86,7 +87,7 @@ def execute_trial(spec: TrialSpec, report: Callable[[str], None] | None = None,
     return TrialResult(spec.number, got.failure, got.metrics, phases, got.records, stop, tail,
                        socket.gethostname(), os.environ.get("OMP_NUM_THREADS", ""), server.port, got.server_view,
                        got.probes, got.early, kv_lines, driver.health(), capped_log(text), got.outputs,
-                       got.outputs_error, startup, got.cpu)
+                       got.outputs_error, startup, got.cpu, got.step_probe)
 
 
 @dataclass
@@ -102,6 +103,7 @@ class _Measured:
     outputs: tuple = ()
     outputs_error: str = ""
     cpu: dict = field(default_factory=dict)  # what the server got of the CPU while measured (CpuShare.as_dict)
+    step_probe: tuple = ()  # the step probe's timings (twin/probe.py)
 
 
 def _boot_and_measure(server: VllmServer, spec: TrialSpec, driver: Driver, report, phases: dict) -> _Measured:
@@ -125,6 +127,11 @@ def _boot_and_measure(server: VllmServer, spec: TrialSpec, driver: Driver, repor
     got = _measure(server, spec, driver, report)
     got.metrics["prefix_cache_reset"] = float(reset)
     phases["replay_s"] = time.monotonic() - t
+    if spec.step_probe and got.failure is None and not got.early:
+        report("probing step costs")
+        t = time.monotonic()
+        got.step_probe = tuple(step_probe.send(server.base_url, spec.model, spec.step_probe, spec.request_timeout))
+        phases["probe_s"] = time.monotonic() - t
     if spec.regression and got.failure is None and not got.early:
         report("checking outputs")
         t = time.monotonic()

@@ -45,6 +45,7 @@ class MeasuredRun:
     requests: tuple  # workload Requests, in the order of `times`
     times: list[tuple[float, float | None, float | None, int, bool]]  # (sent, first token, end, output tokens, ok), s
     base: object = None  # the step cost a correction corrects for this run (twin/gpu/correction.py); None otherwise
+    spans_only: bool = False  # fit its decode spans, not its TTFTs (the step probe's bursts: twin/probe.py)
 
 
 class Terms(Protocol):
@@ -129,7 +130,7 @@ def _rows(run: MeasuredRun, sim, terms: Terms) -> tuple[list, list, list]:
         j0, k1, kn = log.first_step[i], steps[0], steps[-1]
         const = log.starts[j0] - log.visible[i] if j0 < len(log.starts) else 0.0
         ttft = first - sent
-        if ttft > 0:
+        if ttft > 0 and not run.spans_only:
             rows.append(np.append(cum[k1 + 1] - cum[j0], 1.0))
             targets.append(ttft - const)
             sim_ttft = sim.result.records[i].first_chunk_s - sim.result.records[i].sent_s

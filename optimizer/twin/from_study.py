@@ -2,7 +2,9 @@
 
 A study keeps, per trial, `artifacts/<study>/trial-<n>/requests.jsonl` (every measured request's
 send, first-chunk and end times), `result.json` (its parameters) and `server.log` (whose "KV cache
-size: N tokens" line sizes the twin's pool exactly). The calibration takes the baseline (trial 0),
+size: N tokens" line sizes the twin's pool exactly), and the baseline's `step_probe.json` (its
+step probe, twin/probe.py: decode batches its workload run may not have varied, one calibration
+run per group). The calibration takes the baseline (trial 0),
 where the study measured another KV dtype the first complete trial of each, and, when none of
 those ever ran two sequences at once, the trial that ran the most: at most 3 runs. A trial
 measured by a rate search (goodput) replayed
@@ -26,14 +28,14 @@ from pathlib import Path
 from optimizer.config import kv_fit
 from optimizer.config.flags import from_cli_args
 from optimizer.errors import ConfigError
-from optimizer.twin import step_cost
+from optimizer.twin import probe, step_cost
 from optimizer.twin.fit import MeasuredRun, fit
 from optimizer.twin.server import TwinServer
 from optimizer.twin.step_cost import LinearStepCost, is_fp8
 
 MAX_RUNS = 3
 CACHE = "twin.json"
-FIT_VERSION = 2  # bumped when the fit or the step-cost terms change: a stored fit is then redone
+FIT_VERSION = 3  # bumped when the fit or the step-cost terms change: a stored fit is then redone
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class StoredRun:
     records: list[dict]
     log_text: str
     running_peak: float | None = None  # the most sequences its server ran at once (/metrics), when read
+    probe: tuple = ()  # the step probe's timings, per group (twin/probe.py), where the trial sent it
 
     @property
     def kv_dtype(self) -> str:
@@ -87,8 +90,15 @@ def stored_runs(artifacts: Path) -> list[StoredRun]:
         log = result.parent / "server.log"
         runs.append(StoredRun(int(body["trial"]), dict(body["params"]), [json.loads(x) for x in lines if x.strip()],
                               log.read_text(errors="replace") if log.exists() else "",
-                              (body.get("server") or {}).get("running_peak")))
+                              (body.get("server") or {}).get("running_peak"), _probe(result.parent)))
     return runs
+
+
+def _probe(trial_dir: Path) -> tuple:
+    try:
+        return tuple(json.loads((trial_dir / "step_probe.json").read_text()).get("groups") or ())
+    except (OSError, ValueError, AttributeError):
+        return ()
 
 
 def _number(name: str) -> int:
@@ -122,6 +132,14 @@ def measured_run(plan, run: StoredRun) -> tuple[MeasuredRun, TwinServer]:
     return MeasuredRun(f"trial {run.number}", server, *_sent(plan, run)), server
 
 
+def probe_runs(plan, run: StoredRun, server: TwinServer) -> list[MeasuredRun]:
+    """The run's step probe as calibration runs of its server: one per group (twin/probe.py)."""
+    if not run.probe:
+        return []
+    groups = probe.for_server(plan.workload, plan.server_args(run.params), plan.model.max_positions)
+    return probe.measured_runs(f"trial {run.number}", server, groups, list(run.probe))
+
+
 def _sent(plan, run: StoredRun) -> tuple[tuple, list]:
     """The run's requests (the workload's, in its records' order) and what each took."""
     by_id = {r.id: r for r in plan.workload.requests}
@@ -140,11 +158,12 @@ def calibrate(plan, stored: list[StoredRun] | None = None) -> Calibrated:
                           "study first (its baseline alone calibrates the twin)")
     t = time.monotonic()
     measured = [measured_run(plan, r) for r in runs]
+    probed = [p for r, (_, server) in zip(runs, measured) for p in probe_runs(plan, r, server)]
     key = {"version": FIT_VERSION, "terms": list(step_cost.TERMS), "trials": [r.number for r in runs],
-           "workload": plan.workload.content_hash()}
+           "probes": len(probed), "workload": plan.workload.content_hash()}
     cost, error = _cached(plan.artifacts / CACHE, key)
     if cost is None:
-        result = fit([m for m, _ in measured])
+        result = fit([m for m, _ in measured] + probed)
         cost, error = result.cost, result.error
         _store(plan.artifacts / CACHE, key, cost, error)
     kv_cal = None

@@ -166,7 +166,9 @@ def test_trials_complete_with_metrics_and_their_slo_constraint(finished_study):
     assert m["completed"] == 48 and m["error_rate"] == 0
     assert t.value == pytest.approx(m["output_throughput"], rel=1e-3) and t.value > 0
     assert 0 < m["ttft_ms_p50"] <= m["ttft_ms_p95"] < m["e2el_ms_p95"]
-    assert set(t.user_attrs["phases_s"]) == {"startup_s", "warmup_s", "replay_s", "outputs_s", "shutdown_s"}
+    # the baseline's phases, its step probe among them (trial 1 sends none)
+    assert set(t.user_attrs["phases_s"]) == {"startup_s", "warmup_s", "replay_s", "probe_s", "outputs_s", "shutdown_s"}
+    assert "probe_s" not in done[1].user_attrs["phases_s"]
     # The start-up's steps, read from the server's log in the Ray task: eager, so no compile step.
     startup = t.user_attrs["startup"]
     assert startup["ready"] and startup["compile_cache"] is None and "compile" not in startup["steps"]
@@ -457,8 +459,8 @@ def test_the_twin_tells_a_screening_move_it_predicts_to_lose_without_a_boot(fini
 
 
 def test_simulate_prices_the_winner_on_runs_that_saw_a_batch_beside_its_measurement(finished_study):
-    """The baseline served one sequence at a time, so its run alone cannot tell a step's fixed cost
-    from its cost per sequence: the twin calibrates on it and on the run that held the most
+    """The baseline served one sequence at a time, so its run (and its step probe) alone cannot tell
+    a step's fixed cost from its cost per sequence: the twin calibrates on it and on the run that held the most
     sequences (trial 1). `simulate --trial 1`, nothing booted: vLLM's own scheduler runs all 16
     clients' requests at once as the server did, inside the envelope (a batch the calibration saw),
     with the bands of a calibration on more than one run, and trial 1's measured figures beside.
@@ -470,6 +472,11 @@ def test_simulate_prices_the_winner_on_runs_that_saw_a_batch_beside_its_measurem
     assert got.returncode == 0, got.stderr[-3000:]
     body = json.loads(got.stdout)
     assert body["calibrated_on"] == [0, 1] and body["params"]["max-num-seqs"] == 16
+    # The baseline also sent the step probe (twin/probe.py), one sequence at a time as it serves, and
+    # the twin fitted it; no other trial sends one.
+    probe = json.loads((artifacts(root) / "trial-0" / "step_probe.json").read_text())["groups"]
+    assert [len(g) for g in probe] == [1, 1] and all(r[5] and r[4] > 1 for g in probe for r in g), probe
+    assert not (artifacts(root) / "trial-1" / "step_probe.json").exists()
     assert body["scheduler"].startswith("max-num-seqs 16,")
     assert body["server"]["running_peak"] == 16 and body["server"]["waiting_peak"] == 0
     assert body["outside_envelope"] == [], body

@@ -7,6 +7,8 @@
     artifacts/<study>/trial-<n>/requests.jsonl  one line per measured request: send time, first
                                                 chunk, end, tokens, status (replay.RequestRecord)
     artifacts/<study>/trial-<n>/result.json     parameters, failure, metrics, phases, server view
+    artifacts/<study>/trial-<n>/step_probe.json the step probe's timings, where the trial sent it
+                                                (twin/probe.py: the baseline)
 
 All written by the driver before it tells Optuna. A write that fails (a full disk, a quota)
 fails that trial as `infra` with evidence starting "disk:", and the driver waits for space
@@ -47,6 +49,9 @@ def store_trial(trial_dir: Path, params: dict, result, driver_host: str) -> Fail
         if result.records:
             write_atomically(path, "".join(json.dumps(_finite(asdict(r)), sort_keys=True) + "\n"
                                            for r in result.records))
+        path = trial_dir / "step_probe.json"
+        if result.step_probe:
+            write_atomically(path, json.dumps({"groups": _finite(list(result.step_probe))}))
         path = trial_dir / "server.log"
         if result.log_text and (result.host != driver_host or not path.exists()):
             write_atomically(path, result.log_text)
