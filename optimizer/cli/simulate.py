@@ -78,6 +78,7 @@ def main(ns: argparse.Namespace, console) -> int:
     if ns.json:
         console.print(json.dumps({"params": params, "scheduler": server.describe(), **pred.as_dict(),
                                   "calibrated_on": [r.number for r in cal.runs] if cal else [],
+                                  "step_probe_of": [r.number for r in cal.runs if r.probe] if cal else [],
                                   "what_if": device.name if device else None, "note": note,
                                   "measured": measured},
                                  default=str), markup=False)
@@ -218,7 +219,9 @@ def _describe(plan, params, server, pred, cal, measured, rate, note: str = "") -
     lines = [f"Twin of {knobs} on {load_text}: nothing booted, {pred.seconds:.2f} s, {pred.steps:,} engine steps",
              f"  scheduler: vLLM's own ({server.describe()})"]
     if cal is not None:
-        lines.append(f"  step costs: fitted on trial(s) {', '.join(str(r.number) for r in cal.runs)} of this study "
+        probed = ", ".join(str(r.number) for r in cal.runs if r.probe)
+        lines.append(f"  step costs: fitted on trial(s) {', '.join(str(r.number) for r in cal.runs)} of this study"
+                     f"{f' and the step probe of trial(s) {probed}' if probed else ''} "
                      f"(median error on them {math.expm1(cal.error):.1%}): {cal.cost.describe()}")
         if len(cal.runs) == 1:
             lines.append("  bands: a twin calibrated on one run (a run of the other KV dtype, or one more run, "

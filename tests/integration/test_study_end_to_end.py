@@ -471,7 +471,7 @@ def test_simulate_prices_the_winner_on_runs_that_saw_a_batch_beside_its_measurem
                           "--json"], capture_output=True, text=True, timeout=300, cwd=root)
     assert got.returncode == 0, got.stderr[-3000:]
     body = json.loads(got.stdout)
-    assert body["calibrated_on"] == [0, 1] and body["params"]["max-num-seqs"] == 16
+    assert body["calibrated_on"] == [0, 1] and body["step_probe_of"] == [0] and body["params"]["max-num-seqs"] == 16
     # The baseline also sent the step probe (twin/probe.py), one sequence at a time as it serves, and
     # the twin fitted it; no other trial sends one.
     probe = json.loads((artifacts(root) / "trial-0" / "step_probe.json").read_text())["groups"]

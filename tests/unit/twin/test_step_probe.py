@@ -98,6 +98,7 @@ def test_the_baselines_stored_probe_calibrates_the_studys_twin(tmp_path, tiny_mo
     assert len(stored_runs(plan.artifacts)[0].probe) == 4
     cal = calibrate(plan)
     assert json.loads((plan.artifacts / "twin.json").read_text())["key"]["probes"] == 4
+    assert [r.number for r in cal.runs if r.probe] == [0]  # `simulate` names it: "and the step probe of trial(s) 0"
     got, truth = dict(zip(TERMS, cal.cost.coefficients)), dict(zip(TERMS, TRUTH.coefficients))
     for term in ("step_s", "decode_seq_s"):
         assert got[term] == pytest.approx(truth[term], rel=0.1), (term, got[term], truth[term])
