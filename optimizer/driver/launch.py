@@ -163,7 +163,6 @@ def make_spec(number: int, plan: Plan, params: dict, log_dir: str, early_stop: b
     )
 
 
-
 @dataclass
 class Running:
     """A trial whose task runs: what the driver needs to watch it and tell its outcome."""
