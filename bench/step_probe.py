@@ -87,15 +87,13 @@ def measure(args) -> None:
 
 def _calibrate(ctx, row, with_probe: bool):
     from optimizer.twin import probe
-    from optimizer.twin.fit import MeasuredRun, fit
+    from optimizer.twin.fit import fit
 
-    server = tv.twin_server(ctx, row, exact=True)
-    times = [(q[0], q[1], q[2], q[4], q[5]) for q in row["requests"]]
-    runs = [MeasuredRun("run", server, ctx.plan.workload.requests, times)]
+    runs = [tv.measured_run(ctx, row)]
     if with_probe:
         groups = probe.for_server(ctx.plan.workload, ctx.plan.server_args(tv.flags_of(ctx, row)),
                                   ctx.plan.model.max_positions)
-        runs += probe.measured_runs("run", server, groups, row["probe"])
+        runs += probe.measured_runs("run", runs[0].server, groups, row["probe"])
     return fit(runs), len(runs) - 1
 
 

@@ -142,15 +142,21 @@ def twin_server(ctx: Context, row: dict, kv_cal=None, exact: bool = False):
     return TwinServer.from_flags(ctx.plan.model, ctx.plan.server_args(flags_of(ctx, row)), _device(row), log, kv_cal)
 
 
+def measured_run(ctx: Context, row: dict):
+    """A stored run as a calibration run of its own twin server (its pool from its log)."""
+    from optimizer.twin.fit import MeasuredRun
+
+    times = [(q[0], q[1], q[2], q[4], q[5]) for q in row["requests"]]
+    return MeasuredRun(landscape.key(row["params"]), twin_server(ctx, row, exact=True), ctx.plan.workload.requests, times)
+
+
 def calibrate(ctx: Context, chosen: list[dict]):
     from optimizer.config import kv_fit
-    from optimizer.twin.fit import MeasuredRun, fit
+    from optimizer.twin.fit import fit
 
     runs, kv_cal = [], None
     for row in chosen:
-        server = twin_server(ctx, row, exact=True)
-        times = [(q[0], q[1], q[2], q[4], q[5]) for q in row["requests"]]
-        runs.append(MeasuredRun(landscape.key(row["params"]), server, ctx.plan.workload.requests, times))
+        runs.append(measured_run(ctx, row))
         if row.get("kv_cache_tokens"):
             c = kv_fit.Calibration.from_log(ctx.plan.model, _device(row), flags_of(ctx, row),
                                             f"CPU KV cache size: {row['kv_cache_tokens']:,} tokens")
