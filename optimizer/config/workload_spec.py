@@ -207,8 +207,9 @@ class ObservedSpec(_Common):
     requests: int = Field(200, ge=1, description="requests drawn; they arrive at the observed rate (under the "
                           "daemon: this when written here, else daemon.watch.requests)")
     max_model_len: int | None = Field(None, ge=2, description="the longest request (prompt + output tokens) the "
-                                      "watched servers admit; drawn lengths are cut to it (under the daemon: "
-                                      "daemon.watch.max_model_len, else the baseline's max-model-len)")
+                                      "watched servers admit; drawn lengths are cut to it (under the daemon: the "
+                                      "shorter of what production admits and a --max-model-len engine.extra_args "
+                                      "pins for every trial)")
 
 
 WorkloadSpec = Annotated[Union[ChatSpec, BatchSpec, RagSpec, BurstSpec, AgentSpec, TraceSpec, ObservedSpec,

@@ -32,6 +32,7 @@ from optimizer import shutdown
 from optimizer.config.daemon_spec import LiveWatch
 from optimizer.config.schema import StudyConfig
 from optimizer.config.workload_spec import ObservedSpec
+from optimizer.daemon.admission import pinned_model_len
 from optimizer.traffic import lengths
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.prometheus import PrometheusSource
@@ -254,15 +255,19 @@ def episode(name: str, study: str, generation: int, source: str | None, window: 
 def observed_spec(cfg: StudyConfig, live: LiveWatch, source: Path, admits: int | None = None) -> ObservedSpec:
     """The workload replaying a live window: `workload.requests` when the config writes it under
     `scenario: observed`, else `daemon.watch.requests`; the workload's seed and warm-up either way.
-    Its lengths are cut to what production admits: `admits` (the servers' own, Observer.check),
-    else `daemon.watch.max_model_len`, else the baseline's."""
+    Its lengths are cut to what production admits (`admits`, the servers' own, Observer.check; else
+    `admitted`), and to a --max-model-len engine.extra_args pins for every trial where shorter: such
+    a trial server would cut a longer request's output (its counters then disagree with the
+    workload: replay_invalid) or refuse it. A baseline's is not a bound: the admission raises it."""
     written = cfg.workload.scenario == "observed" and "requests" in cfg.workload.model_fields_set
+    limits = [n for n in (admits or admitted(cfg, live), pinned_model_len(cfg.engine.extra_args)) if n]
     return ObservedSpec(path=str(source), requests=cfg.workload.requests if written else live.requests,
                         seed=cfg.workload.seed, warmup_requests=cfg.workload.warmup_requests,
-                        max_model_len=admits or admitted(cfg, live))
+                        max_model_len=min(limits) if limits else None)
 
 
 def admitted(cfg: StudyConfig, live: LiveWatch) -> int | None:
-    """The longest request production admits: `daemon.watch.max_model_len`, else the baseline's."""
-    admits = live.max_model_len or (cfg.baseline or {}).get("max-model-len")
+    """The longest request production admits: `daemon.watch.max_model_len`, else the trials' own (the
+    baseline's max-model-len, else the one engine.extra_args pins)."""
+    admits = live.max_model_len or (cfg.baseline or {}).get("max-model-len") or pinned_model_len(cfg.engine.extra_args)
     return int(admits) if admits else None

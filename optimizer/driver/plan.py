@@ -95,6 +95,11 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
                           f"max_position_embeddings ({model.max_positions}); shorten the workload's longest prompt or output")
+    fixed_len = flags.from_cli_args(list(cfg.engine.extra_args)).get("max-model-len")
+    if fixed_len is not None and fixed_len < workload.longest_request():
+        raise ConfigError(f"engine.extra_args: --max-model-len {fixed_len} is below the workload's longest request "
+                          f"({workload.longest_request()} tokens): every trial server would cut its output short or "
+                          "refuse it; raise it, or shorten the workload")
     span = max((r.offset_s for r in workload.requests), default=0.0)
     if span > MAX_SPAN_S:
         raise ConfigError(f"workload: its {len(workload.requests)} requests are sent over {span / 3600:,.1f} h, and every "

@@ -3,8 +3,9 @@ traffic/window.py), replayed as a seeded synthetic workload of the same shape.
 
     lengths     prompt and output lengths drawn from the window's histograms, as fitted by
                 traffic/lengths.py (a bucket, then a tilted place inside it matching the mean).
-                A request longer than production admits (the spec's max_model_len: the servers'
-                --max-model-len, which answers a longer one 400) or than the model takes is cut
+                A request longer than the servers admit (the spec's max_model_len: the shorter of
+                production's --max-model-len, which answers a longer one 400, and one the trial
+                servers are pinned to, which would cut its output short) or than the model takes is cut
                 to fit, and the notes say how many were and to which.
     arrivals    gamma gaps at the window's rate with its burstiness (1 when unknown), vLLM's
                 benchmark schedule (workload/arrivals.py).
@@ -79,8 +80,8 @@ def _limit(spec: ObservedSpec, vocab: Vocabulary) -> tuple[int | None, str]:
     """The longest request drawn (prompt + output), and what sets it."""
     model = vocab.max_positions
     if spec.max_model_len and (not model or spec.max_model_len <= model):
-        return spec.max_model_len, (f"production's max-model-len {spec.max_model_len} (the longest request the "
-                                    "watched servers admit)")
+        return spec.max_model_len, (f"max-model-len {spec.max_model_len} (the longest request the watched "
+                                    "servers and the trial servers admit)")
     return model, f"the model's {model} positions"
 
 

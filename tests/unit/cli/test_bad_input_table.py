@@ -84,6 +84,10 @@ CASES = [
      SPACE + "engine: {extra_args: ['--hf-token', 'hf_abc']}\n", [], None,
      "config study.yaml: field 'engine.extra_args': --hf-token carries a secret, and flags are stored with every "
      "trial and shown in logs, best.yaml and manifests; give it as HF_TOKEN in engine.env"),
+    ("extra-arg-model-len", "a max-model-len held fixed below the workload's longest request",
+     SPACE + "engine: {extra_args: ['--max-model-len', '64']}\n", [], None,
+     "engine.extra_args: --max-model-len 64 is below the workload's longest request (2946 tokens): every trial "
+     "server would cut its output short or refuse it; raise it, or shorten the workload"),
     ("study-name-escape", "a study name that leaves artifacts_dir", SPACE, ["--study-name", "../escape"], None,
      "--study-name ../escape: '../escape' is not a study name: use letters, digits, '.', '_' and '-' only (it "
      "names a directory under artifacts_dir), e.g. tune-chat"),

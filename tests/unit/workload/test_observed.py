@@ -115,7 +115,7 @@ def test_lengths_are_bounded_by_what_production_admits_not_by_the_fitted_tail(tm
     path, _ = _window_file(tmp_path)
     wl = observed_workload(ObservedSpec(path=str(path), requests=80, max_model_len=600), Vocabulary(32000, None, 4096))
     assert max(r.total_tokens for r in wl.requests + wl.warmup) <= 600
-    assert any("cut to fit production's max-model-len 600 (the longest request the watched servers admit)" in n
+    assert any("cut to fit max-model-len 600 (the longest request the watched servers and the trial servers admit)" in n
                for n in wl.notes)
     # the model's positions bound it when they are the tighter
     tight = observed_workload(ObservedSpec(path=str(path), requests=80, max_model_len=600), Vocabulary(32000, None, 512))
@@ -134,3 +134,25 @@ def test_the_daemon_bounds_the_observed_lengths_by_the_watch_or_the_baseline(tmp
     assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json").max_model_len == 4096
     cfg = build_config({"model": {"path": "/m"}, "daemon": {"watch": watch}})
     assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json").max_model_len is None
+
+
+def test_the_observed_lengths_fit_the_trial_servers_too(tmp_path):
+    """A daemon reading Prometheus does not learn production's max-model-len, and the study holds
+    --max-model-len 4096 in engine.extra_args: a request drawn longer came back a token short from
+    every trial server (replay_invalid three times, and the daemon exited). The pinned limit bounds
+    the draw, and the shorter of it and production's wins."""
+    from optimizer.config.schema import build_config
+    from optimizer.daemon.observing import observed_spec
+
+    watch = {"vllm_metrics": ["http://prod:8000/metrics"]}
+    fixed = {"extra_args": ["--max-model-len", "4096", "--enforce-eager"]}
+    cfg = build_config({"model": {"path": "/m"}, "engine": fixed, "daemon": {"watch": watch}})
+    assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json").max_model_len == 4096
+    assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json", admits=8192).max_model_len == 4096
+    assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json", admits=2048).max_model_len == 2048
+    cfg = build_config({"model": {"path": "/m"}, "engine": {"extra_args": ["--max-model-len=3000"]},
+                        "daemon": {"watch": {**watch, "max_model_len": 8192}}})
+    assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json").max_model_len == 3000
+    # a baseline's is no bound: the generation's admission raises it to what production admits
+    cfg = build_config({"model": {"path": "/m"}, "baseline": {"max-model-len": 2048}, "daemon": {"watch": watch}})
+    assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json", admits=4096).max_model_len == 4096
