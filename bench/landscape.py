@@ -34,13 +34,16 @@ Five landscapes. Three share the grid above; two of them share the workload abov
                   nearest 64 in the grid) sit far from the best: a landscape that flatters no
                   strategy for booting them first.
 
-Two more sets serve the twin's validation (bench/twin_validation.py), each with its own grid:
+Three more sets serve the twin's validation (bench/twin_validation.py), each with its own grid:
     quickstart    the quickstart's four knobs on its own workload (chat, 32 in flight): max-num-seqs
                   8-64 x (bf16 KV at memory fraction 0.5, fp8 KV at 0.5, bf16 at 0.05 with
                   max-model-len 2560, where the pool is smaller than the 32 requests in flight); 12 points
     preempt       a KV pool that is the limit: 16 MiB (8 blocks of 128 bf16 tokens; 16 in fp8) under
                   16 chat requests in flight of 100-200 prompt and 200-300 output tokens, max-num-seqs
                   2-16 x KV dtype: vLLM preempts (recomputes) whenever the running set outgrows it; 8 points
+    quickstart-probe  the quickstart set again, each run followed by the step probe a study's
+                  baseline sends (optimizer/twin/probe.py), the machine's CPU named in each row: the
+                  set on which the twin is validated calibrated as a study calibrates it
   `--repeats N` measures every point N times (a row per run, `repeat` 0..N-1): the run-to-run spread.
   Each row also keeps the KV pool the server logged ("KV cache size: N tokens").
 
@@ -68,7 +71,10 @@ LANDSCAPES = {  # name: (the KV cache's bytes, the arrival rate in req/s, the fi
     "quickstart": (None, None, ROOT / "bench" / "data" / "landscape_quickstart.jsonl"),
     "preempt": (16 << 20, None, ROOT / "bench" / "data" / "landscape_preempt.jsonl"),  # 1,024 bf16 tokens
     "decode-heavy": (1 << 30, None, ROOT / "bench" / "data" / "landscape_decode_heavy.jsonl"),
+    # the quickstart set again, each run followed by its step probe (optimizer/twin/probe.py), the CPU named
+    "quickstart-probe": (None, None, ROOT / "bench" / "data" / "landscape_quickstart_probe.jsonl"),
 }
+PROBED = ("quickstart-probe",)  # landscapes whose every run sends the step probe after its replay
 GRID = {
     "max-num-seqs": [8, 16, 32, 64],
     "max-num-batched-tokens": [256, 1024, 4096],
@@ -116,11 +122,11 @@ DECODE_HEAVY = {"scenario": "chat", "seed": 9, "requests": 48, "warmup_requests"
 
 def config(name: str) -> dict:
     """The study config that measures landscape `name`: the base, with its KV cache's size."""
-    if name == "quickstart":
+    if name in ("quickstart", "quickstart-probe"):
         import yaml
 
         cfg = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
-        return {**cfg, "study_name": "bench-landscape-quickstart", "artifacts_dir": str(ROOT / "artifacts"),
+        return {**cfg, "study_name": f"bench-landscape-{name}", "artifacts_dir": str(ROOT / "artifacts"),
                 "storage": "sqlite:///" + str(ROOT / "artifacts" / "bench-landscape.db")}
     if name == "preempt":
         workload = {**CHAT, "requests": 32, "short_input": [100, 200], "output": [200, 300],
@@ -149,7 +155,7 @@ def load(name: str = "rag") -> dict[str, dict]:
 
 
 def points(name: str = "rag") -> list[dict]:
-    if name == "quickstart":
+    if name in ("quickstart", "quickstart-probe"):
         return quickstart_points()
     if name == "preempt":
         return [dict(p) for p in PREEMPT_POINTS]
@@ -158,7 +164,15 @@ def points(name: str = "rag") -> list[dict]:
 
 def fixed(name: str) -> dict:
     """Flags every point of landscape `name` runs with besides its own."""
-    return {"quickstart": {}, "preempt": PREEMPT_FIXED}.get(name, FIXED)
+    return {"quickstart": {}, "quickstart-probe": {}, "preempt": PREEMPT_FIXED}.get(name, FIXED)
+
+
+def cpu() -> str:
+    """The machine's CPU model, kept with each run of a landscape compared only with itself."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
 
 
 def _requests(records) -> list[list]:
@@ -188,7 +202,8 @@ def measure(args) -> None:
         flags = {**point, **fixed(args.landscape)}
         if flags.get("gpu-memory-utilization") == "small":
             flags["gpu-memory-utilization"] = _small_pool_fraction()
-        spec = make_spec(len(done) + i, plan, flags, f"point-{len(done) + i}", early_stop=False)
+        probed = args.landscape in PROBED
+        spec = make_spec(len(done) + i, plan, flags, f"point-{len(done) + i}", early_stop=False, probe=probed)
         t = time.monotonic()
         result = execute_trial(spec)
         wall = time.monotonic() - t
@@ -201,7 +216,8 @@ def measure(args) -> None:
                "evidence": result.failure.evidence[:300] if result.failure else "",
                "metrics": {k: round(v, 4) for k, v in m.items() if isinstance(v, (int, float))},
                "server": {k: v for k, v in result.server.items() if isinstance(v, (int, float))},
-               "requests": _requests(result.records), "measured_at": time.strftime("%Y-%m-%d %H:%M")}
+               "requests": _requests(result.records), "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+               **({"probe": [list(g) for g in result.step_probe], "cpu": cpu()} if probed else {})}
         with data.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
         print(f"[{i + 1}/{len(todo)}] {point} #{repeat}: {m.get('output_throughput', 0):.0f} tok/s, "

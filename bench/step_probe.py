@@ -44,13 +44,6 @@ def data_file(name: str) -> Path:
     return ROOT / "bench" / "data" / f"step_probe_{name.replace('-', '_')}.jsonl"
 
 
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def measure(args) -> None:
     from optimizer.config.kv_fit import parse_kv_cache_tokens
     from optimizer.config.schema import build_config
@@ -70,7 +63,7 @@ def measure(args) -> None:
         t = time.monotonic()
         result = execute_trial(spec)
         m = result.metrics
-        row = {"params": point, "ok": result.ok, "flags": flags, "cpu": _cpu(),
+        row = {"params": point, "ok": result.ok, "flags": flags, "cpu": landscape.cpu(),
                "kv_cache_tokens": parse_kv_cache_tokens(result.log_text or ""),
                "node_memory_bytes": read_node_memory().total, "wall_s": round(time.monotonic() - t, 1),
                "phases": {k: round(v, 1) for k, v in result.phases.items()},

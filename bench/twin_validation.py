@@ -11,6 +11,8 @@ first-token and end times, and the server's view):
     preempt       a 16 MiB KV pool under 16 chat requests in flight: preemption everywhere (8 runs)
 and one measured after the bands were set, shown apart and never pooled into them (`--sets decode-heavy`):
     decode-heavy  the rag grid, 1 GiB of KV, 24 chat clients in a closed loop (48 points, each run 2-3 times)
+    quickstart-probe  the quickstart set measured again, each run followed by its step probe; the
+                  first calibration run's probe is fitted with it, as a study fits its baseline's
 
 Calibration: the set's middle configuration, the same with an fp8 KV cache, and (rag sets and
 quickstart) one more 16-bit run that differs in what matters most there (prefix caching off; a
@@ -72,7 +74,10 @@ EXTRA_SETS = {"decode-heavy": {"objective": ("goodput", "max"), "slos": "ttft:60
                                "calibrate": ({"max-num-seqs": 16, "max-num-batched-tokens": 1024,
                                               "kv-cache-dtype": "auto", "enable-prefix-caching": True},
                                              {"max-num-seqs": 16, "max-num-batched-tokens": 1024,
-                                              "kv-cache-dtype": "fp8", "enable-prefix-caching": True})}}
+                                              "kv-cache-dtype": "fp8", "enable-prefix-caching": True})},
+              # the quickstart set measured again with the step probe after each run: calibrated as a study
+              # calibrates, the first calibration run (the baseline) with its probe (--no-probe: without)
+              "quickstart-probe": SETS["quickstart"]}
 
 
 def spec(name: str) -> dict:
@@ -150,13 +155,29 @@ def measured_run(ctx: Context, row: dict):
     return MeasuredRun(landscape.key(row["params"]), twin_server(ctx, row, exact=True), ctx.plan.workload.requests, times)
 
 
+PROBE = {"use": True}  # fit the first calibration run's step probe where the set stored one (--no-probe: not)
+
+
+def probe_runs(ctx: Context, row: dict, run) -> list:
+    """The step probe a stored run sent after its replay, as calibration runs of its server (a study
+    fits its baseline's the same way: twin/from_study.py); none where the run stored no probe."""
+    from optimizer.twin import probe
+
+    if not row.get("probe") or not PROBE["use"]:
+        return []
+    groups = probe.for_server(ctx.plan.workload, ctx.plan.server_args(flags_of(ctx, row)), ctx.plan.model.max_positions)
+    return probe.measured_runs("run", run.server, groups, row["probe"])
+
+
 def calibrate(ctx: Context, chosen: list[dict]):
     from optimizer.config import kv_fit
     from optimizer.twin.fit import fit
 
     runs, kv_cal = [], None
-    for row in chosen:
+    for i, row in enumerate(chosen):
         runs.append(measured_run(ctx, row))
+        if i == 0:  # the baseline: the one run of a study that sends the probe
+            runs += probe_runs(ctx, row, runs[0])
         if row.get("kv_cache_tokens"):
             c = kv_fit.Calibration.from_log(ctx.plan.model, _device(row), flags_of(ctx, row),
                                             f"CPU KV cache size: {row['kv_cache_tokens']:,} tokens")
@@ -198,7 +219,7 @@ def objective_value(ctx: Context, m: dict) -> float:
     """Larger is better: the set's objective, with a broken SLO constraint (quickstart's TPOT) ranked last."""
     metric, direction = spec(ctx.name)["objective"]
     value = m[metric] if direction == "max" else -m[metric]
-    if ctx.name == "quickstart" and m.get("tpot_ms_p95", 0) > 50:
+    if ctx.name.startswith("quickstart") and m.get("tpot_ms_p95", 0) > 50:
         value -= 1e9
     return value
 
@@ -366,8 +387,9 @@ def noise_floor(ctx: Context) -> dict | None:
 def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> None:
     print(f"\n== {ctx.name}: calibrated on {len(chosen)} run(s), {o.n} predicted; fit {o.fit_s:.1f} s, "
           f"{o.n} predictions {o.predict_s:.1f} s")
-    for r in chosen:
-        print(f"   calibration: {r['params']}")
+    for i, r in enumerate(chosen):
+        probed = " and its step probe" if i == 0 and r.get("probe") and PROBE["use"] else ""
+        print(f"   calibration: {r['params']}{probed}{' (' + r['cpu'] + ')' if r.get('cpu') else ''}")
     head = f"   {'metric':<20}{'twin med':>9}{'p90':>7}{'analytic':>10}{'p90':>7}{'naive':>8}{'p90':>7}"
     print(head + ("  run-to-run  a repeat" if spread else ""))
     for k in METRICS:
@@ -392,11 +414,13 @@ def main() -> None:
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join([*SETS, *EXTRA_SETS])}")
     p.add_argument("--choices", type=int, default=0, help="also fit N random calibration choices of the same shape")
     p.add_argument("--no-analytic", action="store_true")
+    p.add_argument("--no-probe", action="store_true", help="leave out the step probe a set's runs stored")
     p.add_argument("--furthest-batch", action="store_true", help="calibrate on the first two calibration runs and the "
                    "stored run whose running peak lies furthest from theirs (a rule tried for `simulate`, not kept)")
     p.add_argument("--one-run", action="store_true", help="calibrate on the first calibration run alone (the baseline: "
                    "what `simulate` has after one boot); its pooled 90th percentiles are the one-run bands")
     ns = p.parse_args()
+    PROBE["use"] = not ns.no_probe
     for name in ns.sets.split(","):
         ctx = context(name)
         if not ctx.rows:
