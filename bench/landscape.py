@@ -41,9 +41,9 @@ Three more sets serve the twin's validation (bench/twin_validation.py), each wit
     preempt       a KV pool that is the limit: 16 MiB (8 blocks of 128 bf16 tokens; 16 in fp8) under
                   16 chat requests in flight of 100-200 prompt and 200-300 output tokens, max-num-seqs
                   2-16 x KV dtype: vLLM preempts (recomputes) whenever the running set outgrows it; 8 points
-    quickstart-probe  the quickstart set again, each run followed by the step probe a study's
-                  baseline sends (optimizer/twin/probe.py), the machine's CPU named in each row: the
-                  set on which the twin is validated calibrated as a study calibrates it
+    quickstart-probe, preempt-probe  those two sets again, each run followed by the step probe a
+                  study's baseline sends (optimizer/twin/probe.py), the machine's CPU named in each
+                  row: the twin validated calibrated as a study calibrates it
   `--repeats N` measures every point N times (a row per run, `repeat` 0..N-1): the run-to-run spread.
   Each row also keeps the KV pool the server logged ("KV cache size: N tokens").
 
@@ -73,8 +73,9 @@ LANDSCAPES = {  # name: (the KV cache's bytes, the arrival rate in req/s, the fi
     "decode-heavy": (1 << 30, None, ROOT / "bench" / "data" / "landscape_decode_heavy.jsonl"),
     # the quickstart set again, each run followed by its step probe (optimizer/twin/probe.py), the CPU named
     "quickstart-probe": (None, None, ROOT / "bench" / "data" / "landscape_quickstart_probe.jsonl"),
+    "preempt-probe": (16 << 20, None, ROOT / "bench" / "data" / "landscape_preempt_probe.jsonl"),  # likewise
 }
-PROBED = ("quickstart-probe",)  # landscapes whose every run sends the step probe after its replay
+PROBED = ("quickstart-probe", "preempt-probe")  # landscapes whose every run sends the step probe after its replay
 GRID = {
     "max-num-seqs": [8, 16, 32, 64],
     "max-num-batched-tokens": [256, 1024, 4096],
@@ -128,10 +129,10 @@ def config(name: str) -> dict:
         cfg = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
         return {**cfg, "study_name": f"bench-landscape-{name}", "artifacts_dir": str(ROOT / "artifacts"),
                 "storage": "sqlite:///" + str(ROOT / "artifacts" / "bench-landscape.db")}
-    if name == "preempt":
+    if name in ("preempt", "preempt-probe"):
         workload = {**CHAT, "requests": 32, "short_input": [100, 200], "output": [200, 300],
                     "arrival": {"process": "closed", "concurrency": 16}}
-        return {**BASE_CONFIG, "study_name": "bench-landscape-preempt", "workload": workload,
+        return {**BASE_CONFIG, "study_name": f"bench-landscape-{name}", "workload": workload,
                 "engine": {"extra_args": ["--kv-cache-memory-bytes", str(LANDSCAPES[name][0])]}}
     kv_bytes, rate, _ = LANDSCAPES[name]
     study = "bench-landscape" if name == "rag" else f"bench-landscape-{name}"
@@ -157,14 +158,14 @@ def load(name: str = "rag") -> dict[str, dict]:
 def points(name: str = "rag") -> list[dict]:
     if name in ("quickstart", "quickstart-probe"):
         return quickstart_points()
-    if name == "preempt":
+    if name in ("preempt", "preempt-probe"):
         return [dict(p) for p in PREEMPT_POINTS]
     return [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
 
 
 def fixed(name: str) -> dict:
     """Flags every point of landscape `name` runs with besides its own."""
-    return {"quickstart": {}, "quickstart-probe": {}, "preempt": PREEMPT_FIXED}.get(name, FIXED)
+    return {"quickstart": {}, "quickstart-probe": {}, "preempt": PREEMPT_FIXED, "preempt-probe": PREEMPT_FIXED}.get(name, FIXED)
 
 
 def cpu() -> str:
