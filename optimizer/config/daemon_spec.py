@@ -28,9 +28,9 @@ class LiveWatch(_Strict):
     requests: int = Field(200, ge=1, description="requests in the synthesized workload (at the observed rate)")
     max_model_len: int | None = Field(None, ge=2, description="the longest request (prompt + output tokens) the "
                                       "watched servers admit, their --max-model-len; left out, what their "
-                                      "/v1/models lists (vllm_metrics), else the baseline's max-model-len, else a --max-model-len "
-                                      "engine.extra_args pins. The observed lengths are cut to it (production cannot have "
-                                      "served a longer request: it answers 400), and to the pinned one where shorter")
+                                      "/v1/models lists (vllm_metrics), else the baseline's max-model-len. The observed lengths are "
+                                      "cut to it (production cannot have served a longer request: it answers 400), and to "
+                                      "a --max-model-len engine.extra_args pins for the trials where shorter")
 
     @model_validator(mode="after")
     def _one_source(self) -> "LiveWatch":

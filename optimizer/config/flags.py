@@ -84,6 +84,16 @@ def split_flags(args: list[str]) -> list[tuple[str, str | bool]]:
     return out
 
 
+def pinned_model_len(args: list[str]) -> int | None:
+    """The --max-model-len extra flags pin for every trial (the last one given), as a whole number of
+    tokens; None when none is given or it is not one (vLLM's -1, "auto": fitted to the memory)."""
+    value = None
+    for key, raw in split_flags([str(a) for a in args]):
+        if key == "max-model-len":
+            value = raw
+    return int(value) if isinstance(value, str) and value.isdigit() and int(value) > 0 else None
+
+
 def random_weights(args: list[str]) -> bool:
     """The flags load vLLM's dummy (random) weights: measured for speed only, never to deploy."""
     return named_flags([str(a) for a in args]).get("load-format") == "dummy"

@@ -77,13 +77,6 @@ def _pinned(args: list[str]) -> str | None:
     return value
 
 
-def pinned_model_len(args: list[str]) -> int | None:
-    """The --max-model-len the trials' extra flags pin for every trial, as a number (None: not pinned,
-    or not a whole number, which vLLM refuses at start)."""
-    value = _pinned(list(args))
-    return int(value) if value is not None and value.isdigit() else None
-
-
 def _below(value: str, admits: int) -> bool:
     try:
         return int(value) < admits

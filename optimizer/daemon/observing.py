@@ -30,9 +30,9 @@ from pathlib import Path
 
 from optimizer import shutdown
 from optimizer.config.daemon_spec import LiveWatch
+from optimizer.config.flags import pinned_model_len
 from optimizer.config.schema import StudyConfig
 from optimizer.config.workload_spec import ObservedSpec
-from optimizer.daemon.admission import pinned_model_len
 from optimizer.traffic import lengths
 from optimizer.traffic import window as window_mod
 from optimizer.traffic.prometheus import PrometheusSource
@@ -267,7 +267,7 @@ def observed_spec(cfg: StudyConfig, live: LiveWatch, source: Path, admits: int |
 
 
 def admitted(cfg: StudyConfig, live: LiveWatch) -> int | None:
-    """The longest request production admits: `daemon.watch.max_model_len`, else the trials' own (the
-    baseline's max-model-len, else the one engine.extra_args pins)."""
-    admits = live.max_model_len or (cfg.baseline or {}).get("max-model-len") or pinned_model_len(cfg.engine.extra_args)
+    """The longest request production admits: `daemon.watch.max_model_len`, else the baseline's. (A
+    pinned trial flag is not production's: it bounds the observed lengths in `observed_spec` only.)"""
+    admits = live.max_model_len or (cfg.baseline or {}).get("max-model-len")
     return int(admits) if admits else None

@@ -14,6 +14,7 @@ import optuna
 
 from objectives import get_objective
 from optimizer.config import flags
+from optimizer.config.daemon_spec import LiveWatch
 from optimizer.config import space as space_mod
 from optimizer.config import topology
 from optimizer.config.model_info import ModelInfo, load_model_info
@@ -95,8 +96,11 @@ def prepare(cfg: StudyConfig, new_study: bool = False) -> Plan:
     if workload.longest_request() > model.max_positions:
         raise ConfigError(f"workload: longest request ({workload.longest_request()} tokens) exceeds the model's "
                           f"max_position_embeddings ({model.max_positions}); shorten the workload's longest prompt or output")
-    fixed_len = flags.from_cli_args(list(cfg.engine.extra_args)).get("max-model-len")
-    if fixed_len is not None and fixed_len < workload.longest_request():
+    fixed_len = flags.pinned_model_len(cfg.engine.extra_args)
+    # (a daemon watching live servers checks its config on a stand-in workload before any window:
+    # its observed workloads are cut to the pinned length, observing.observed_spec)
+    stand_in = isinstance(cfg.daemon.watch, LiveWatch) and cfg.workload.scenario != "observed"
+    if fixed_len is not None and fixed_len < workload.longest_request() and not stand_in:
         raise ConfigError(f"engine.extra_args: --max-model-len {fixed_len} is below the workload's longest request "
                           f"({workload.longest_request()} tokens): every trial server would cut its output short or "
                           "refuse it; raise it, or shorten the workload")

@@ -156,3 +156,33 @@ def test_the_observed_lengths_fit_the_trial_servers_too(tmp_path):
     # a baseline's is no bound: the generation's admission raises it to what production admits
     cfg = build_config({"model": {"path": "/m"}, "baseline": {"max-model-len": 2048}, "daemon": {"watch": watch}})
     assert observed_spec(cfg, cfg.daemon.watch, tmp_path / "w.json", admits=4096).max_model_len == 4096
+
+
+def test_only_a_whole_pinned_length_bounds_anything():
+    """vLLM takes --max-model-len -1 or "auto" as "fit the memory": no pin to cut to or to check."""
+    from optimizer.config.flags import pinned_model_len
+
+    assert pinned_model_len(["--max-model-len", "4096", "--enforce-eager"]) == 4096
+    assert pinned_model_len(["--max-model-len=3000"]) == 3000
+    assert pinned_model_len(["--max-model-len", "2048", "--max-model-len", "8192"]) == 8192  # argparse: the last
+    assert pinned_model_len(["--max-model-len", "-1"]) is None and pinned_model_len(["--max-model-len", "auto"]) is None
+    assert pinned_model_len(["--max-model-len", "32k"]) is None and pinned_model_len([]) is None
+
+
+def test_a_pinned_length_below_the_longest_request_is_refused_but_not_on_a_live_daemons_stand_in(tmp_path, tiny_model):
+    """`run` on a workload longer than the pinned --max-model-len is refused before a boot; a daemon
+    watching live servers checks its config at start on a stand-in chat workload (no window yet)
+    whose requests its observed workloads, cut to the pin, will never be: not refused."""
+    from optimizer.config.schema import build_config
+    from optimizer.driver.plan import prepare
+    from optimizer.errors import ConfigError
+
+    cfg = {"study_name": "pin", "storage": f"sqlite:///{tmp_path / 'trials.db'}", "artifacts_dir": str(tmp_path / "a"),
+           "model": {"path": str(tiny_model), "load_format": "dummy", "dtype": "bfloat16"},
+           "space": {"max-num-seqs": {"low": 2, "high": 8}}, "engine": {"extra_args": ["--max-model-len", "512"]}}
+    with pytest.raises(ConfigError, match="--max-model-len 512 is below the workload's longest request"):
+        prepare(build_config(cfg))
+    live = {**cfg, "daemon": {"watch": {"vllm_metrics": ["http://127.0.0.1:9/metrics"]}}}
+    assert prepare(build_config(live)).workload.longest_request() > 512
+    auto = {**cfg, "engine": {"extra_args": ["--max-model-len", "-1"]}}
+    assert prepare(build_config(auto)).workload.longest_request() > 512
