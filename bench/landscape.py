@@ -75,7 +75,12 @@ LANDSCAPES = {  # name: (the KV cache's bytes, the arrival rate in req/s, the fi
     "quickstart-probe": (None, None, ROOT / "bench" / "data" / "landscape_quickstart_probe.jsonl"),
     "preempt-probe": (16 << 20, None, ROOT / "bench" / "data" / "landscape_preempt_probe.jsonl"),  # likewise
 }
-PROBED = ("quickstart-probe", "preempt-probe")  # landscapes whose every run sends the step probe after its replay
+PROBED = "-probe"  # a landscape named so is its base landscape with the step probe sent after every run
+
+
+def _base(name: str) -> str:
+    """The landscape whose grid, workload and fixed flags `name` measures (itself unless probed)."""
+    return name.removesuffix(PROBED)
 GRID = {
     "max-num-seqs": [8, 16, 32, 64],
     "max-num-batched-tokens": [256, 1024, 4096],
@@ -123,13 +128,13 @@ DECODE_HEAVY = {"scenario": "chat", "seed": 9, "requests": 48, "warmup_requests"
 
 def config(name: str) -> dict:
     """The study config that measures landscape `name`: the base, with its KV cache's size."""
-    if name in ("quickstart", "quickstart-probe"):
+    if _base(name) == "quickstart":
         import yaml
 
         cfg = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
         return {**cfg, "study_name": f"bench-landscape-{name}", "artifacts_dir": str(ROOT / "artifacts"),
                 "storage": "sqlite:///" + str(ROOT / "artifacts" / "bench-landscape.db")}
-    if name in ("preempt", "preempt-probe"):
+    if _base(name) == "preempt":
         workload = {**CHAT, "requests": 32, "short_input": [100, 200], "output": [200, 300],
                     "arrival": {"process": "closed", "concurrency": 16}}
         return {**BASE_CONFIG, "study_name": f"bench-landscape-{name}", "workload": workload,
@@ -156,16 +161,16 @@ def load(name: str = "rag") -> dict[str, dict]:
 
 
 def points(name: str = "rag") -> list[dict]:
-    if name in ("quickstart", "quickstart-probe"):
+    if _base(name) == "quickstart":
         return quickstart_points()
-    if name in ("preempt", "preempt-probe"):
+    if _base(name) == "preempt":
         return [dict(p) for p in PREEMPT_POINTS]
     return [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
 
 
 def fixed(name: str) -> dict:
     """Flags every point of landscape `name` runs with besides its own."""
-    return {"quickstart": {}, "quickstart-probe": {}, "preempt": PREEMPT_FIXED, "preempt-probe": PREEMPT_FIXED}.get(name, FIXED)
+    return {"quickstart": {}, "preempt": PREEMPT_FIXED}.get(_base(name), FIXED)
 
 
 def cpu() -> str:
@@ -203,7 +208,7 @@ def measure(args) -> None:
         flags = {**point, **fixed(args.landscape)}
         if flags.get("gpu-memory-utilization") == "small":
             flags["gpu-memory-utilization"] = _small_pool_fraction()
-        probed = args.landscape in PROBED
+        probed = args.landscape.endswith(PROBED)
         spec = make_spec(len(done) + i, plan, flags, f"point-{len(done) + i}", early_stop=False, probe=probed)
         t = time.monotonic()
         result = execute_trial(spec)
