@@ -119,10 +119,10 @@ class Proxy:
         return self.directory / "nginx.conf"
 
     def start(self) -> "Proxy":
-        binary = nginx_binary()
-        if self.port:
+        if self.port:  # the port first: a taken port is named whether or not nginx is installed
             check_port(self.port)
-        else:
+        binary = nginx_binary()
+        if not self.port:
             self.port = free_port()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.conf.write_text(config_text(self.directory, self.port, self.upstreams))
