@@ -74,6 +74,7 @@ LANDSCAPES = {  # name: (the KV cache's bytes, the arrival rate in req/s, the fi
     # the quickstart set again, each run followed by its step probe (optimizer/twin/probe.py), the CPU named
     "quickstart-probe": (None, None, ROOT / "bench" / "data" / "landscape_quickstart_probe.jsonl"),
     "preempt-probe": (16 << 20, None, ROOT / "bench" / "data" / "landscape_preempt_probe.jsonl"),  # likewise
+    "rag-probe": (1 << 30, 3.0, ROOT / "bench" / "data" / "landscape_rag_probe.jsonl"),  # likewise
 }
 PROBED = "-probe"  # a landscape named so is its base landscape with the step probe sent after every run
 

@@ -196,7 +196,7 @@ def main() -> None:
     import optuna
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--landscape", choices=("rag", "rag-tight-kv", "decode-heavy"), default="rag")
+    p.add_argument("--landscape", choices=("rag", "rag-tight-kv", "decode-heavy", "rag-probe"), default="rag")
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--ttft-ms", type=float, default=1500.0)
     p.add_argument("--tpot-ms", type=float, default=50.0)

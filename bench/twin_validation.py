@@ -11,7 +11,7 @@ first-token and end times, and the server's view):
     preempt       a 16 MiB KV pool under 16 chat requests in flight: preemption everywhere (8 runs)
 and one measured after the bands were set, shown apart and never pooled into them (`--sets decode-heavy`):
     decode-heavy  the rag grid, 1 GiB of KV, 24 chat clients in a closed loop (48 points, each run 2-3 times)
-    quickstart-probe, preempt-probe  those sets measured again, each run followed by its step probe;
+    quickstart-probe, preempt-probe, rag-probe  those sets measured again, each run followed by its step probe;
                   the first calibration run's probe is fitted with it, as a study fits its baseline's
 
 Calibration: the set's middle configuration, the same with an fp8 KV cache, and (rag sets and
@@ -77,7 +77,7 @@ EXTRA_SETS = {"decode-heavy": {"objective": ("goodput", "max"), "slos": "ttft:60
                                               "kv-cache-dtype": "fp8", "enable-prefix-caching": True})},
               # the quickstart set measured again with the step probe after each run: calibrated as a study
               # calibrates, the first calibration run (the baseline) with its probe (--no-probe: without)
-              "quickstart-probe": SETS["quickstart"], "preempt-probe": SETS["preempt"]}
+              "quickstart-probe": SETS["quickstart"], "preempt-probe": SETS["preempt"], "rag-probe": SETS["rag"]}
 
 
 def spec(name: str) -> dict:
