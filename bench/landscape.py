@@ -82,6 +82,8 @@ PROBED = "-probe"  # a landscape named so is its base landscape with the step pr
 def _base(name: str) -> str:
     """The landscape whose grid, workload and fixed flags `name` measures (itself unless probed)."""
     return name.removesuffix(PROBED)
+
+
 GRID = {
     "max-num-seqs": [8, 16, 32, 64],
     "max-num-batched-tokens": [256, 1024, 4096],

@@ -87,10 +87,7 @@ def split_flags(args: list[str]) -> list[tuple[str, str | bool]]:
 def pinned_model_len(args: list[str]) -> int | None:
     """The --max-model-len extra flags pin for every trial (the last one given), as a whole number of
     tokens; None when none is given or it is not one (vLLM's -1, "auto": fitted to the memory)."""
-    value = None
-    for key, raw in split_flags([str(a) for a in args]):
-        if key == "max-model-len":
-            value = raw
+    value = named_flags([str(a) for a in args]).get("max-model-len")
     return int(value) if isinstance(value, str) and value.isdigit() and int(value) > 0 else None
 
 

@@ -18,6 +18,7 @@ The notes go to the console and onto the generation's study (`admission`).
 
 from __future__ import annotations
 
+from optimizer.config.flags import named_flags
 from optimizer.config.schema import KnobRange, StudyConfig
 
 WIDEN = 2
@@ -68,13 +69,8 @@ def _space(space: dict, admits: int, target: int, rejected: bool) -> tuple[dict,
 
 def _pinned(args: list[str]) -> str | None:
     """The value `--max-model-len` takes in the trials' extra flags (the last one given), if any."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == f"--{KNOB}" and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(f"--{KNOB}="):
-            value = arg.partition("=")[2]
-    return value
+    value = named_flags([str(a) for a in args]).get(KNOB)
+    return value if isinstance(value, str) else None
 
 
 def _below(value: str, admits: int) -> bool:
