@@ -50,7 +50,7 @@ def main() -> None:
     made = time.monotonic() - t
     model = load_model_info(model.source, "bfloat16")
     server = TwinServer.from_flags(model, ["--max-model-len", "8192", "--kv-cache-memory-bytes", str(4 << 30)])
-    cost = LinearStepCost((ns.step_ms / 1000, 1e-5, 1e-6, 1e-4, 1e-5, 1e-5, 1e-6, 1e-5), 0.002)
+    cost = LinearStepCost((ns.step_ms / 1000, 1e-5, 1e-6, 1e-4, 1e-5, 1e-5, 1e-5, 1e-6, 1e-5, 1e-5), 0.002)
     t = time.monotonic()
     sim = server.run(workload.requests, workload.concurrency, cost)
     wall = time.monotonic() - t

@@ -33,7 +33,7 @@ ITERATIONS = 16
 DAMPING = 0.5  # each step moves half way from the current costs to the new solution: no oscillation
 SPLIT_PENALTY = 0.01  # of the per-sequence column's own weight: decides only where the rows cannot
 PENALIZED = COLUMN["decode_seq_s"]
-START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-3, 1e-4, 1e-4, 1e-5, 1e-4), 0.005)
+START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-3, 1e-4, 1e-5, 1e-4, 1e-5, 1e-4, 1e-5), 0.005)
 
 
 @dataclass

@@ -9,7 +9,8 @@ In order of trust:
    `--gpu-memory-utilization` - the non-KV memory, calibrated from a start-up when the study
    has one).
 
-The count includes vLLM's null block, as the server's own `num_blocks` does.
+The count includes vLLM's null block, as the server's own `num_blocks` does. `held_tokens` reads
+how much of the pool a running scheduler holds, for the step cost (twin/step_cost.py).
 """
 
 from __future__ import annotations
@@ -59,3 +60,11 @@ def size_pool(model: ModelInfo, shape: SchedulerShape, device: Device | None = N
     est = kv_fit.estimate(model, device, params, calibration)
     return Pool(max(0, est.budget_bytes) // block_bytes, shape.block_size,
                 f"estimated: {est.budget_bytes / 2**30:.2f} GiB of KV ({'calibrated' if est.calibrated else 'prior'})")
+
+
+def held_tokens(scheduler) -> int:
+    """Tokens in the blocks some request holds right now: each block once, however many sequences
+    share it through the prefix cache (free and cached-but-unreferenced blocks and the null block
+    not counted). What decode attention streams from memory in a step."""
+    pool = scheduler.kv_cache_manager.block_pool
+    return (pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()) * scheduler.cache_config.block_size

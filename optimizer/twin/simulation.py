@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from optimizer.measure.replay import ReplayResult, RequestRecord
 from optimizer.twin import decode_stretch
+from optimizer.twin.kv_pool import held_tokens
 from optimizer.twin.step_cost import StepCost, StepShape
 from optimizer.twin.vllm_scheduler import block_hasher, new_request
 
@@ -213,7 +214,7 @@ def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepS
             chunks.append((k, before))
         sampled[rid] = after >= r.num_tokens
     return StepShape(pt, pa / 1000, ps, ds, dc / 1000, scheduler.cache_config.cache_dtype.startswith("fp8"),
-                     tuple(chunks)), sampled
+                     tuple(chunks), held_tokens(scheduler) / 1000 if ds else 0.0), sampled
 
 
 def _runner_output(out, sampled: dict):

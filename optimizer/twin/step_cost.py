@@ -14,10 +14,15 @@ HTTP front end, tokenizing, the hop to the engine process) and back out as a str
                          chunk plus half the chunk): prefill attention grows with the context
     decode_seq_s         per sequence decoding one token: the GEMMs and sampling of one row
     decode_context_s     per 1,000 tokens of context the decoding sequences read: decode
-                         attention streams every cached token once per step
+                         attention's work over every cached token, once per step
+    decode_kv_s          per 1,000 tokens the KV pool holds in blocks in use, on a step that
+                         decodes: the memory decode attention streams. A block that several
+                         sequences share through the prefix cache is one block in memory, read
+                         once from RAM and then from the CPU's caches, so sequences that share a
+                         long prefix read far less memory than the same contexts unshared
 
-With an fp8 KV cache the three attention-side terms (`prefill_token_s`, whose KV writes are
-quantized, `prefill_attention_s` and `decode_context_s`) are separate coefficients
+With an fp8 KV cache the four KV-side terms (`prefill_token_s`, whose KV writes are quantized,
+`prefill_attention_s`, `decode_context_s` and `decode_kv_s`) are separate coefficients
 (`fp8_*`): fp8 costs differ from bf16 differently in prefill and decode, and not the same
 way on every CPU, so a calibration needs one run per KV dtype. All coefficients are >= 0.
 """
@@ -29,8 +34,8 @@ from typing import Protocol
 
 import numpy as np
 
-BASE_TERMS = ("step_s", "prefill_token_s", "prefill_attention_s", "decode_seq_s", "decode_context_s")
-FP8_TERMS = ("fp8_prefill_token_s", "fp8_prefill_attention_s", "fp8_decode_context_s")
+BASE_TERMS = ("step_s", "prefill_token_s", "prefill_attention_s", "decode_seq_s", "decode_context_s", "decode_kv_s")
+FP8_TERMS = ("fp8_prefill_token_s", "fp8_prefill_attention_s", "fp8_decode_context_s", "fp8_decode_kv_s")
 TERMS = BASE_TERMS + FP8_TERMS
 COLUMN = {name: i for i, name in enumerate(TERMS)}
 # Where each of a step's counts goes (BASE_TERMS' order), without and with an fp8 KV cache.
@@ -54,9 +59,10 @@ class StepShape:
     decode_context: float = 0.0  # sum over decoding sequences of their context / 1,000
     fp8: bool = False
     chunks: tuple = ()  # (tokens, context before) of each prompt chunk: what a per-operation GPU cost prices
+    decode_kv: float = 0.0  # tokens / 1,000 in the KV pool's blocks in use, on a step with decode_seqs (else 0)
 
     def counts(self) -> tuple:
-        return (1.0, self.prefill_tokens, self.prefill_attention, self.decode_seqs, self.decode_context)
+        return (1.0, self.prefill_tokens, self.prefill_attention, self.decode_seqs, self.decode_context, self.decode_kv)
 
     def columns(self) -> tuple:
         return _LAYOUT_FP8 if self.fp8 else _LAYOUT

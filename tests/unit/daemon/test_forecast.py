@@ -25,7 +25,7 @@ from optimizer.twin.prediction import predict
 from optimizer.twin.server import TwinServer
 from optimizer.twin.step_cost import LinearStepCost
 
-TRUTH = LinearStepCost((0.006, 0.00003, 0.00002, 0.0011, 0.0002, 0.00003, 0.00002, 0.0002), 0.004)
+TRUTH = LinearStepCost((0.006, 0.00003, 0.00002, 0.0011, 0.0002, 0.0001, 0.00003, 0.00002, 0.0002, 0.00005), 0.004)
 LOG = "INFO [kv_cache_utils.py:1] CPU KV cache size: 261,888 tokens\n"
 BASELINE = {"max-num-seqs": 8, "gpu-memory-utilization": 0.3, "max-model-len": 2048, "kv-cache-dtype": "auto"}
 QUIET = {"requests": 32, "warmup_requests": 2, "long_share": 0.0, "short_input": [16, 256], "output": [16, 64],

@@ -9,7 +9,7 @@ from optimizer.twin import decode_stretch
 from optimizer.twin.step_cost import LinearStepCost
 from optimizer.workload.base import Request
 
-COST = LinearStepCost((0.010, 0.0001, 0.00002, 0.001, 0.0003, 0.0001, 0.00002, 0.0002), 0.002)
+COST = LinearStepCost((0.010, 0.0001, 0.00002, 0.001, 0.0003, 0.0001, 0.0001, 0.00002, 0.0002, 0.00005), 0.002)
 
 
 def req(i, prompt, out, at=0.0, prefix=(), after=None):

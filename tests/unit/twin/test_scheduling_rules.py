@@ -9,7 +9,7 @@ from optimizer.twin.step_cost import LinearStepCost
 from optimizer.workload.base import Request
 
 # 10 ms a step, 1 ms a decoding sequence, 0.1 ms a prompt token: round numbers to reason with.
-COST = LinearStepCost((0.010, 0.0001, 0.0, 0.001, 0.0, 0.0001, 0.0, 0.0), 0.0)
+COST = LinearStepCost((0.010, 0.0001, 0.0, 0.001, 0.0, 0.0, 0.0001, 0.0, 0.0, 0.0), 0.0)
 
 
 def req(i: int, prompt: int, out: int, at: float = 0.0, prefix: tuple = ()) -> Request:

@@ -10,7 +10,7 @@ from optimizer.twin.fit import fit
 from optimizer.twin.step_cost import TERMS, LinearStepCost
 from optimizer.workload.base import Request, Workload
 
-TRUTH = LinearStepCost((0.003, 0.00004, 0.00002, 0.0006, 0.0002, 0.00007, 0.00003, 0.0001), 0.003)
+TRUTH = LinearStepCost((0.003, 0.00004, 0.00002, 0.0006, 0.0002, 0.0001, 0.00007, 0.00003, 0.0001, 0.00005), 0.003)
 
 
 def _workload() -> Workload:
