@@ -12,9 +12,11 @@ server, right after its measured run:
     then LONG_SEQS sequences over prompts LONG_FACTOR times as long, for the cost of that context.
 
 The trial sends them (trial/step_probe.py). Each group runs alone (the one before has ended), so
-each is one calibration run of its own at its real send times. Only its decode spans (first token
-to last) are fitted: a group's requests arrive at once, and the API server takes such a burst one
-request after the other, a wait the twin's intake time (one constant per request) does not model.
+each is one calibration run of its own at its real send times. Of a group of several, only the
+decode spans (first token to last) are fitted: its requests arrive at once, and the API server
+takes such a burst one request after the other, a wait the twin's intake time (one constant per
+request) does not model. The lone request's first token is fitted too: on an idle server it is the
+intake and one prefill step, the one time in a study that tells the intake apart from queueing.
 Prompts are token ids drawn from the workload's own prompts (valid for the model, no tokenizer
 needed), random enough that no 16-token block repeats: no prefix-cache hits.
 """
@@ -81,5 +83,5 @@ def measured_runs(label: str, server, groups: tuple, rows: list[list[list]]) -> 
         if len(got) != len(group) or not all(r[5] and r[3] == len(q.prompt_token_ids) for r, q in zip(got, group)):
             continue  # a failed request, or groups built otherwise than these (another workload)
         times = [(r[0], r[1], r[2], int(r[4]), bool(r[5])) for r in got]
-        runs.append(MeasuredRun(f"{label} probe {i}", server, tuple(group), times, spans_only=True))
+        runs.append(MeasuredRun(f"{label} probe {i}", server, tuple(group), times, spans_only=len(group) > 1))
     return runs

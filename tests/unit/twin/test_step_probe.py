@@ -60,6 +60,10 @@ def test_the_probe_alone_tells_a_steps_fixed_cost_from_its_per_sequence_cost(twi
     truth = dict(zip(TERMS, TRUTH.coefficients))
     for term in ("step_s", "decode_seq_s"):
         assert got[term] == pytest.approx(truth[term], rel=0.1), (term, got[term], truth[term])
+    # The lone request's first token is fitted too (it waits for no other request's intake): it
+    # tells the intake apart from the steps; the bursts' first tokens are not fitted.
+    assert [r.spans_only for r in runs] == [False, True, True, True]
+    assert fit(runs).cost.intake_s == pytest.approx(TRUTH.intake_s, rel=0.1)
     rows[1][2][5] = False  # one request of the 4-sequence group failed
     assert [r.label for r in probe.measured_runs("base", server, groups, rows)] == ["base probe 0", "base probe 2",
                                                                                   "base probe 3"]
