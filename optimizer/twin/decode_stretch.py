@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from optimizer.twin.kv_pool import held_tokens
+from optimizer.twin.kv_pool import shared_tokens
 from optimizer.twin.step_cost import StepShape
 
 SAMPLED_TOKEN = 7  # the token id the twin "samples" (any id: requests are sent with ignore_eos)
@@ -54,9 +54,9 @@ def shapes(scheduler, steps: int, fp8: bool):
     """The shape of each of the next `steps` decode steps (as twin/simulation.py's `_shape` counts them)."""
     n = len(scheduler.running)
     context = sum(r.num_computed_tokens for r in scheduler.running)
-    held = held_tokens(scheduler) / 1000  # no block is allocated or freed inside a stretch
+    shared = shared_tokens(scheduler, [r.request_id for r in scheduler.running])  # no block changes in a stretch
     for k in range(steps):
-        yield StepShape(0, 0.0, 0, n, (context + k * n) / 1000, fp8, (), held)
+        yield StepShape(0, 0.0, 0, n, (context + k * n) / 1000, fp8, (), (context + k * n - shared) / 1000)
 
 
 def apply(scheduler, steps: int) -> None:

@@ -32,7 +32,9 @@ from optimizer.twin.step_cost import COLUMN, FP8_FALLBACK, TERMS, LinearStepCost
 ITERATIONS = 16
 DAMPING = 0.5  # each step moves half way from the current costs to the new solution: no oscillation
 SPLIT_PENALTY = 0.01  # of the per-sequence column's own weight: decides only where the rows cannot
-PENALIZED = COLUMN["decode_seq_s"]
+# The columns that give way in a tie (each toward 0, `SPLIT_PENALTY` of its own weight): the per-sequence
+# decode cost to the step's fixed cost, the decode memory cost (each dtype's) to the decode context cost.
+PENALIZED = (COLUMN["decode_seq_s"], COLUMN["decode_kv_s"], COLUMN["fp8_decode_kv_s"])
 START = LinearStepCost((0.01, 1e-4, 1e-5, 1e-3, 1e-4, 1e-5, 1e-4, 1e-5, 1e-4, 1e-5), 0.005)
 
 
@@ -168,7 +170,8 @@ def _solve(rows: np.ndarray, targets: np.ndarray, terms: Terms) -> tuple[np.ndar
 
 
 def _penalty(weighted: np.ndarray, terms: Terms) -> np.ndarray:
-    """A row that pulls the per-sequence decode cost towards 0, weighted `SPLIT_PENALTY` of its column.
+    """Rows that pull the per-sequence decode cost and the decode memory costs towards 0, each
+    weighted `SPLIT_PENALTY` of its column.
 
     Where every decode step holds the same number of sequences (a server at max-num-seqs 1), a
     step's fixed cost and its cost per decoding sequence are the same column in the decode rows, and
@@ -176,9 +179,15 @@ def _penalty(weighted: np.ndarray, terms: Terms) -> np.ndarray:
     fixed cost (a decode step reads the weights once whatever its batch); where the batch moves, the
     rows outweigh it. It does not make a run at one sequence informative about batches (its prefill
     steps hold no decoding sequence, so the tie is not exact there): envelope.py marks those
-    predictions outside instead (docs/twin.md, "Fitting")."""
+    predictions outside instead (docs/twin.md, "Fitting").
+
+    Likewise, where no decoding sequences share a block (no prefix caching, or prompts that share
+    nothing), a step's decode memory is its decode context, the same column. The tie goes to the
+    context: a configuration that would share is then priced as if it shared nothing, too slow
+    rather than too fast, until a run that shares tells the two apart."""
     if not isinstance(terms, LinearTerms):
         return np.zeros((0, weighted.shape[1]))
-    row = np.zeros((1, weighted.shape[1]))
-    row[0, PENALIZED] = SPLIT_PENALTY * np.linalg.norm(weighted[:, PENALIZED])
-    return row
+    rows = np.zeros((len(PENALIZED), weighted.shape[1]))
+    for i, column in enumerate(PENALIZED):
+        rows[i, column] = SPLIT_PENALTY * np.linalg.norm(weighted[:, column])
+    return rows

@@ -9,8 +9,8 @@ In order of trust:
    `--gpu-memory-utilization` - the non-KV memory, calibrated from a start-up when the study
    has one).
 
-The count includes vLLM's null block, as the server's own `num_blocks` does. `held_tokens` reads
-how much of the pool a running scheduler holds, for the step cost (twin/step_cost.py).
+The count includes vLLM's null block, as the server's own `num_blocks` does. `shared_tokens` reads
+how much of a step's context its requests share in the pool, for the step cost (twin/step_cost.py).
 """
 
 from __future__ import annotations
@@ -62,9 +62,19 @@ def size_pool(model: ModelInfo, shape: SchedulerShape, device: Device | None = N
                 f"estimated: {est.budget_bytes / 2**30:.2f} GiB of KV ({'calibrated' if est.calibrated else 'prior'})")
 
 
-def held_tokens(scheduler) -> int:
-    """Tokens in the blocks some request holds right now: each block once, however many sequences
-    share it through the prefix cache (free and cached-but-unreferenced blocks and the null block
-    not counted). What decode attention streams from memory in a step."""
-    pool = scheduler.kv_cache_manager.block_pool
-    return (pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()) * scheduler.cache_config.block_size
+
+def shared_tokens(scheduler, request_ids) -> int:
+    """Tokens of these requests' contexts held in blocks another of them holds too (prefix-cache
+    sharing: only full blocks are shared), each extra holder's copy counted once. A decode step's
+    context minus this is the KV it streams from memory: each shared block once."""
+    blocks_of = scheduler.kv_cache_manager.coordinator.get_blocks
+    seen: set = set()
+    repeats = 0
+    for rid in request_ids:
+        for group in blocks_of(rid):
+            for block in group:
+                if block.block_id in seen:
+                    repeats += 1
+                else:
+                    seen.add(block.block_id)
+    return repeats * scheduler.cache_config.block_size

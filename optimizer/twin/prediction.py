@@ -22,17 +22,17 @@ from optimizer.measure.slo import good_requests
 # 90th-percentile |error| of a calibrated twin on runs it was not calibrated on, per metric, pooled
 # over the 4 validation sets, 105 predictions (bench/twin_validation.py, 2026-12-07; docs/twin.md
 # "How far to trust it"). ITL, TTFT p99 and TPOT p99 were not validated: they get the widest latency band.
-BAND = {"request_throughput": 0.093, "output_throughput": 0.093, "total_token_throughput": 0.093,
-        "ttft_ms_p50": 0.402, "ttft_ms_p90": 0.402, "ttft_ms_p95": 0.277, "ttft_ms_p99": 0.402,
-        "tpot_ms_p50": 0.234, "tpot_ms_p90": 0.234, "tpot_ms_p95": 0.195, "tpot_ms_p99": 0.402, "itl_ms_p95": 0.402,
-        "e2el_ms_p50": 0.231, "e2el_ms_p95": 0.231, "goodput": 0.632}
+BAND = {"request_throughput": 0.097, "output_throughput": 0.097, "total_token_throughput": 0.097,
+        "ttft_ms_p50": 0.402, "ttft_ms_p90": 0.402, "ttft_ms_p95": 0.282, "ttft_ms_p99": 0.402,
+        "tpot_ms_p50": 0.238, "tpot_ms_p90": 0.238, "tpot_ms_p95": 0.206, "tpot_ms_p99": 0.402, "itl_ms_p95": 0.402,
+        "e2el_ms_p50": 0.252, "e2el_ms_p95": 0.252, "goodput": 0.631}
 # The same, calibrated on one run (the baseline alone: what a study has after one boot), predicting the
 # runs of the same KV dtype, 56 predictions (bench/twin_validation.py --one-run, 2026-12-07): one run
 # at a steady batch leaves a step's fixed and per-sequence costs hard to tell apart.
-BAND_ONE_RUN = {"request_throughput": 0.151, "output_throughput": 0.151, "total_token_throughput": 0.151,
-                "ttft_ms_p50": 0.710, "ttft_ms_p90": 0.710, "ttft_ms_p95": 0.342, "ttft_ms_p99": 0.710,
-                "tpot_ms_p50": 0.274, "tpot_ms_p90": 0.274, "tpot_ms_p95": 0.234, "tpot_ms_p99": 0.710, "itl_ms_p95": 0.710,
-                "e2el_ms_p50": 0.317, "e2el_ms_p95": 0.317, "goodput": 1.369}
+BAND_ONE_RUN = {"request_throughput": 0.139, "output_throughput": 0.139, "total_token_throughput": 0.139,
+                "ttft_ms_p50": 0.633, "ttft_ms_p90": 0.633, "ttft_ms_p95": 0.361, "ttft_ms_p99": 0.633,
+                "tpot_ms_p50": 0.302, "tpot_ms_p90": 0.302, "tpot_ms_p95": 0.227, "tpot_ms_p99": 0.633, "itl_ms_p95": 0.633,
+                "e2el_ms_p50": 0.316, "e2el_ms_p95": 0.316, "goodput": 1.950}
 
 
 # 90th percentile of |log(predicted / measured)| of the twin with aiconfigurator-core's step cost on

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from optimizer.measure.replay import ReplayResult, RequestRecord
 from optimizer.twin import decode_stretch
-from optimizer.twin.kv_pool import held_tokens
+from optimizer.twin.kv_pool import shared_tokens
 from optimizer.twin.step_cost import StepCost, StepShape
 from optimizer.twin.vllm_scheduler import block_hasher, new_request
 
@@ -196,7 +196,7 @@ def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepS
     """The step's counts, and which scheduled requests sample a token (their prompt is complete)."""
     pt = dc = ds = ps = 0
     pa = 0.0
-    sampled, chunks = {}, []
+    sampled, chunks, decoding = {}, [], []
     for rid, k in out.num_scheduled_tokens.items():
         r = scheduler.requests[rid]
         after = r.num_computed_tokens  # schedule() has already advanced it
@@ -207,6 +207,7 @@ def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepS
         if k == 1 and before >= r.num_prompt_tokens:
             ds += 1
             dc += before
+            decoding.append(rid)
         else:
             pt += k
             ps += 1
@@ -214,7 +215,7 @@ def _shape(out, scheduler, st: _State, index: dict, clock: float) -> tuple[StepS
             chunks.append((k, before))
         sampled[rid] = after >= r.num_tokens
     return StepShape(pt, pa / 1000, ps, ds, dc / 1000, scheduler.cache_config.cache_dtype.startswith("fp8"),
-                     tuple(chunks), held_tokens(scheduler) / 1000 if ds else 0.0), sampled
+                     tuple(chunks), (dc - shared_tokens(scheduler, decoding)) / 1000), sampled
 
 
 def _runner_output(out, sampled: dict):

@@ -15,11 +15,12 @@ HTTP front end, tokenizing, the hop to the engine process) and back out as a str
     decode_seq_s         per sequence decoding one token: the GEMMs and sampling of one row
     decode_context_s     per 1,000 tokens of context the decoding sequences read: decode
                          attention's work over every cached token, once per step
-    decode_kv_s          per 1,000 tokens the KV pool holds in blocks in use, on a step that
-                         decodes: the memory decode attention streams. A block that several
-                         sequences share through the prefix cache is one block in memory, read
-                         once from RAM and then from the CPU's caches, so sequences that share a
-                         long prefix read far less memory than the same contexts unshared
+    decode_kv_s          per 1,000 tokens of the decoding sequences' context in distinct KV blocks:
+                         the memory decode attention streams. A block that several sequences share
+                         through the prefix cache is one block in memory, read once from RAM and
+                         then from the CPU's caches, so sequences that share a long prefix read far
+                         less memory than the same contexts unshared. Without sharing it equals the
+                         decode context, and the fit gives a tie to the context term (fit.py)
 
 With an fp8 KV cache the four KV-side terms (`prefill_token_s`, whose KV writes are quantized,
 `prefill_attention_s`, `decode_context_s` and `decode_kv_s`) are separate coefficients
@@ -59,7 +60,7 @@ class StepShape:
     decode_context: float = 0.0  # sum over decoding sequences of their context / 1,000
     fp8: bool = False
     chunks: tuple = ()  # (tokens, context before) of each prompt chunk: what a per-operation GPU cost prices
-    decode_kv: float = 0.0  # tokens / 1,000 in the KV pool's blocks in use, on a step with decode_seqs (else 0)
+    decode_kv: float = 0.0  # decode_context less the tokens in blocks another decoding sequence also holds
 
     def counts(self) -> tuple:
         return (1.0, self.prefill_tokens, self.prefill_attention, self.decode_seqs, self.decode_context, self.decode_kv)

@@ -71,7 +71,10 @@ def test_the_forecast_on_busier_traffic_is_the_truths_and_judges_each_slo(genera
     # traffic's latencies (a naive one) would call both held
     plan = _plan(tmp_path, tiny_model, "live-g2", BUSIER, f"ttft:{2 * true_p95:.0f} e2el_p50:1")
     f = fc.forecast(generation_1, plan, "the baseline", BASELINE)
-    assert f.metrics["ttft_ms_p95"][0] == pytest.approx(true_p95, rel=0.1)
+    # within 15% (calibrated on one quiet run, prompts twice as long; the one-run band is 36%): the
+    # quiet traffic's own p95, what a naive forecast would echo, is several times lower
+    assert f.metrics["ttft_ms_p95"][0] == pytest.approx(true_p95, rel=0.15)
+    assert predict(_truth(_plan(tmp_path, tiny_model, "live-q", QUIET), BASELINE)).metrics["ttft_ms_p95"] < true_p95 / 2
     low, high = f.metrics["ttft_ms_p95"][1:]
     assert 0 < low < f.metrics["ttft_ms_p95"][0] < high
     assert f.calibrated_on == "study 'live', trial(s) 0"
