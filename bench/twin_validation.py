@@ -384,6 +384,30 @@ def noise_floor(ctx: Context) -> dict | None:
         "configurations": len(ctx.repeats), "runs": sum(len(v) for v in ctx.repeats.values())}
 
 
+def noise_spearman(ctx: Context, draws: int = 200) -> float | None:
+    """The Spearman a perfect predictor would reach against one run of each configuration, on this
+    set's noise: each configuration's objective moved by the repeats' own spread (the standard
+    deviation of log(run / its configuration's mean)), median over `draws` seeded draws. Where
+    many configurations tie, this is the ceiling, not 1."""
+    if not ctx.repeats:
+        return None
+    metric, direction = spec(ctx.name)["objective"]
+    sign = 1 if direction == "max" else -1
+    logs = []
+    for runs in ctx.repeats.values():
+        vals = [measured(ctx, r)[metric] for r in runs]
+        if len(vals) > 1 and all(v > 0 for v in vals):
+            mean = statistics.fmean(math.log(v) for v in vals)
+            logs += [math.log(v) - mean for v in vals]
+    if len(logs) < 3:
+        return None
+    sigma = statistics.pstdev(logs)
+    truth = [measured(ctx, r)[metric] for r in ctx.rows]
+    rng = random.Random(0)
+    return statistics.median(spearman([sign * t for t in truth], [sign * t * math.exp(rng.gauss(0, sigma)) for t in truth])
+                             for _ in range(draws))
+
+
 def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> None:
     print(f"\n== {ctx.name}: calibrated on {len(chosen)} run(s), {o.n} predicted; fit {o.fit_s:.1f} s, "
           f"{o.n} predictions {o.predict_s:.1f} s")
@@ -407,6 +431,10 @@ def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> N
     if spread:
         print(f"   run-to-run: {spread['configurations']} configurations, {spread['runs']} runs (the spread around "
               "their mean; `a repeat`: each run predicted by the mean of its configuration's other runs)")
+        ceiling = noise_spearman(ctx)
+        if ceiling is not None:
+            print(f"   Spearman a perfect predictor reaches against one run of each configuration, on this noise: "
+                  f"{ceiling:.2f}")
 
 
 def main() -> None:
