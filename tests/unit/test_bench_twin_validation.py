@@ -21,3 +21,25 @@ def test_errors_of_opposite_sign_at_small_and_large_batches_are_kept_apart_per_d
     assert got[(8, "16-bit")] == pytest.approx((0.0, 1.0))  # 0.5x and 2x: a geometric mean of 1; TPOT 2x
     assert got[(64, "16-bit")] == pytest.approx((0.25, -0.2))
     assert got[(64, "fp8")][0] == pytest.approx(0.0) and math.isnan(got[(64, "fp8")][1])  # no TPOT predicted
+
+
+def _ctx(values: list[float], repeats: dict) -> "tv.Context":
+    """A rag-probe-like set: one run per configuration at `values` output tok/s, and `repeats`
+    (configuration -> its runs' tok/s)."""
+    from optimizer.measure.slo import parse_slos
+
+    def row(v):
+        return {"metrics": {"output_throughput": v, "duration_s": 10.0}, "requests": []}
+
+    reps = {k: [row(v) for v in vs] for k, vs in repeats.items()}
+    return tv.Context("rag-probe", None, parse_slos("ttft:3000"), [row(v) for v in values], reps)
+
+
+def test_the_spearman_ceiling_is_one_without_noise_and_falls_where_configurations_tie():
+    spaced = [100.0 * 2 ** i for i in range(12)]
+    assert tv.noise_spearman(_ctx(spaced, {"a": [50.0, 50.0], "b": [80.0, 80.0]})) == pytest.approx(1.0)
+    noisy = {"a": [97.0, 103.0, 100.0], "b": [98.0, 102.0]}  # a ~2% run-to-run spread
+    assert tv.noise_spearman(_ctx(spaced, noisy)) > 0.99  # configurations 2x apart: noise cannot reorder them
+    tied = [100.0 + 0.5 * i for i in range(12)]  # 12 configurations within 6% of each other
+    assert tv.noise_spearman(_ctx(tied, noisy)) < 0.8
+    assert tv.noise_spearman(_ctx(tied, {})) is None  # no repeats: no noise to say anything with
