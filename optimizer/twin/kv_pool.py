@@ -62,11 +62,13 @@ def size_pool(model: ModelInfo, shape: SchedulerShape, device: Device | None = N
                 f"estimated: {est.budget_bytes / 2**30:.2f} GiB of KV ({'calibrated' if est.calibrated else 'prior'})")
 
 
-
 def shared_tokens(scheduler, request_ids) -> int:
     """Tokens of these requests' contexts held in blocks another of them holds too (prefix-cache
     sharing: only full blocks are shared), each extra holder's copy counted once. A decode step's
-    context minus this is the KV it streams from memory: each shared block once."""
+    context minus this is the KV it streams from memory: each shared block once. Without prefix
+    caching no block is shared: 0, without reading a block table (this runs once a simulated step)."""
+    if not scheduler.cache_config.enable_prefix_caching:
+        return 0
     blocks_of = scheduler.kv_cache_manager.coordinator.get_blocks
     seen: set = set()
     repeats = 0
