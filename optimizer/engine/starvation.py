@@ -11,14 +11,16 @@ CPU 97% of the time), and its start-up times out through no fault of its flags.
 and each core's busy time (/proc/stat). `judge()` reads the window since the server bound itself
 to cores (the first sample where one of its processes may run on fewer cores than its owner) or,
 when it never did or that window is shorter than MIN_WINDOW_S, the whole start-up. The server's
-cores are the ones it bound itself to, else every core its owner may use. It was starved when,
-over the window, all three hold:
+cores are the ones it bound itself to, else every core its owner may use. Its processes judged are
+the ones bound there (in the window since the bind: the worker; its API server and engine front
+stay free to run on the owner's other cores, and what they use there says nothing of the bound
+cores), else its whole process group. It was starved when, over the window, all three hold:
 
-    used    its process group used less than STARVED_CORES of one core (a start-up that gets its
+    used    those processes used less than STARVED_CORES of one core (a start-up that gets its
             CPU keeps about one core busy: import, weights, compile and the KV cache, one at a time);
-    waited  its processes' main threads waited for a CPU at least WAITED_SHARE of the time
-            (skipped where the kernel keeps no schedstat): a server stuck on a lock or the network
-            waits for nothing and is not starved;
+    waited  their main threads waited for a CPU at least WAITED_SHARE of the time (skipped where
+            the kernel keeps no schedstat): a server stuck on a lock or the network waits for
+            nothing and is not starved;
     others  other processes took at least OTHERS_BUSY of its cores' time.
 """
 
@@ -53,6 +55,7 @@ class _Sample:
     members: dict  # Key -> its main thread's run-queue wait in seconds (nan: unknown), the group's processes
     bound: frozenset  # cores the group's processes are bound to, narrower than the owner's
     cores: dict  # core -> busy seconds
+    bound_members: frozenset = frozenset()  # Keys of the group's processes bound that narrowly
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,8 @@ class CpuShare:
     """What a server's start-up got of the CPU over the judged window."""
 
     seconds: float  # the window's length
-    used: float  # the server's process group, in cores
-    waited: float | None  # its main threads' run-queue wait, per second of the window (None: unknown)
+    used: float  # the server's processes judged (module docstring), in cores
+    waited: float | None  # their main threads' run-queue wait, per second of the window (None: unknown)
     cores: tuple[int, ...]  # the cores it ran on (bound to, else all its owner may use)
     others_busy: float  # the share of those cores' time other processes took
     others: tuple[Neighbour, ...] = ()  # the busiest of them, busiest first
@@ -87,8 +90,9 @@ class CpuShare:
         who = ", ".join(f"pid {n.pid} ({n.label}) {n.cores:.2f} core" for n in self.others) or "none named"
         wait = f", waiting for a CPU {min(self.waited, 1.0):.0%} of the time" if self.waited is not None else ""
         since = "since its worker bound itself there" if self.since_bind else "of its start-up"
+        mine = "its processes bound there" if self.since_bind else "the server's processes"
         return (f"core(s) {cpu_list(self.cores)} went to other processes ({self.others_busy:.0%} of their time: {who}); "
-                f"the server's processes used {self.used:.2f} of a core{wait}, over {self.seconds:.0f} s {since}")
+                f"{mine} used {self.used:.2f} of a core{wait}, over {self.seconds:.0f} s {since}")
 
     def as_dict(self) -> dict:
         return {"seconds": round(self.seconds, 1), "used_cores": round(self.used, 3),
@@ -123,21 +127,23 @@ class CpuWatch:
         window = self.samples[first_bound if since_bind else 0:]
         start, seconds = window[0], max(end.at - window[0].at, 1e-9)
         cores = tuple(sorted(set().union(*(s.bound for s in window)) or self.owner_cores))
-        used_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members})
-        waited_s = _group_delta(window, lambda s: s.members)
+        group_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members})
+        judged = set().union(*(s.bound_members for s in window)) if since_bind else None
+        used_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members if _in(k, judged)})
+        waited_s = _group_delta(window, lambda s: {k: v for k, v in s.members.items() if _in(k, judged)})
         busy_s = sum(end.cores.get(c, 0.0) - start.cores.get(c, 0.0) for c in cores)
         own_s = _group_delta(window, lambda s: {k: v for k, v in s.cpu.items() if k[0] == os.getpid()})
         # All of the group's CPU, and this process's (the trial's own: it replays the workload), is
         # taken off those cores' busy time, though some may have run on others (its unbound
         # processes): the others' share is a lower bound.
-        others_busy = max(0.0, busy_s - used_s - own_s) / (seconds * len(cores))
+        others_busy = max(0.0, busy_s - group_s - own_s) / (seconds * len(cores))
         members = set().union(*(s.members for s in window))
         return CpuShare(seconds, used_s / seconds, None if math.isnan(waited_s) else waited_s / seconds, cores,
                         min(others_busy, 1.0), _neighbours(start, end, members, set(cores), seconds), since_bind,
                         min_window_s)
 
     def _sample(self) -> _Sample:
-        cpu, members, bound = {}, {}, set()
+        cpu, members, bound, bound_members = {}, {}, set(), set()
         for proc in psutil.process_iter(["create_time", "cpu_times"]):
             times = proc.info["cpu_times"]
             if times is None:
@@ -156,7 +162,12 @@ class CpuWatch:
                 continue
             if allowed and not allowed >= self.owner_cores:
                 bound |= allowed
-        return _Sample(time.monotonic(), cpu, members, frozenset(bound), core_busy_seconds())
+                bound_members.add(key)
+        return _Sample(time.monotonic(), cpu, members, frozenset(bound), core_busy_seconds(), frozenset(bound_members))
+
+
+def _in(key: Key, judged: set | None) -> bool:
+    return judged is None or key in judged
 
 
 def _group_delta(window: list[_Sample], values) -> float:

@@ -169,8 +169,8 @@ def test_the_failure_names_the_process_and_the_cores_to_bind_to_instead():
     f = starved_failure(_share(), owner_cores={0, 1, 2})
     assert f.kind == "infra"
     assert f.evidence.startswith("start-up starved of CPU: core(s) 0 went to other processes (99% of their time: "
-                                 "pid 4242 (vllm serve /models/prod) 0.98 core); the server's processes used 0.02 "
-                                 "of a core, waiting for a CPU 97% of the time, over 40 s since its worker bound itself there")
+                                 "pid 4242 (vllm serve /models/prod) 0.98 core); its processes bound there used "
+                                 "0.02 of a core, waiting for a CPU 97% of the time, over 40 s since its worker bound itself there")
     assert 'engine.env VLLM_CPU_OMP_THREADS_BIND: "1-2"' in f.remedy and "ray.resources" in f.remedy
     alone = starved_failure(_share(cores=(0, 1)), owner_cores={0, 1})
     assert "no other core is free here" in alone.remedy and "ray.resources" in alone.remedy
@@ -198,3 +198,30 @@ def test_while_measured_the_trials_own_process_is_not_another_and_a_busy_neighbo
 
     assert judged(me).others_busy == 0.0  # its own core of work is the trial's, not another's
     assert judged(neighbour).others_busy == pytest.approx(0.5)  # one core of two, another process's
+
+
+def test_once_bound_only_the_processes_bound_to_the_busy_core_are_judged():
+    """vLLM's worker binds itself to a core; its API server and engine front stay free to run on
+    the other core. Starved on its own core (0.02 of it, waiting for it 90% of the time) while
+    those two use 0.3 of the other: the group's 0.32 of a core is not what the worker got. Samples
+    as the watch takes them, written here: the judgement's arithmetic."""
+    from optimizer.engine.starvation import _Sample
+
+    worker, front, busy = (999_001, 1.0), (999_002, 1.0), (999_003, 1.0)
+    watch = CpuWatch(999_002, owner_cores=frozenset({0, 1}))
+
+    def sample(at, bound=True):
+        return _Sample(at, {worker: 0.02 * at, front: 0.3 * at, busy: 0.98 * at},
+                       {worker: 0.9 * at, front: 0.01 * at}, frozenset({1}) if bound else frozenset(),
+                       {0: 0.3 * at, 1: at}, frozenset({worker}) if bound else frozenset())
+
+    watch.samples = [sample(float(t)) for t in range(0, 42, 2)]
+    watch.sample = lambda: None  # judge() takes a last sample: these are the window
+    share = watch.judge()
+    assert share.since_bind and share.cores == (1,)
+    assert share.used == pytest.approx(0.02) and share.waited == pytest.approx(0.9)
+    assert share.others_busy == pytest.approx(0.68)  # the whole group's CPU is taken off the core's: a lower bound
+    assert share.starved, share.describe()
+    watch.samples = [sample(float(t), bound=False) for t in range(0, 42, 2)]  # never bound: the whole group
+    unbound = watch.judge()
+    assert not unbound.since_bind and unbound.used == pytest.approx(0.32) and not unbound.starved
