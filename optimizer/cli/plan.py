@@ -39,6 +39,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "for the table, or describe one in config whatif.devices)")
     p.add_argument("--tp", help="tensor-parallel sizes to predict, comma-separated (default: those of 1,2,4,8 "
                    "that divide the model's attention heads)")
+    p.add_argument("--dp", default="2,4",
+                   help="data-parallel sizes to predict for the configuration planned on, where the study did not "
+                   "measure them, comma-separated (default 2,4; none: predict none)")
     p.add_argument("--price", help="cost per device-hour, e.g. h100=2.5,l4=0.8: rows then sort by cost")
     p.add_argument("--output-tokens", type=int, help="mean output tokens a request (default: the measured run's "
                    "share of --tokens-per-request)")
@@ -59,6 +62,7 @@ def main(ns: argparse.Namespace, console) -> int:
                             ("--measured-on", ns.measured_on)) if v is not None and not ns.what_if]
     if alone:
         raise ConfigError(f"{alone[0]} goes with --what-if (the predicted rows); add --what-if DEVICES, or drop it")
+    dp_sizes = parse_dp(ns.dp)
     slos = parse_slos(ns.slo)
     cfg = load(ns)
     whatif = parse_whatif(ns, cfg) if ns.what_if else None  # every bad flag refused before the study is read
@@ -67,8 +71,11 @@ def main(ns: argparse.Namespace, console) -> int:
         m = measurement_from_study(finished.study, ns.trial, slos)
         p = plan(m, ns.peak_qps, ns.tokens_per_request, ns.headroom, for_trial(finished.study, m.trial))
         _print(console, describe(p))
-        _print(console, _tails(cfg, finished.study, p, slos or parse_slos(cfg.objective.slos), ns.trial))
-        _topologies(ns, console, finished.study, slos, parse_slos(cfg.objective.slos))
+        tail_lines, twin = _tails(cfg, finished.study, p, slos or parse_slos(cfg.objective.slos), ns.trial)
+        _print(console, tail_lines)
+        measured = _topologies(ns, console, finished.study, slos, parse_slos(cfg.objective.slos))
+        _print(console, _predicted_topologies(twin, finished.study, p, slos or parse_slos(cfg.objective.slos),
+                                              measured, dp_sizes))
         _manifests(ns, console, finished, p)
         return 0
     study, measured = None, None
@@ -136,9 +143,11 @@ def _through_twin(ns, w: WhatIfArgs, rows, serving, slos):
                  + (f" (the twin did not answer: {'; '.join(why)})" if why else ""))
 
 
-def _tails(cfg, study, p, slos, trial: int | None) -> list[str]:
+def _tails(cfg, study, p, slos, trial: int | None) -> tuple[list[str], tuple | None]:
     """Tails at peak and the knee of the configuration planned on, from the twin calibrated on the
-    study's own runs (twin/tails.py); one line saying why not when the twin cannot answer."""
+    study's own runs (twin/tails.py); one line saying why not when the twin cannot answer. With the
+    lines, the twin that answered ((server, cost, requests, band table, the device kind it runs on)),
+    or None."""
     from optimizer.driver.plan import prepare  # noqa: PLC0415
     from optimizer.report.capacity import describe_tails  # noqa: PLC0415
     from optimizer.trial.rate_search import nominal_rate  # noqa: PLC0415
@@ -167,11 +176,78 @@ def _tails(cfg, study, p, slos, trial: int | None) -> list[str]:
         got = replace(got, outside=why, bands={m: (v / (1 + k * table[m]), v * (1 + k * table[m]))
                                                for m, v in got.metrics.items() if m in TAILS})
     except OptimizerError as exc:
-        return [f"Tails at peak: not predicted ({str(exc).removeprefix('simulate: ')})"]
+        return [f"Tails at peak: not predicted ({str(exc).removeprefix('simulate: ')})"], None
     except (ValueError, KeyError, RuntimeError) as exc:  # vLLM's config classes on flags the twin does not model
         return [f"Tails at peak: not predicted (the twin could not run this configuration: "
-                f"{type(exc).__name__}: {str(exc)[:200]})"]
-    return describe_tails(got, p.measurement.trial, [r.number for r in cal.runs])
+                f"{type(exc).__name__}: {str(exc)[:200]})"], None
+    return (describe_tails(got, p.measurement.trial, [r.number for r in cal.runs]),
+            (server, cal.cost, plan_.workload.requests, table, plan_.device.kind))
+
+
+def parse_dp(text: str) -> tuple[int, ...]:
+    """`--dp`: sizes of 2 or more, comma-separated, or none; ConfigError naming the fix."""
+    if text.strip().lower() in ("none", "0", ""):
+        return ()
+    try:
+        sizes = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise ConfigError(f"--dp {text!r}: give data-parallel sizes as whole numbers, comma-separated, e.g. 2,4 "
+                          "(or none)") from None
+    if any(n < 2 for n in sizes):
+        raise ConfigError(f"--dp {text!r}: give data-parallel sizes of 2 or more (one engine is the plan itself), "
+                          "e.g. 2,4, or none")
+    return tuple(sizes)
+
+
+def _predicted_topologies(twin, study, p, slos, measured: set[str], dp_sizes: tuple[int, ...]) -> list[str]:
+    """Data-parallel sizes the study did not measure, for the single engine planned on (twin/topologies.py),
+    and where tensor-parallel sizes are predicted."""
+    from optimizer.report.capacity import describe_predicted_topologies  # noqa: PLC0415
+    from optimizer.twin.topologies import predicted_dp  # noqa: PLC0415
+
+    m = p.measurement
+    if not dp_sizes:
+        return []
+    if m.gpus_per_replica > 1:
+        return [f"Predicted topologies: none (the plan rests on {m.gpus_per_replica} devices a replica; the twin "
+                "predicts data parallelism from a single engine)"]
+    sizes = [n for n in dp_sizes if f"DP {n}" not in measured]
+    if twin is None or not sizes:
+        return []
+    server, cost, requests, table, kind = twin
+
+    def dp_plan(ratio: float, n: int):  # N engines a replica, each carrying what the measured one did x ratio / N
+        if ratio <= 0:
+            return None
+        return plan(replace(m, value=m.value * ratio, gpus_per_replica=n, tensor_parallel_size=1), p.peak_qps,
+                    p.tokens_per_request, p.headroom, p.scaling)
+
+    def peak_for(ratio: float, n: int) -> float:  # each replica's share of the peak
+        planned = dp_plan(ratio, n)
+        return p.peak_qps / planned.replicas if planned is not None else p.peak_qps
+
+    rows = predicted_dp(server, cost, requests, slos, sizes, peak_for, table)
+    return describe_predicted_topologies([(r, dp_plan(r.ratio, r.size)) for r in rows], p.measurement.trial,
+                                         _tp_line(study, m.device or kind))
+
+
+def _tp_line(study, kind: str) -> str:
+    """Where tensor-parallel sizes the study did not measure are predicted, or why they are not (`kind`:
+    the device the study ran on, as it recorded it, else the one `plan` runs on)."""
+    from optimizer.whatif.study_calibration import measured_device  # noqa: PLC0415
+
+    if kind == "cpu":
+        return ("TP: not predicted on CPU (the twin's step cost was fitted on this server's own cores; tensor "
+                "parallelism splits them, at a cost no run here measured): measure it (docs/fleet.md)")
+    try:
+        ran_on = measured_device(study, None)
+    except (ConfigError, ValueError):
+        ran_on = "the device is not recorded"
+    if isinstance(ran_on, str):
+        return (f"TP: `plan --what-if DEVICE --tp 2,4` predicts tensor-parallel sizes ({ran_on}; "
+                "--measured-on names it)")
+    return (f"TP: `plan --what-if {ran_on.name} --tp 2,4` predicts tensor-parallel sizes on the study's own "
+            "device, its step cost corrected by the study's runs")
 
 
 def _planned_knobs(study, planned: int, asked: int | None) -> dict:
@@ -185,11 +261,13 @@ def _planned_knobs(study, planned: int, asked: int | None) -> dict:
     return from_cli_args(list(rec.args)) if rec is not None else knobs_of(study.trials[planned])
 
 
-def _topologies(ns, console, study, slos, study_slos) -> None:
-    """With no --trial and more than one topology measured: a plan for each, fewest devices first."""
+def _topologies(ns, console, study, slos, study_slos) -> set[str]:
+    """With no --trial and more than one topology measured: a plan for each, fewest devices first.
+    Returns the labels of the topologies measured."""
     rows = topology_plans(study, slos, ns.peak_qps, ns.tokens_per_request, ns.headroom, study_slos)
     if ns.trial is None and len(rows) > 1:
         _print(console, describe_topologies(rows))
+    return {label for label, _, _ in rows}
 
 
 def _manifests(ns, console, finished, p) -> None:

@@ -80,25 +80,43 @@ def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
 def describe_row_tails(rows) -> list[str]:
     """One line per what-if row the twin answered (whatif/fleet_rows.py Row with `tails`): each replica's
     tails at its share of the peak and the knee, predicted for a device and TP size never measured."""
-    lines = []
-    for r in rows:
-        t = r.tails
-        if t is None or not r.usable:
-            continue
-        def shown(metric: str, t=t) -> str:
-            return _shown(t, metric, _ms)
+    return [f"  tails at peak, {r.device.name} TP{r.tp}: each of {r.replicas} replica(s) at {rounded(r.tails.rate)} "
+            f"req/s: {_tails_and_knee(r.tails)} (predicted)" for r in rows if r.tails is not None and r.usable]
 
-        if t.knee is None:
-            knee = f"no TTFT SLO to take a knee against (saturation {rounded(t.ceiling)} req/s)"
-        elif t.knee <= 0:
-            knee = f"p{t.slo.percentile} TTFT misses {t.slo.limit:g} ms at every rate tried"
-        else:
-            where = f"{t.below_knee:.0%} below it" if t.below_knee >= 0 else f"{-t.below_knee:.0%} past it"
-            knee = f"knee {rounded(t.knee)} req/s, {where}"
-        lines.append(f"  tails at peak, {r.device.name} TP{r.tp}: each of {r.replicas} replica(s) at {rounded(t.rate)} "
-                     f"req/s: TTFT {shown('ttft_ms_p95')}, {shown('ttft_ms_p99')}; TPOT {shown('tpot_ms_p95')}, "
-                     f"{shown('tpot_ms_p99')}; {knee} (predicted)")
-    return lines
+
+def describe_predicted_topologies(rows, trial: int, tp_line: str) -> list[str]:
+    """Data-parallel sizes the study did not measure (twin/topologies.py PredictedDp, each with its plan, or
+    None where no rate keeps the SLOs), and the line on tensor-parallel sizes, as `plan` prints them."""
+    if not rows:
+        return [f"Predicted topologies: {tp_line}"]
+    lines = [f"Predicted topologies (not measured; nothing booted): trial {trial}'s rate a replica times what the "
+             "twin says N engines behind vLLM's balancer carry against one"]
+    for row, p in rows:
+        if p is None:
+            lines.append(f"  DP {row.size}: keeps the SLOs at no rate on the study's workload (predicted)")
+            continue
+        m = p.measurement
+        lines.append(f"  DP {row.size}: x{row.ratio:.2f} one engine, {rounded(m.value)} {m.unit} a replica on "
+                     f"{m.gpus_per_replica} device(s); {p.replicas} replica(s), {p.gpus} device(s); each at "
+                     f"{rounded(row.tails.rate)} req/s: {_tails_and_knee(row.tails)} (predicted)")
+    lines.append(f"  (bands doubled: {rows[0][0].tails.outside[0]})")
+    return lines + [f"  {tp_line}"]
+
+
+def _tails_and_knee(t: Tails) -> str:
+    """'TTFT p95 47 ms [32-69], p99 ...; TPOT ...; knee 30 req/s, 33% below it'."""
+    def shown(metric: str) -> str:
+        return _shown(t, metric, _ms)
+
+    if t.knee is None:
+        knee = f"no TTFT SLO to take a knee against (saturation {rounded(t.ceiling)} req/s)"
+    elif t.knee <= 0:
+        knee = f"p{t.slo.percentile} TTFT misses {t.slo.limit:g} ms at every rate tried"
+    else:
+        where = f"{t.below_knee:.0%} below it" if t.below_knee >= 0 else f"{-t.below_knee:.0%} past it"
+        knee = f"knee {rounded(t.knee)} req/s, {where}"
+    return (f"TTFT {shown('ttft_ms_p95')}, {shown('ttft_ms_p99')}; TPOT {shown('tpot_ms_p95')}, "
+            f"{shown('tpot_ms_p99')}; {knee}")
 
 
 def _shown(t: Tails, metric: str, number) -> str:

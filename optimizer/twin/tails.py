@@ -62,14 +62,15 @@ def ttft_slo(slos: tuple) -> Slo | None:
     return next((s for s in slos if s.metric == "ttft"), None)
 
 
-def tails(server, cost, requests: tuple, rate: float, slos: tuple = (), band=None) -> Tails:
+def tails(server, cost, requests: tuple, rate: float, slos: tuple = (), band=None, knee=None) -> Tails:
     """The twin's run of `requests` at `rate` requests/s (module docstring), and, with a TTFT SLO among
-    `slos`, the knee. `band(metric, value)` gives a prediction's (low, high)."""
+    `slos`, the knee. `band(metric, value)` gives a prediction's (low, high). `knee`: the capacity
+    against the TTFT SLO alone (or none), when the caller has it already."""
     stream = open_loop(requests)
     sim = server.run(at_rate(stream, rate), None, cost)
     metrics = summarize(sim.result)
     bands = {m: band(m, metrics[m]) for m in TAILS if band is not None and m in metrics}
     slo = ttft_slo(slos)
-    cap = capacity(server, cost, stream, (slo,) if slo is not None else ())
+    cap = knee if knee is not None else capacity(server, cost, stream, (slo,) if slo is not None else ())
     return Tails(rate, metrics, bands, cap.rate if slo is not None else None, cap.ceiling, slo, len(requests),
                  sim.server)

@@ -63,9 +63,10 @@ def study(tmp_path, tiny_model, monkeypatch):
     return tmp_path, plan
 
 
-def _plan(*argv, config: str = "study.yaml") -> list[str]:
+def _plan(*argv, config: str = "study.yaml", dp: str = "none") -> list[str]:
+    """`plan`'s lines; the data-parallel sizes it predicts (test_data_parallel.py) only when `dp` asks."""
     out = io.StringIO()
-    assert plan_command.main(parser().parse_args(["plan", "--config", config, *argv]),
+    assert plan_command.main(parser().parse_args(["plan", "--config", config, "--dp", dp, *argv]),
                              Console(file=out, width=400)) == 0
     return out.getvalue().splitlines()
 

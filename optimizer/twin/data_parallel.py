@@ -1,0 +1,140 @@
+"""A twin of a data-parallel server: `size` engines of one configuration behind vLLM's own balancer.
+
+vLLM 0.32 (`DPLBAsyncMPClient.get_core_engine_for_request`) sends each request to the engine with
+the fewest unfinished requests (the larger of its own count in flight and the coordinator's
+waiting + running), scanning from an index that moves on by one each request, so that ties go to
+each engine in turn. The twin replays each engine's share through its own copy of vLLM's scheduler
+with the same step cost, on one clock (every request keeps its send time), and merges the records
+as one server's.
+
+Where a request goes depends on when the requests before it finish, which depends on where they
+went: the assignment is found in passes. The first sends requests to each engine in turn; each
+later pass sends each to the fewest in flight at its send time, counted from the previous pass's
+send and finish times; it stops when a pass moves nothing, or after PASSES. An agent's later turns
+stay on their first turn's engine (the twin replays a turn after the one it follows on the same
+scheduler; vLLM's balancer would place each turn afresh). A closed loop's clients are split
+between the engines as evenly as they go.
+
+Not modelled: the API server the engines share (one front end tokenizes and streams for all of
+them; on a CPU, where it competes with the engines for cores, a DP server carries less than this
+says), the coordinator's 100 ms lag, and the balancer's preference, when a KV cache is over half
+full, for engines with no queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optimizer.measure.replay import ReplayResult
+from optimizer.twin.simulation import Simulated
+
+PASSES = 3  # on the workloads tried, a third pass moved a request or two and no capacity
+
+
+@dataclass
+class DataParallel:
+    engine: object  # the TwinServer of one engine
+    size: int
+
+    @property
+    def shape(self):
+        return self.engine.shape
+
+    @property
+    def pool(self):
+        return self.engine.pool
+
+    def describe(self) -> str:
+        return f"{self.size} data-parallel engines, each {self.engine.describe()}"
+
+    def run(self, requests, concurrency: int | None, cost, *, send_times=None, keep_steps: bool = False,
+            stretches: bool = True) -> Simulated:
+        reqs = list(requests)
+        chains = _chains(reqs)
+        roots = sorted(chains, key=lambda i: (_send(reqs, send_times, i), i))
+        where = {root: k % self.size for k, root in enumerate(roots)}
+        sims = self._replay(reqs, chains, where, concurrency, cost, send_times, keep_steps, stretches)
+        for _ in range(PASSES - 1):
+            times = _times(reqs, sims)
+            moved = least_in_flight(roots, chains, times, self.size)
+            if moved == where:
+                break
+            where = moved
+            sims = self._replay(reqs, chains, where, concurrency, cost, send_times, keep_steps, stretches)
+        return _merged(reqs, sims)
+
+    def _replay(self, reqs, chains, where, concurrency, cost, send_times, keep_steps, stretches) -> list:
+        sims = []
+        for e in range(self.size):
+            mine = sorted(i for root, chain in chains.items() if where[root] == e for i in chain)
+            if not mine:
+                continue
+            clients = None if concurrency is None else max(1, concurrency // self.size + (e < concurrency % self.size))
+            sends = None if send_times is None else [send_times[i] for i in mine]
+            sims.append(self.engine.run([reqs[i] for i in mine], clients, cost, send_times=sends,
+                                        keep_steps=keep_steps, stretches=stretches))
+        return sims
+
+
+def _send(reqs, send_times, i: int) -> float:
+    return float(send_times[i]) if send_times is not None else reqs[i].offset_s
+
+
+def _chains(reqs) -> dict[int, list[int]]:
+    """Each first turn's index -> the indices of it and the turns that follow it, in order."""
+    index = {r.id: i for i, r in enumerate(reqs)}
+    root: dict[int, int] = {}
+    chains: dict[int, list[int]] = {}
+    for i, r in enumerate(reqs):
+        root[i] = root[index[r.after]] if r.after is not None and r.after in index else i
+        chains.setdefault(root[i], []).append(i)
+    return chains
+
+
+def _times(reqs, sims: list[Simulated]) -> dict[int, tuple[float, float]]:
+    """Each request's (send, finish) in the pass just run; a request never finished is in flight to the end."""
+    index = {r.id: i for i, r in enumerate(reqs)}
+    out = {}
+    for sim in sims:
+        for rec in sim.result.records:
+            out[index[rec.id]] = (rec.sent_s, rec.end_s if rec.ok and rec.end_s is not None else float("inf"))
+    return out
+
+
+def least_in_flight(roots: list[int], chains: dict, times: dict, size: int) -> dict[int, int]:
+    """vLLM's balancer over the first turns in send order: each to the engine with the fewest requests
+    in flight at its send time (per `times`: (send, finish) by request), the scan starting one engine
+    further each time."""
+    placed: list[list[tuple[float, float]]] = [[] for _ in range(size)]
+    where, start = {}, 0
+    for root in roots:
+        t = times[root][0]
+        best, best_count = start, None
+        for k in range(size):
+            e = (start + k) % size
+            count = sum(1 for s, f in placed[e] if s <= t < f)
+            if best_count is None or count < best_count:
+                best, best_count = e, count
+        where[root] = best
+        placed[best] += [times[i] for i in chains[root]]
+        start = (start + 1) % size
+    return where
+
+
+def _merged(reqs, sims: list[Simulated]) -> Simulated:
+    """The engines' runs as one server's: the records in the requests' order, the window from the first
+    send to the last finish; the server's view per engine at its peak, its counts summed."""
+    order = {r.id: i for i, r in enumerate(reqs)}
+    records = sorted((rec for s in sims for rec in s.result.records), key=lambda rec: order[rec.id])
+    ok = [r for r in records if r.ok]
+    window = max(r.end_s for r in ok) - min(r.sent_s for r in ok) if ok else 1e-9
+    server: dict = {}
+    for s in sims:
+        for key, v in s.server.items():
+            server[key] = max(server.get(key, v), v) if key.endswith("_peak") else server.get(key, 0.0) + v
+    queries = server.get("prefix_cache_queries", 0.0)
+    server["prefix_cache_hit_rate"] = server.get("prefix_cache_hits", 0.0) / queries if queries else 0.0
+    weights = [len(s.result.records) for s in sims]
+    server["queue_time_mean_ms"] = (sum(s.server.get("queue_time_mean_ms", 0.0) * w for s, w in zip(sims, weights))
+                                    / max(1, sum(weights)))
+    return Simulated(ReplayResult(tuple(records), max(window, 1e-9)), server, sum(s.steps for s in sims))

@@ -1,0 +1,57 @@
+"""Data-parallel sizes a study did not measure, predicted for the configuration a plan rests on: DP N
+engines behind vLLM's balancer (twin/data_parallel.py), against the same twin as one engine.
+
+A size's rate is the measured engine's rate times what the twin says N engines carry against one
+(each one's capacity with the SLOs holding, twin/capacity.py, on the study's own requests): the
+measurement anchors the figure, the twin gives only the ratio. N engines replay the study's requests
+N times over (`tiled`), so that each engine sees as many as the one engine did: a capacity read on
+a few dozen requests is partly their ramp and drain, and N engines sharing the same few dozen would
+read mostly that. Its tails at the rate each replica
+gets at peak, and its knee, follow as one engine's do (twin/tails.py). No real DP server has checked
+these: their bands are one engine's, doubled, as outside the validated envelope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from optimizer.twin.capacity import capacity
+from optimizer.twin.data_parallel import DataParallel
+from optimizer.twin.tails import TAILS, Tails, open_loop, tails, ttft_slo
+
+NOT_VALIDATED = "no real data-parallel server has checked the twin's DP yet"
+
+
+@dataclass(frozen=True)
+class PredictedDp:
+    size: int  # engines
+    ratio: float  # the rate N engines carry against one engine's, the twin's (0: one engine carries none)
+    tails: Tails  # each replica's at its share of the peak
+
+
+def predicted_dp(server, cost, requests: tuple, slos: tuple, sizes, peak_for, table: dict) -> list[PredictedDp]:
+    """For each size n: its ratio to one engine and its tails at `peak_for(ratio, n)` requests/s a replica.
+    `table` is the band (metric -> share) of one engine's predictions; doubled here."""
+    one = capacity(server, cost, open_loop(requests), slos).rate
+    out = []
+    for n in sizes:
+        dp, many = DataParallel(server, n), tiled(open_loop(requests), n)
+        cap = capacity(dp, cost, many, slos)
+        ratio = cap.rate / one if one > 0 else 0.0
+        knee = cap if tuple(slos) == tuple(s for s in slos if s is ttft_slo(slos)) else None  # the same search
+        got = tails(dp, cost, many, peak_for(ratio, n), slos, knee=knee)
+        bands = {m: (v / (1 + 2 * table[m]), v * (1 + 2 * table[m])) for m, v in got.metrics.items()
+                 if m in TAILS and m in table}
+        out.append(PredictedDp(n, ratio, replace(got, bands=bands, outside=(NOT_VALIDATED,))))
+    return out
+
+
+def tiled(stream: tuple, n: int) -> tuple:
+    """An open-loop `stream` n times over, each copy after the last (its first turns' offsets shifted by
+    the stream's span and one mean gap), ids and the turns they follow suffixed with the copy."""
+    roots = [r.offset_s for r in stream if r.after is None]
+    span = max(roots, default=0.0)
+    step = span + (span / (len(roots) - 1) if len(roots) > 1 else 1.0)
+    return tuple(replace(r, id=f"{r.id}#{k}", after=None if r.after is None else f"{r.after}#{k}",
+                         offset_s=r.offset_s + k * step if r.after is None else r.offset_s)
+                 for k in range(n) for r in stream)

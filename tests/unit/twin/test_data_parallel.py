@@ -1,0 +1,126 @@
+"""twin/data_parallel.py and twin/topologies.py: DP engines of one configuration behind vLLM's balancer
+(each request to the engine with the fewest in flight, ties in turn), and the data-parallel sizes
+`plan` predicts for a study that measured one engine."""
+
+import optuna
+import pytest
+
+from optimizer.measure.metrics import summarize
+from optimizer.twin.data_parallel import DataParallel, least_in_flight
+from optimizer.twin.step_cost import LinearStepCost
+from optimizer.twin.topologies import tiled
+from optimizer.workload.base import Request
+from tests.unit.twin.test_tails import _plan, study  # noqa: F401  (the stored study of two trials)
+
+COST = LinearStepCost((0.006, 0.00003, 0.00002, 0.0011, 0.0002, 0.0001, 0.00003, 0.00002, 0.0002, 0.00005), 0.004)
+
+
+def _req(i: int, prompt: int, out: int, at: float, after: str | None = None) -> Request:
+    return Request(f"r{i}", tuple(range(100 + i * 1000, 100 + i * 1000 + prompt)), out, at, after)
+
+
+def test_the_balancer_sends_each_request_to_the_engine_with_fewest_in_flight_ties_in_turn():
+    chains = {i: [i] for i in range(5)}
+    # r0 runs 0-10 s, r1 0.1-0.5 s: at 1 s engine 1 is free, engine 0 busy; r3 and r4 arrive together at 2 s
+    times = {0: (0.0, 10.0), 1: (0.1, 0.5), 2: (1.0, 1.5), 3: (2.0, 3.0), 4: (2.0, 3.0)}
+    where = least_in_flight([0, 1, 2, 3, 4], chains, times, 2)
+    assert where[0] == 0 and where[1] == 1  # in turn while both are empty
+    assert where[2] == 1  # not in turn (engine 0 would be next): engine 0 still runs r0
+    assert where[3] == 1  # r2 has finished: none in flight there, r0 on engine 0
+    assert where[4] == 0  # one in flight on each: a tie, and this scan starts at engine 0 (the fifth request)
+    assert least_in_flight([0, 1, 2], chains, {i: (0.0, 1.0) for i in range(3)}, 3) == {0: 0, 1: 1, 2: 2}
+
+
+def test_one_engine_is_the_server_itself(twin):
+    server = twin("--max-num-seqs", "4")
+    reqs = tuple(_req(i, 64 + 8 * i, 16, 0.05 * i) for i in range(10))
+    assert DataParallel(server, 1).run(reqs, None, COST).result == server.run(reqs, None, COST).result
+
+
+def test_a_burst_is_split_evenly_and_each_engine_runs_its_share_alone(twin):
+    server = twin("--max-num-seqs", "8")
+    burst = tuple(_req(i, 64, 32, 0.0) for i in range(8))
+    both = DataParallel(server, 2).run(burst, None, COST)
+    assert both.server["running_peak"] == 4 and len(both.result.records) == 8
+    alone = summarize(server.run(burst[:4], None, COST).result)  # identical requests: any 4 of them
+    merged = summarize(both.result)
+    for m in ("ttft_ms_p95", "tpot_ms_p50", "e2el_ms_p95"):
+        assert merged[m] == pytest.approx(alone[m], rel=1e-9), m
+    assert [r.id for r in both.result.records] == [r.id for r in burst]  # one server's records, in order
+
+
+def test_a_long_request_steers_the_next_ones_to_the_other_engine(twin):
+    """r0 decodes for seconds on one engine; r1 finishes on the other; r2 arrives after r1 finished and
+    would go to r0's engine in turn: vLLM's balancer (and the twin) sends it to the empty one, where it
+    decodes alone, as fast as r1 did."""
+    server = twin("--max-num-seqs", "8")
+    reqs = (_req(0, 64, 400, 0.0), _req(1, 64, 16, 0.01), _req(2, 64, 16, 2.0))
+    got = {r.id: r for r in DataParallel(server, 2).run(reqs, None, COST).result.records}
+
+    def tpot(r):
+        return (r.end_s - r.first_chunk_s) / (r.output_tokens - 1)
+
+    assert got["r0"].end_s > 2.5  # still running when r2 arrives
+    assert tpot(got["r2"]) == pytest.approx(tpot(got["r1"]), rel=1e-6)
+    in_turn = {r.id: r for r in server.run((reqs[0], reqs[2]), None, COST).result.records}
+    assert tpot(in_turn["r2"]) > 1.05 * tpot(got["r2"])  # beside r0, as a balancer in turn would have put it
+
+
+def test_an_agents_later_turns_stay_on_their_first_turns_engine(twin):
+    server = twin("--max-num-seqs", "8")
+    reqs = (_req(0, 64, 8, 0.0), _req(1, 64, 8, 0.0), _req(2, 64, 8, 0.1, after="r0"), _req(3, 64, 8, 0.1, after="r2"))
+    got = {r.id: r for r in DataParallel(server, 2).run(reqs, None, COST).result.records}
+    assert all(r.ok for r in got.values())
+    assert got["r2"].sent_s >= got["r0"].end_s + 0.1 - 1e-9 and got["r3"].sent_s >= got["r2"].end_s + 0.1 - 1e-9
+
+
+def test_a_stream_tiled_n_times_keeps_its_gaps_and_its_turns():
+    stream = (_req(0, 8, 4, 0.0), _req(1, 8, 4, 1.0), _req(2, 8, 4, 0.5, after="r1"), _req(3, 8, 4, 2.0))
+    many = tiled(stream, 3)
+    assert len(many) == 12 and len({r.id for r in many}) == 12
+    roots = [r.offset_s for r in many if r.after is None]
+    assert roots == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]  # each copy one mean gap after the last
+    assert [(r.id, r.after, r.offset_s) for r in many if r.after] == [("r2#0", "r1#0", 0.5), ("r2#1", "r1#1", 0.5),
+                                                                      ("r2#2", "r1#2", 0.5)]
+
+
+def _dp_rows(lines: list[str]) -> dict[int, str]:
+    return {int(x.split()[1].rstrip(":")): x for x in lines if x.startswith("  DP ")}
+
+
+def test_plan_predicts_the_dp_sizes_not_measured_anchored_on_the_measured_engine(study):  # noqa: F811
+    lines = _plan("--peak-qps", "20", "--tokens-per-request", "150", dp="2,4")
+    head = next(i for i, x in enumerate(lines) if x.startswith("Predicted topologies (not measured; nothing booted)"))
+    rows = _dp_rows(lines)
+    assert sorted(rows) == [2, 4] and all(lines.index(r) > head for r in rows.values())
+    per_replica = float(next(x for x in lines if x.startswith("Per replica: ")).split(" = ")[1].split()[0]
+                        .replace(",", ""))
+    for n, row in rows.items():
+        ratio = float(row.split(": x", 1)[1].split()[0])
+        assert 0.8 * n <= ratio <= 1.25 * n, row  # N engines carry about N times one
+        value = float(row.split("one engine, ", 1)[1].split()[0].replace(",", ""))
+        assert value == pytest.approx(per_replica * ratio, rel=0.01), row
+        assert f"a replica on {n} device(s)" in row and row.endswith("(predicted)")
+        assert "TTFT p95 " in row and "TPOT p95 " in row and "knee " in row
+    assert "  (bands doubled: no real data-parallel server has checked the twin's DP yet)" in lines
+    assert lines[-1].startswith("  TP: not predicted on CPU")
+
+
+def test_a_measured_dp_size_is_not_predicted_and_a_dp_plan_predicts_none(study):  # noqa: F811
+    tmp_path, plan = study
+    stored = optuna.load_study(study_name="tails", storage=f"sqlite:///{tmp_path / 'trials.db'}")
+    one = stored.trials[1]
+    attrs = {**one.user_attrs, "vllm_args": [*one.user_attrs["vllm_args"], "--data-parallel-size", "2"]}
+    attrs.pop("baseline", None)
+    stored.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, params={}, distributions={},
+                                               value=one.value * 0.9, user_attrs=attrs))
+    lines = _plan("--peak-qps", "20", "--tokens-per-request", "150", dp="2,4")
+    assert any(x.startswith("  DP 2: trial 2,") for x in lines)  # measured
+    assert sorted(_dp_rows([x for x in lines if "(predicted)" in x])) == [4]
+    on_dp = _plan("--peak-qps", "20", "--tokens-per-request", "150", "--trial", "2", dp="2")
+    assert any(x.startswith("Predicted topologies: none (the plan rests on 2 devices a replica") for x in on_dp)
+
+
+def test_plan_predicts_no_dp_size_when_told_none(study):  # noqa: F811
+    assert not any(x.startswith(("Predicted topologies", "  DP ", "  TP: ")) for x in
+                   _plan("--peak-qps", "20", "--tokens-per-request", "150", dp="none"))
