@@ -119,7 +119,7 @@ def test_plan_lists_every_measured_topology_fewest_devices_first(fleet_study):
     run, study, artifacts = fleet_study
     config = artifacts.parent.parent / "fleet.yaml"
     out = subprocess.run([sys.executable, "-m", "optimizer", "plan", "--config", str(config), "--peak-qps", "20",
-                          "--tokens-per-request", "150"], capture_output=True, text=True, timeout=120,
+                          "--tokens-per-request", "150", "--dp", "none"], capture_output=True, text=True, timeout=120,
                          cwd=config.parent)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -211,7 +211,8 @@ def test_two_replicas_behind_nginx_are_measured_against_one_and_plan_uses_it(sca
     bound = [re.findall(r"local_rank=0, core ids=\[([0-9, ]+)\]", log.read_text()) for log in logs]
     assert all(len(b) == 1 for b in bound) and bound[0] != bound[1], bound  # vLLM's own word: a core each
     assert left == [], left  # the replicas and nginx stopped with the command
-    plan = _optimizer(config, "plan", "--trial", "0", "--peak-qps", "200", "--tokens-per-request", "150")
+    plan = _optimizer(config, "plan", "--trial", "0", "--peak-qps", "200", "--tokens-per-request", "150",
+                      "--dp", "none")
     assert plan.returncode == 0, plan.stderr
     assert f"Scaling: 2 replicas of trial 0 behind nginx carried {s['efficiency']:.2f}x" in plan.stdout
 

@@ -495,7 +495,8 @@ def test_plan_turns_the_measured_throughput_into_replicas(finished_study):
     put max-model-len back, else trial 1's rates scaled to its re-measured mean."""
     _, study, path, root = finished_study
     run = subprocess.run([sys.executable, "-m", "optimizer", "plan", "--config", str(path), "--peak-qps", "50",
-                          "--tokens-per-request", "2000"], capture_output=True, text=True, timeout=120, cwd=root)
+                          "--tokens-per-request", "2000", "--dp", "2"], capture_output=True, text=True, timeout=120,
+                         cwd=root)
     assert run.returncode == 0, run.stderr[-3000:]
     rec = recommend(study)
     if rec.changed_from_trial:
@@ -510,3 +511,6 @@ def test_plan_turns_the_measured_throughput_into_replicas(finished_study):
     # The tails at peak from the twin calibrated on the baseline's run and trial 1's; no TTFT SLO here, so no knee.
     assert "Tails at peak (the twin of trial 1, calibrated on trial(s) 0, 1" in run.stdout, run.stdout
     assert "Knee: needs a TTFT SLO (--slo ttft:MS); saturation at " in run.stdout
+    # DP 2 of the planned engine, predicted on the same calibration (never measured in this study)
+    dp = next(line for line in run.stdout.splitlines() if line.startswith("  DP 2: x"))
+    assert 1.5 <= float(dp.split(": x", 1)[1].split()[0]) <= 2.5 and dp.endswith("(predicted)"), dp
