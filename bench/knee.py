@@ -3,12 +3,12 @@
 A one-trial study of the quickstart's baseline (the tiny model, its 96-request chat workload, 32
 in flight; eager, to keep the boot short: the twin is calibrated on and compared with the same
 server) gives the run the twin is calibrated on. Then the same configuration is booted once and
-the workload's requests are replayed as an open-loop Poisson stream (twin/tails.py open_loop) at
+the workload's requests are replayed as an open-loop Poisson stream (twin/peak/tails.py open_loop) at
 rising rates, a share of the measured saturation each, its prefix cache emptied before each rate
 (vLLM's dev-mode /reset_prefix_cache, as a goodput trial's rate search does: the same prompts
 again would hit the cache, where a fresh server, and the twin, would not); the twin predicts the
 same rates. The knee is where p95 TTFT crosses the SLO (`--slo-ms`): measured, by log-linear interpolation between
-the two sweep points around the crossing; predicted, by the twin's bisection (twin/tails.py).
+the two sweep points around the crossing; predicted, by the twin's bisection (twin/peak/tails.py).
 Prints each rate's measured and predicted p95 TTFT, the two knees and their ratio.
 
     .venv/bin/python bench/knee.py [--slo-ms 300] [--shares 0.3,0.5,0.6,0.7,0.8,0.9,1.0,1.1]
@@ -72,7 +72,7 @@ def main() -> None:
     from optimizer.trial.stages import reset_prefix_cache
     from optimizer.twin.from_study import calibrate, stored_runs
     from optimizer.twin.server import TwinServer
-    from optimizer.twin.tails import open_loop, tails
+    from optimizer.twin.peak.tails import open_loop, tails
 
     root = Path(tempfile.mkdtemp(prefix="knee-"))
     plan = prepare(load_config(str(_study(root))))

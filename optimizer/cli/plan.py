@@ -145,7 +145,7 @@ def _through_twin(ns, w: WhatIfArgs, rows, serving, slos):
 
 def _tails(cfg, study, p, slos, trial: int | None) -> tuple[list[str], tuple | None]:
     """Tails at peak and the knee of the configuration planned on, from the twin calibrated on the
-    study's own runs (twin/tails.py); one line saying why not when the twin cannot answer. With the
+    study's own runs (twin/peak/tails.py); one line saying why not when the twin cannot answer. With the
     lines, the twin that answered ((server, cost, requests, band table, the device kind it runs on)),
     or None."""
     from optimizer.driver.plan import prepare  # noqa: PLC0415
@@ -155,7 +155,7 @@ def _tails(cfg, study, p, slos, trial: int | None) -> tuple[list[str], tuple | N
     from optimizer.twin.from_study import calibrate, stored_runs  # noqa: PLC0415
     from optimizer.twin.prediction import BAND, BAND_ONE_RUN  # noqa: PLC0415
     from optimizer.twin.server import TwinServer  # noqa: PLC0415
-    from optimizer.twin.tails import TAILS, tails  # noqa: PLC0415
+    from optimizer.twin.peak.tails import TAILS, tails  # noqa: PLC0415
 
     rate = p.peak_qps / p.replicas
     try:
@@ -200,10 +200,10 @@ def parse_dp(text: str) -> tuple[int, ...]:
 
 
 def _predicted_topologies(twin, study, p, slos, measured: set[str], dp_sizes: tuple[int, ...]) -> list[str]:
-    """Data-parallel sizes the study did not measure, for the single engine planned on (twin/topologies.py),
+    """Data-parallel sizes the study did not measure, for the single engine planned on (twin/peak/topologies.py),
     and where tensor-parallel sizes are predicted."""
     from optimizer.report.capacity import describe_predicted_topologies  # noqa: PLC0415
-    from optimizer.twin.topologies import predicted_dp  # noqa: PLC0415
+    from optimizer.twin.peak.topologies import predicted_dp  # noqa: PLC0415
 
     m = p.measurement
     if not dp_sizes:

@@ -4,7 +4,7 @@ carries and why, the replicas and devices, the scaling; and the measured topolog
 from __future__ import annotations
 
 from optimizer.fleet.capacity import Plan, rounded
-from optimizer.twin.tails import Tails
+from optimizer.twin.peak.tails import Tails
 
 
 def describe(p: Plan) -> list[str]:
@@ -50,7 +50,7 @@ SATURATED = 0.97  # a knee this close to the saturation rate is the saturation i
 
 
 def describe_tails(t: Tails, trial: int, calibrated_on: list[int]) -> list[str]:
-    """Tails at the planned rate and the knee (twin/tails.py) as the lines `plan` prints."""
+    """Tails at the planned rate and the knee (twin/peak/tails.py) as the lines `plan` prints."""
     def shown(metric: str) -> str:
         return _shown(t, metric, "{:,.0f}".format)
 
@@ -85,7 +85,7 @@ def describe_row_tails(rows) -> list[str]:
 
 
 def describe_predicted_topologies(rows, trial: int, tp_line: str) -> list[str]:
-    """Data-parallel sizes the study did not measure (twin/topologies.py PredictedDp, each with its plan, or
+    """Data-parallel sizes the study did not measure (twin/peak/topologies.py PredictedDp, each with its plan, or
     None where no rate keeps the SLOs), and the line on tensor-parallel sizes, as `plan` prints them."""
     if not rows:
         return [f"Predicted topologies: {tp_line}"]

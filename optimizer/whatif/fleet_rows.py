@@ -43,7 +43,7 @@ class Row:
     cost_per_h: float | None = None
     note: str = ""  # why the library did not answer, when the roofline did
     band: float = 0.0  # the throughput's band as +-x (0.35: 35%), as the calibration applies to this row
-    tails: object = None  # a twin row's tails at the planned rate and its knee (twin/tails.py Tails)
+    tails: object = None  # a twin row's tails at the planned rate and its knee (twin/peak/tails.py Tails)
 
     @property
     def usable(self) -> bool:

@@ -1,11 +1,11 @@
 """`plan --what-if` rows answered by the twin: per device and TP size, the rate one replica carries
 on the study's own workload (its length distributions, prefixes and arrival process, not a mean
 request) with the SLOs holding at their percentiles, from vLLM's scheduler with the device's
-defaults and the roofline's step cost (twin/gpu/server.py, twin/capacity.py). Replicas, devices and cost
+defaults and the roofline's step cost (twin/gpu/server.py, twin/peak/capacity.py). Replicas, devices and cost
 follow as for the mean estimate's rows (whatif/fleet_rows.py), whose Row they fill.
 
 Each twin row also carries its tails at the planned rate (each replica's share of the peak) and its
-knee (twin/tails.py), with the GPU twin's band: the same figures `plan` gives the measured
+knee (twin/peak/tails.py), with the GPU twin's band: the same figures `plan` gives the measured
 configuration, for a device and TP size never measured.
 
 Refused (the mean estimate answers that row, and says why): a closed-loop workload (no rate to
@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from optimizer.twin.capacity import capacity
+from optimizer.twin.peak.capacity import capacity
 from optimizer.twin.gpu.server import gpu_twin
 from optimizer.twin.prediction import gpu_bands
-from optimizer.twin.tails import tails
+from optimizer.twin.peak.tails import tails
 from optimizer.whatif.fleet_rows import Row
 from optimizer.whatif.predict import tp_allowed
 from optimizer.whatif.roofline import Serving, kv_capacity_tokens

@@ -1,4 +1,4 @@
-"""twin/data_parallel.py and twin/topologies.py: DP engines of one configuration behind vLLM's balancer
+"""twin/peak/data_parallel.py and twin/peak/topologies.py: DP engines of one configuration behind vLLM's balancer
 (each request to the engine with the fewest in flight, ties in turn), and the data-parallel sizes
 `plan` predicts for a study that measured one engine."""
 
@@ -6,9 +6,9 @@ import optuna
 import pytest
 
 from optimizer.measure.metrics import summarize
-from optimizer.twin.data_parallel import DataParallel, least_in_flight
+from optimizer.twin.peak.data_parallel import DataParallel, least_in_flight
 from optimizer.twin.step_cost import LinearStepCost
-from optimizer.twin.topologies import tiled
+from optimizer.twin.peak.topologies import tiled
 from optimizer.workload.base import Request
 from tests.unit.twin.test_tails import _plan, study  # noqa: F401  (the stored study of two trials)
 

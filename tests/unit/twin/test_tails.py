@@ -21,7 +21,7 @@ from optimizer.record.version import RECORD_KEY, RECORD_VERSION
 from optimizer.trial.rate_search import at_rate
 from optimizer.twin.server import TwinServer
 from optimizer.twin.step_cost import LinearStepCost
-from optimizer.twin.tails import open_loop, tails
+from optimizer.twin.peak.tails import open_loop, tails
 
 TRUTH = LinearStepCost((0.006, 0.00003, 0.00002, 0.0011, 0.0002, 0.0001, 0.00003, 0.00002, 0.0002, 0.00005), 0.004)
 LOG = "INFO [kv_cache_utils.py:1] CPU KV cache size: 261,888 tokens\n"

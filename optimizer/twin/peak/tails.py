@@ -8,7 +8,7 @@ which has no schedule, gets Poisson arrivals (vLLM's benchmark default), seeded.
 that simulated run's TTFT and TPOT p95 and p99, each with the twin's band (twin/prediction.py).
 
 The knee is the highest rate at which p95 TTFT stays within the TTFT SLO, found as the twin's
-capacity is (twin/capacity.py: the saturation probe's throughput as the ceiling, then a bisection).
+capacity is (twin/peak/capacity.py: the saturation probe's throughput as the ceiling, then a bisection).
 A plan that loads each replica at r of a knee at k sits (k - r) / k below it: that, not only the
 headroom's share of the measured rate, is how far a replica is from its queue blowing up.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from optimizer.measure.metrics import summarize
 from optimizer.measure.slo import Slo
 from optimizer.trial.rate_search import at_rate, nominal_rate
-from optimizer.twin.capacity import capacity
+from optimizer.twin.peak.capacity import capacity
 from optimizer.workload.arrivals import rate_schedule
 
 TAILS = ("ttft_ms_p95", "ttft_ms_p99", "tpot_ms_p95", "tpot_ms_p99")

@@ -1,13 +1,13 @@
 """Data-parallel sizes a study did not measure, predicted for the configuration a plan rests on: DP N
-engines behind vLLM's balancer (twin/data_parallel.py), against the same twin as one engine.
+engines behind vLLM's balancer (twin/peak/data_parallel.py), against the same twin as one engine.
 
 A size's rate is the measured engine's rate times what the twin says N engines carry against one
-(each one's capacity with the SLOs holding, twin/capacity.py, on the study's own requests): the
+(each one's capacity with the SLOs holding, twin/peak/capacity.py, on the study's own requests): the
 measurement anchors the figure, the twin gives only the ratio. N engines replay the study's requests
 N times over (`tiled`), so that each engine sees as many as the one engine did: a capacity read on
 a few dozen requests is partly their ramp and drain, and N engines sharing the same few dozen would
 read mostly that. Its tails at the rate each replica
-gets at peak, and its knee, follow as one engine's do (twin/tails.py). No real DP server has checked
+gets at peak, and its knee, follow as one engine's do (twin/peak/tails.py). No real DP server has checked
 these: their bands are one engine's, doubled, as outside the validated envelope.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from optimizer.twin.capacity import capacity
-from optimizer.twin.data_parallel import DataParallel
-from optimizer.twin.tails import TAILS, Tails, open_loop, tails, ttft_slo
+from optimizer.twin.peak.capacity import capacity
+from optimizer.twin.peak.data_parallel import DataParallel
+from optimizer.twin.peak.tails import TAILS, Tails, open_loop, tails, ttft_slo
 
 NOT_VALIDATED = "no real data-parallel server has checked the twin's DP yet"
 
