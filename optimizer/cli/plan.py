@@ -39,9 +39,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "for the table, or describe one in config whatif.devices)")
     p.add_argument("--tp", help="tensor-parallel sizes to predict, comma-separated (default: those of 1,2,4,8 "
                    "that divide the model's attention heads)")
-    p.add_argument("--dp", default="2,4",
-                   help="data-parallel sizes to predict for the configuration planned on, where the study did not "
-                   "measure them, comma-separated (default 2,4; none: predict none)")
+    p.add_argument("--dp", help="data-parallel sizes to predict for the configuration planned on, where the study "
+                   "did not measure them, comma-separated, or none (default 2,4 for a study on a GPU, none on a CPU, "
+                   "where the twin's DP is optimistic: docs/twin.md)")
     p.add_argument("--price", help="cost per device-hour, e.g. h100=2.5,l4=0.8: rows then sort by cost")
     p.add_argument("--output-tokens", type=int, help="mean output tokens a request (default: the measured run's "
                    "share of --tokens-per-request)")
@@ -184,8 +184,11 @@ def _tails(cfg, study, p, slos, trial: int | None) -> tuple[list[str], tuple | N
             (server, cal.cost, plan_.workload.requests, table, plan_.device.kind))
 
 
-def parse_dp(text: str) -> tuple[int, ...]:
-    """`--dp`: sizes of 2 or more, comma-separated, or none; ConfigError naming the fix."""
+def parse_dp(text: str | None) -> tuple[int, ...] | None:
+    """`--dp`: sizes of 2 or more, comma-separated, or none; None when not given (the device decides);
+    ConfigError naming the fix."""
+    if text is None:
+        return None
     if text.strip().lower() in ("none", "0", ""):
         return ()
     try:
@@ -199,20 +202,24 @@ def parse_dp(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def _predicted_topologies(twin, study, p, slos, measured: set[str], dp_sizes: tuple[int, ...]) -> list[str]:
+def _predicted_topologies(twin, study, p, slos, measured: set[str], dp_sizes: tuple[int, ...] | None) -> list[str]:
     """Data-parallel sizes the study did not measure, for the single engine planned on (twin/peak/topologies.py),
-    and where tensor-parallel sizes are predicted."""
+    and where tensor-parallel sizes are predicted. `dp_sizes` None: 2 and 4 on a GPU, none on a CPU."""
     from optimizer.report.capacity import describe_predicted_topologies  # noqa: PLC0415
-    from optimizer.twin.peak.topologies import predicted_dp  # noqa: PLC0415
+    from optimizer.twin.peak.topologies import CPU_CHECKED, DEFAULT_SIZES, predicted_dp  # noqa: PLC0415
 
     m = p.measurement
-    if not dp_sizes:
+    if twin is None or dp_sizes == ():
         return []
+    on_cpu = (m.device or twin[-1]) == "cpu"
+    if dp_sizes is None and on_cpu:
+        return [f"Predicted topologies: data parallelism not predicted on a CPU unless asked (--dp 2,4): {CPU_CHECKED}",
+                f"  {_tp_line(study, 'cpu')}"]
     if m.gpus_per_replica > 1:
         return [f"Predicted topologies: none (the plan rests on {m.gpus_per_replica} devices a replica; the twin "
                 "predicts data parallelism from a single engine)"]
-    sizes = [n for n in dp_sizes if f"DP {n}" not in measured]
-    if twin is None or not sizes:
+    sizes = [n for n in (dp_sizes or DEFAULT_SIZES) if f"DP {n}" not in measured]
+    if not sizes:
         return []
     server, cost, requests, table, kind = twin
 
@@ -228,7 +235,7 @@ def _predicted_topologies(twin, study, p, slos, measured: set[str], dp_sizes: tu
 
     rows = predicted_dp(server, cost, requests, slos, sizes, peak_for, table)
     return describe_predicted_topologies([(r, dp_plan(r.ratio, r.size)) for r in rows], p.measurement.trial,
-                                         _tp_line(study, m.device or kind))
+                                         _tp_line(study, m.device or kind), CPU_CHECKED if on_cpu else "")
 
 
 def _tp_line(study, kind: str) -> str:

@@ -84,9 +84,10 @@ def describe_row_tails(rows) -> list[str]:
             f"req/s: {_tails_and_knee(r.tails)} (predicted)" for r in rows if r.tails is not None and r.usable]
 
 
-def describe_predicted_topologies(rows, trial: int, tp_line: str) -> list[str]:
+def describe_predicted_topologies(rows, trial: int, tp_line: str, caveat: str = "") -> list[str]:
     """Data-parallel sizes the study did not measure (twin/peak/topologies.py PredictedDp, each with its plan, or
-    None where no rate keeps the SLOs), and the line on tensor-parallel sizes, as `plan` prints them."""
+    None where no rate keeps the SLOs), a caveat where there is one, and the line on tensor-parallel sizes, as
+    `plan` prints them."""
     if not rows:
         return [f"Predicted topologies: {tp_line}"]
     lines = [f"Predicted topologies (not measured; nothing booted): trial {trial}'s rate a replica times what the "
@@ -100,6 +101,8 @@ def describe_predicted_topologies(rows, trial: int, tp_line: str) -> list[str]:
                      f"{m.gpus_per_replica} device(s); {p.replicas} replica(s), {p.gpus} device(s); each at "
                      f"{rounded(row.tails.rate)} req/s: {_tails_and_knee(row.tails)} (predicted)")
     lines.append(f"  (bands doubled: {rows[0][0].tails.outside[0]})")
+    if caveat:
+        lines.append(f"  OPTIMISTIC here: {caveat}")
     return lines + [f"  {tp_line}"]
 
 

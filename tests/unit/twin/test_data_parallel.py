@@ -102,7 +102,8 @@ def test_plan_predicts_the_dp_sizes_not_measured_anchored_on_the_measured_engine
         assert value == pytest.approx(per_replica * ratio, rel=0.01), row
         assert f"a replica on {n} device(s)" in row and row.endswith("(predicted)")
         assert "TTFT p95 " in row and "TPOT p95 " in row and "knee " in row
-    assert "  (bands doubled: no real data-parallel server has checked the twin's DP yet)" in lines
+    assert "  (bands doubled: no real data-parallel server on a GPU has checked the twin's DP yet)" in lines
+    assert any(x.startswith("  OPTIMISTIC here: on a 2-core CPU a real DP 2 server carried ") for x in lines)
     assert lines[-1].startswith("  TP: not predicted on CPU")
 
 
@@ -121,6 +122,11 @@ def test_a_measured_dp_size_is_not_predicted_and_a_dp_plan_predicts_none(study):
     assert any(x.startswith("Predicted topologies: none (the plan rests on 2 devices a replica") for x in on_dp)
 
 
-def test_plan_predicts_no_dp_size_when_told_none(study):  # noqa: F811
+def test_plan_predicts_no_dp_size_when_told_none_nor_unasked_on_a_cpu(study):  # noqa: F811
     assert not any(x.startswith(("Predicted topologies", "  DP ", "  TP: ")) for x in
                    _plan("--peak-qps", "20", "--tokens-per-request", "150", dp="none"))
+    unasked = _plan("--peak-qps", "20", "--tokens-per-request", "150", dp=None)  # a study on this CPU
+    assert not any(x.startswith("  DP ") for x in unasked)
+    assert any(x.startswith("Predicted topologies: data parallelism not predicted on a CPU unless asked (--dp 2,4): "
+                            "on a 2-core CPU a real DP 2 server carried ") for x in unasked), unasked
+    assert unasked[-1].startswith("  TP: not predicted on CPU")

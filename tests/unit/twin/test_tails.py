@@ -63,10 +63,12 @@ def study(tmp_path, tiny_model, monkeypatch):
     return tmp_path, plan
 
 
-def _plan(*argv, config: str = "study.yaml", dp: str = "none") -> list[str]:
-    """`plan`'s lines; the data-parallel sizes it predicts (test_data_parallel.py) only when `dp` asks."""
+def _plan(*argv, config: str = "study.yaml", dp: str | None = "none") -> list[str]:
+    """`plan`'s lines; the data-parallel sizes it predicts (test_data_parallel.py) only when `dp` asks
+    (None: no --dp, as a user types it)."""
     out = io.StringIO()
-    assert plan_command.main(parser().parse_args(["plan", "--config", config, "--dp", dp, *argv]),
+    dp_flag = [] if dp is None else ["--dp", dp]
+    assert plan_command.main(parser().parse_args(["plan", "--config", config, *dp_flag, *argv]),
                              Console(file=out, width=400)) == 0
     return out.getvalue().splitlines()
 
