@@ -108,8 +108,9 @@ def main() -> None:
             rows.append((f"open loop, {rate:.2f} req/s", real, summarize(one.run(at_rate(stream, rate), None,
                                                                                   cal.cost).result),
                          summarize(two.run(at_rate(stream, rate), None, cal.cost).result)))
+    probe = " and its step probe" if cal.runs[0].probe else ""
     print(f"the quickstart's workload ({len(reqs)} requests), its baseline flags, eager, the tiny model; the twin "
-          f"calibrated on trial 0 (one engine on core 0, {clients} in flight{' and its step probe' if cal.runs[0].probe else ''})")
+          f"calibrated on trial 0 (one engine on core 0, {clients} in flight{probe})")
     print(f"{'replay on DP 2':>22} " + "  ".join(f"{m + ': real':>10} {'twin DP1':>10} {'twin DP2':>10} {'err':>7}"
                                                   for m in METRICS))
     for name, real, t1, t2 in rows:

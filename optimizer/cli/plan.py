@@ -213,8 +213,8 @@ def _predicted_topologies(twin, study, p, slos, measured: set[str], dp_sizes: tu
         return []
     on_cpu = (m.device or twin[-1]) == "cpu"
     if dp_sizes is None and on_cpu:
-        return [f"Predicted topologies: data parallelism not predicted on a CPU unless asked (--dp 2,4): {CPU_CHECKED}",
-                f"  {_tp_line(study, 'cpu')}"]
+        return ["Predicted topologies: data parallelism not predicted on a CPU unless asked (--dp 2,4): "
+                + CPU_CHECKED, f"  {_tp_line(study, 'cpu')}"]
     if m.gpus_per_replica > 1:
         return [f"Predicted topologies: none (the plan rests on {m.gpus_per_replica} devices a replica; the twin "
                 "predicts data parallelism from a single engine)"]

@@ -6,9 +6,10 @@ A size's rate is the measured engine's rate times what the twin says N engines c
 measurement anchors the figure, the twin gives only the ratio. N engines replay the study's requests
 N times over (`tiled`), so that each engine sees as many as the one engine did: a capacity read on
 a few dozen requests is partly their ramp and drain, and N engines sharing the same few dozen would
-read mostly that. Its tails at the rate each replica
-gets at peak, and its knee, follow as one engine's do (twin/peak/tails.py). No real DP server has checked
-these: their bands are one engine's, doubled, as outside the validated envelope.
+read mostly that. Its tails at the rate each replica gets at peak, and its knee, follow as one
+engine's do (twin/peak/tails.py). Their bands are one engine's, doubled, as outside the validated
+envelope: no real DP server on a GPU has checked them, and on a CPU one found them optimistic
+(CPU_CHECKED).
 """
 
 from __future__ import annotations
