@@ -62,6 +62,9 @@ def main(ns: argparse.Namespace, console) -> int:
                             ("--measured-on", ns.measured_on)) if v is not None and not ns.what_if]
     if alone:
         raise ConfigError(f"{alone[0]} goes with --what-if (the predicted rows); add --what-if DEVICES, or drop it")
+    if ns.dp is not None and ns.what_if:
+        raise ConfigError("--dp goes without --what-if (it predicts data parallelism on the study's own device); "
+                          "drop one of them")
     dp_sizes = parse_dp(ns.dp)
     slos = parse_slos(ns.slo)
     cfg = load(ns)
@@ -211,17 +214,21 @@ def _predicted_topologies(twin, study, p, slos, measured: set[str], dp_sizes: tu
     m = p.measurement
     if twin is None or dp_sizes == ():
         return []
-    on_cpu = (m.device or twin[-1]) == "cpu"
+    server, cost, requests, table, kind = twin
+    tp_line = _tp_line(study, m.device or kind)
+    on_cpu = (m.device or kind) == "cpu"
     if dp_sizes is None and on_cpu:
         return ["Predicted topologies: data parallelism not predicted on a CPU unless asked (--dp 2,4): "
-                + CPU_CHECKED, f"  {_tp_line(study, 'cpu')}"]
+                + CPU_CHECKED, f"  {tp_line}"]
     if m.gpus_per_replica > 1:
         return [f"Predicted topologies: none (the plan rests on {m.gpus_per_replica} devices a replica; the twin "
                 "predicts data parallelism from a single engine)"]
+    if server.config.model_config.is_moe:
+        return ["Predicted topologies: data parallelism not predicted for a mixture-of-experts model (vLLM runs its "
+                "DP engines in lockstep there, which the twin does not model)", f"  {tp_line}"]
     sizes = [n for n in (dp_sizes or DEFAULT_SIZES) if f"DP {n}" not in measured]
     if not sizes:
-        return []
-    server, cost, requests, table, kind = twin
+        return [f"Predicted topologies: every data-parallel size asked was measured; {tp_line}"]
 
     def dp_plan(ratio: float, n: int):  # N engines a replica, each carrying what the measured one did x ratio / N
         if ratio <= 0:
@@ -233,9 +240,13 @@ def _predicted_topologies(twin, study, p, slos, measured: set[str], dp_sizes: tu
         planned = dp_plan(ratio, n)
         return p.peak_qps / planned.replicas if planned is not None else p.peak_qps
 
-    rows = predicted_dp(server, cost, requests, slos, sizes, peak_for, table)
+    try:
+        rows = predicted_dp(server, cost, requests, slos, sizes, peak_for, table)
+    except (OptimizerError, ValueError, KeyError, RuntimeError) as exc:  # as _tails: flags the twin cannot run
+        return [f"Predicted topologies: not predicted (the twin could not run them: {type(exc).__name__}: "
+                f"{str(exc)[:200]})", f"  {tp_line}"]
     return describe_predicted_topologies([(r, dp_plan(r.ratio, r.size)) for r in rows], p.measurement.trial,
-                                         _tp_line(study, m.device or kind), CPU_CHECKED if on_cpu else "")
+                                         tp_line, CPU_CHECKED if on_cpu else "")
 
 
 def _tp_line(study, kind: str) -> str:

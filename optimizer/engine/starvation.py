@@ -65,6 +65,7 @@ class Neighbour:
     pid: int
     label: str  # its command, short
     cores: float  # the CPU it used over the window, in cores (1.0: one core all the time)
+    pinned: bool = False  # bound to the server's cores: all of that CPU was theirs
 
 
 @dataclass(frozen=True)
@@ -135,12 +136,14 @@ class CpuWatch:
         own_s = _group_delta(window, lambda s: {k: v for k, v in s.cpu.items() if k[0] == os.getpid()})
         # All of the group's CPU, and this process's (the trial's own: it replays the workload), is
         # taken off those cores' busy time, though some may have run on others (its unbound
-        # processes): the others' share is a lower bound.
-        others_busy = max(0.0, busy_s - group_s - own_s) / (seconds * len(cores))
+        # processes): a lower bound of the others' share. Processes pinned to those cores used them
+        # for certain: their CPU is another (an unbound API server busy elsewhere hides nothing).
         members = set().union(*(s.members for s in window))
+        others = _neighbours(start, end, members, set(cores), seconds)
+        pinned = sum(n.cores for n in others if n.pinned) / len(cores)
+        others_busy = max(max(0.0, busy_s - group_s - own_s) / (seconds * len(cores)), pinned)
         return CpuShare(seconds, used_s / seconds, None if math.isnan(waited_s) else waited_s / seconds, cores,
-                        min(others_busy, 1.0), _neighbours(start, end, members, set(cores), seconds), since_bind,
-                        min_window_s)
+                        min(others_busy, 1.0), others, since_bind, min_window_s)
 
     def _sample(self) -> _Sample:
         cpu, members, bound, bound_members = {}, {}, set(), set()
@@ -193,7 +196,7 @@ def _neighbours(start: _Sample, end: _Sample, members: set, cores: set, seconds:
             allowed = set(proc.cpu_affinity())
             if not (allowed <= cores or (allowed & cores and proc.cpu_num() in cores)):
                 continue
-            found.append(Neighbour(key[0], process_label(proc), share))
+            found.append(Neighbour(key[0], process_label(proc), share, allowed <= cores))
         except (psutil.Error, OSError):
             continue
     return tuple(sorted(found, key=lambda n: -n.cores)[:NAMED])

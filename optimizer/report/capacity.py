@@ -94,7 +94,9 @@ def describe_predicted_topologies(rows, trial: int, tp_line: str, caveat: str = 
              "twin says N engines behind vLLM's balancer carry against one"]
     for row, p in rows:
         if p is None:
-            lines.append(f"  DP {row.size}: keeps the SLOs at no rate on the study's workload (predicted)")
+            lines.append(f"  DP {row.size}: keeps the SLOs at no rate on the study's workload (predicted)"
+                         if row.one_carries else f"  DP {row.size}: no ratio to one engine, which the twin says "
+                         "keeps the SLOs at no rate here, though it was measured to (predicted)")
             continue
         m = p.measurement
         lines.append(f"  DP {row.size}: x{row.ratio:.2f} one engine, {rounded(m.value)} {m.unit} a replica on "

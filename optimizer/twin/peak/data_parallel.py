@@ -1,9 +1,12 @@
 """A twin of a data-parallel server: `size` engines of one configuration behind vLLM's own balancer.
 
 vLLM 0.32 (`DPLBAsyncMPClient.get_core_engine_for_request`) sends each request to the engine with
-the fewest unfinished requests (the larger of its own count in flight and the coordinator's
-waiting + running), scanning from an index that moves on by one each request, so that ties go to
-each engine in turn. The twin replays each engine's share through its own copy of vLLM's scheduler
+the fewest unfinished requests (the larger of its client's own count in flight, times the number of
+clients, and the coordinator's waiting + running), scanning from an index that moves on by one each
+request, so that ties go to each engine in turn. `vllm serve` starts one API server per engine by
+default, each such a client; the twin balances as one client would, seeing every request in flight.
+For a dense model the engines run independently (vLLM keeps mixture-of-experts engines in lockstep
+instead: not this). The twin replays each engine's share through its own copy of vLLM's scheduler
 with the same step cost, on one clock (every request keeps its send time), and merges the records
 as one server's.
 
@@ -13,16 +16,18 @@ later pass sends each to the fewest in flight at its send time, counted from the
 send and finish times; it stops when a pass moves nothing, or after PASSES. An agent's later turns
 stay on their first turn's engine (the twin replays a turn after the one it follows on the same
 scheduler; vLLM's balancer would place each turn afresh). A closed loop's clients are split
-between the engines as evenly as they go.
+between the engines as evenly as they go (an engine with no client gets no request).
 
-Not modelled: the API server the engines share (one front end tokenizes and streams for all of
-them; on a CPU, where it competes with the engines for cores, a DP server carries less than this
-says), the coordinator's 100 ms lag, and the balancer's preference, when a KV cache is over half
-full, for engines with no queue.
+Not modelled: the host-side work of the engines and their API servers (on a CPU they share the
+engines' cores, and a DP server carries less than this says: docs/twin.md), the coordinator's
+100 ms lag, and the balancer's preference, when a KV cache is over half full, for engines with no
+queue. The merged server view holds each engine's peaks (a DP server's /metrics sums its engines').
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
 
 from optimizer.measure.replay import ReplayResult
@@ -52,11 +57,12 @@ class DataParallel:
         reqs = list(requests)
         chains = _chains(reqs)
         roots = sorted(chains, key=lambda i: (_send(reqs, send_times, i), i))
-        where = {root: k % self.size for k, root in enumerate(roots)}
+        engines = self.size if concurrency is None else max(1, min(self.size, concurrency))
+        where = {root: k % engines for k, root in enumerate(roots)}
         sims = self._replay(reqs, chains, where, concurrency, cost, send_times, keep_steps, stretches)
         for _ in range(PASSES - 1):
             times = _times(reqs, sims)
-            moved = least_in_flight(roots, chains, times, self.size)
+            moved = least_in_flight(roots, chains, times, engines)
             if moved == where:
                 break
             where = moved
@@ -67,9 +73,9 @@ class DataParallel:
         sims = []
         for e in range(self.size):
             mine = sorted(i for root, chain in chains.items() if where[root] == e for i in chain)
-            if not mine:
+            clients = None if concurrency is None else concurrency // self.size + (e < concurrency % self.size)
+            if not mine or clients == 0:
                 continue
-            clients = None if concurrency is None else max(1, concurrency // self.size + (e < concurrency % self.size))
             sends = None if send_times is None else [send_times[i] for i in mine]
             sims.append(self.engine.run([reqs[i] for i in mine], clients, cost, send_times=sends,
                                         keep_steps=keep_steps, stretches=stretches))
@@ -92,31 +98,37 @@ def _chains(reqs) -> dict[int, list[int]]:
 
 
 def _times(reqs, sims: list[Simulated]) -> dict[int, tuple[float, float]]:
-    """Each request's (send, finish) in the pass just run; a request never finished is in flight to the end."""
+    """Each request's (send, finish) in the pass just run: a request sent but never finished is in flight
+    to the end; one never sent (a turn after one that never finished) never is."""
     index = {r.id: i for i, r in enumerate(reqs)}
     out = {}
     for sim in sims:
         for rec in sim.result.records:
-            out[index[rec.id]] = (rec.sent_s, rec.end_s if rec.ok and rec.end_s is not None else float("inf"))
+            sent = rec.first_chunk_s is not None or rec.sent_s > 0 or reqs[index[rec.id]].after is None
+            out[index[rec.id]] = ((rec.sent_s, rec.end_s if rec.ok and rec.end_s is not None else math.inf) if sent
+                                  else (math.inf, math.inf))
     return out
 
 
 def least_in_flight(roots: list[int], chains: dict, times: dict, size: int) -> dict[int, int]:
-    """vLLM's balancer over the first turns in send order: each to the engine with the fewest requests
-    in flight at its send time (per `times`: (send, finish) by request), the scan starting one engine
-    further each time."""
-    placed: list[list[tuple[float, float]]] = [[] for _ in range(size)]
+    """vLLM's balancer over the first turns in their send order (per `times`: (send, finish) by request):
+    each to the engine with the fewest requests in flight at its send time, the scan starting one
+    engine further each time."""
+    pending: list[list[tuple[float, float]]] = [[] for _ in range(size)]  # heaps of (send, finish) not yet sent
+    active: list[list[float]] = [[] for _ in range(size)]  # heaps of the finish times of those sent
     where, start = {}, 0
-    for root in roots:
+    for root in sorted(roots, key=lambda i: (times[i][0], i)):
         t = times[root][0]
-        best, best_count = start, None
-        for k in range(size):
-            e = (start + k) % size
-            count = sum(1 for s, f in placed[e] if s <= t < f)
-            if best_count is None or count < best_count:
-                best, best_count = e, count
+        for e in range(size):
+            while pending[e] and pending[e][0][0] <= t:
+                heapq.heappush(active[e], heapq.heappop(pending[e])[1])
+            while active[e] and active[e][0] <= t:
+                heapq.heappop(active[e])
+        best = min(range(size), key=lambda k: (len(active[(start + k) % size]), k))
+        best = (start + best) % size
         where[root] = best
-        placed[best] += [times[i] for i in chains[root]]
+        for i in chains[root]:
+            heapq.heappush(pending[best], times[i])
         start = (start + 1) % size
     return where
 
@@ -134,7 +146,7 @@ def _merged(reqs, sims: list[Simulated]) -> Simulated:
             server[key] = max(server.get(key, v), v) if key.endswith("_peak") else server.get(key, 0.0) + v
     queries = server.get("prefix_cache_queries", 0.0)
     server["prefix_cache_hit_rate"] = server.get("prefix_cache_hits", 0.0) / queries if queries else 0.0
-    weights = [len(s.result.records) for s in sims]
+    weights = [sum(1 for r in s.result.records if r.first_chunk_s is not None) for s in sims]
     server["queue_time_mean_ms"] = (sum(s.server.get("queue_time_mean_ms", 0.0) * w for s, w in zip(sims, weights))
                                     / max(1, sum(weights)))
     return Simulated(ReplayResult(tuple(records), max(window, 1e-9)), server, sum(s.steps for s in sims))

@@ -225,3 +225,27 @@ def test_once_bound_only_the_processes_bound_to_the_busy_core_are_judged():
     watch.samples = [sample(float(t), bound=False) for t in range(0, 42, 2)]  # never bound: the whole group
     unbound = watch.judge()
     assert not unbound.since_bind and unbound.used == pytest.approx(0.32) and not unbound.starved
+
+
+def test_a_process_pinned_to_the_workers_core_counts_whole_though_the_api_server_is_busy_elsewhere(processes):
+    """The worker got 0.02 of its core, a process pinned there 0.98, and the server's unbound API
+    server 0.6 of the other core: taking the whole group's CPU off the core's busy time leaves the
+    others 0.38 of it, yet the pinned process alone took 0.98. Samples as the watch takes them,
+    written here, for a real process pinned to the worker's core (its affinity is what is read)."""
+    from optimizer.engine.starvation import _Sample
+
+    hog = processes(SLEEP, CORE)
+    other = min(os.sched_getaffinity(0))
+    worker, front, busy = (999_001, 1.0), (999_002, 1.0), (hog.pid, psutil.Process(hog.pid).create_time())
+    watch = CpuWatch(999_002, owner_cores=frozenset({other, CORE}))
+
+    def sample(at):
+        return _Sample(at, {worker: 0.02 * at, front: 0.6 * at, busy: 0.98 * at},
+                       {worker: 0.9 * at, front: 0.01 * at}, frozenset({CORE}),
+                       {other: 0.6 * at, CORE: at}, frozenset({worker}))
+
+    watch.samples = [sample(float(t)) for t in range(0, 42, 2)]
+    watch.sample = lambda: None  # judge() takes a last sample: these are the window
+    share = watch.judge()
+    assert [n.pid for n in share.others] == [hog.pid] and share.others[0].pinned
+    assert share.others_busy == pytest.approx(0.98) and share.starved, share.describe()

@@ -74,14 +74,37 @@ def test_an_agents_later_turns_stay_on_their_first_turns_engine(twin):
     assert got["r2"].sent_s >= got["r0"].end_s + 0.1 - 1e-9 and got["r3"].sent_s >= got["r2"].end_s + 0.1 - 1e-9
 
 
-def test_a_stream_tiled_n_times_keeps_its_gaps_and_its_turns():
+def test_a_stream_tiled_n_times_keeps_its_gaps_and_its_turns_and_no_copy_shares_a_prompt():
     stream = (_req(0, 8, 4, 0.0), _req(1, 8, 4, 1.0), _req(2, 8, 4, 0.5, after="r1"), _req(3, 8, 4, 2.0))
-    many = tiled(stream, 3)
+    many = tiled(stream, 3, vocab=1050)
     assert len(many) == 12 and len({r.id for r in many}) == 12
     roots = [r.offset_s for r in many if r.after is None]
     assert roots == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]  # each copy one mean gap after the last
     assert [(r.id, r.after, r.offset_s) for r in many if r.after] == [("r2#0", "r1#0", 0.5), ("r2#1", "r1#1", 0.5),
                                                                       ("r2#2", "r1#2", 0.5)]
+    assert many[0].prompt_token_ids == stream[0].prompt_token_ids  # copy 0 is the stream itself
+    assert many[4].prompt_token_ids == tuple(t + 1 for t in stream[0].prompt_token_ids)
+    assert max(t for r in many for t in r.prompt_token_ids) < 1050  # within the vocabulary (wrapped)
+
+
+def test_n_engines_on_n_copies_carry_at_most_n_times_one_and_copies_never_hit_each_others_cache(twin):
+    """A burst of distinct prompts, no SLO: what binds is the engines' own speed, so two engines on two
+    copies carry about twice one engine on one, not more; a copy's prompts sharing a prefix still
+    hit the cache within it."""
+    from optimizer.trial.rate_search import at_rate
+    from optimizer.twin.peak.capacity import capacity
+
+    server = twin("--max-num-seqs", "8")
+    distinct = tuple(_req(i, 512, 16, 0.05 * i) for i in range(24))
+    one = capacity(server, COST, distinct, ()).rate
+    many = tiled(distinct, 2, server.model.vocab_size)
+    two = capacity(DataParallel(server, 2), COST, many, ())
+    assert 1.6 * one <= two.rate <= 2.02 * one, (one, two.rate)
+    burst = DataParallel(server, 2).run(at_rate(many, float("inf")), None, COST)
+    assert burst.server["prefix_cache_hits"] == 0
+    shared = tuple(Request(f"s{i}", tuple(range(300)) + (1000 + i,) * 40, 8, 0.5 * i) for i in range(6))
+    assert DataParallel(server, 2).run(tiled(shared, 2, server.model.vocab_size), None,
+                                       COST).server["prefix_cache_hits"] > 0
 
 
 def _dp_rows(lines: list[str]) -> dict[int, str]:
@@ -130,3 +153,31 @@ def test_plan_predicts_no_dp_size_when_told_none_nor_unasked_on_a_cpu(study):  #
     assert any(x.startswith("Predicted topologies: data parallelism not predicted on a CPU unless asked (--dp 2,4): "
                             "on a 2-core CPU a real DP 2 server carried ") for x in unasked), unasked
     assert unasked[-1].startswith("  TP: not predicted on CPU")
+
+
+def test_every_size_asked_measured_still_says_where_tp_is_predicted(study):  # noqa: F811
+    tmp_path, _ = study
+    stored = optuna.load_study(study_name="tails", storage=f"sqlite:///{tmp_path / 'trials.db'}")
+    one = stored.trials[1]
+    attrs = {**one.user_attrs, "vllm_args": [*one.user_attrs["vllm_args"], "--data-parallel-size", "2"]}
+    attrs.pop("baseline", None)
+    stored.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, params={}, distributions={},
+                                               value=one.value * 0.9, user_attrs=attrs))
+    lines = _plan("--peak-qps", "20", "--tokens-per-request", "150", dp="2")
+    assert any(x.startswith("Predicted topologies: every data-parallel size asked was measured; TP: not predicted "
+                            "on CPU") for x in lines), lines
+
+
+def test_a_mixture_of_experts_model_gets_no_dp_prediction():
+    """vLLM keeps a mixture-of-experts model's DP engines in lockstep (its DPEngineCoreProc): not the
+    independent engines the twin steps."""
+    from types import SimpleNamespace
+
+    from optimizer.cli.plan import _predicted_topologies
+    from optimizer.fleet.capacity import Measurement, plan
+
+    server = SimpleNamespace(config=SimpleNamespace(model_config=SimpleNamespace(is_moe=True)))
+    p = plan(Measurement(0, "request_throughput", 10.0, "req/s", 300.0, device="gpu"), 20, 300)
+    lines = _predicted_topologies((server, None, (), {}, "gpu"), {}, p, (), set(), None)  # a study that stored nothing
+    assert lines[0] == ("Predicted topologies: data parallelism not predicted for a mixture-of-experts model (vLLM "
+                        "runs its DP engines in lockstep there, which the twin does not model)")
