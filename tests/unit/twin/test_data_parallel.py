@@ -181,3 +181,14 @@ def test_a_mixture_of_experts_model_gets_no_dp_prediction():
     lines = _predicted_topologies((server, None, (), {}, "gpu"), {}, p, (), set(), None)  # a study that stored nothing
     assert lines[0] == ("Predicted topologies: data parallelism not predicted for a mixture-of-experts model (vLLM "
                         "runs its DP engines in lockstep there, which the twin does not model)")
+
+
+def test_on_a_gpu_study_the_tp_line_names_the_what_if_on_its_own_device():
+    from optimizer.cli.plan import _tp_line
+    from optimizer.record import of_study
+
+    on_h100 = {of_study.DEVICE: "gpu", of_study.DEVICE_NAME: "NVIDIA H100 80GB HBM3"}
+    assert _tp_line(on_h100, "gpu").startswith("TP: `plan --what-if h100 --tp 2,4` predicts tensor-parallel sizes on "
+                                               "the study's own device, its step cost corrected by the study's runs")
+    assert "--measured-on names it" in _tp_line({of_study.DEVICE: "gpu"}, "gpu")
+    assert _tp_line({}, "cpu").startswith("TP: not predicted on CPU")
