@@ -115,6 +115,7 @@ def _calibrated(plan, ns, changes: dict, requests):
     from optimizer.twin import envelope, vllm_scheduler
     from optimizer.twin.from_study import calibrate, stored_runs
     from optimizer.twin.prediction import BAND_ONE_RUN, predict
+    from optimizer.twin.peak.data_parallel import engines
     from optimizer.twin.server import TwinServer
 
     runs = {r.number: r for r in stored_runs(plan.artifacts)}
@@ -127,13 +128,13 @@ def _calibrated(plan, ns, changes: dict, requests):
     params = {**(base if ns.trial is not None else {**cal.runs[0].params, **base}), **changes}
     same = next((r for r in runs.values() if r.params == params), None)
     t = time.monotonic()
-    server = TwinServer.from_flags(plan.model, plan.server_args(params), plan.device,
-                                   same.log_text if same else "", cal.kv_calibration)
+    server, dp = engines(lambda p: TwinServer.from_flags(plan.model, plan.server_args(p), plan.device,
+                                                        same.log_text if same else "", cal.kv_calibration), params)
     pred = predict(server.run(requests, plan.workload.concurrency, cal.cost), plan.objective.slos,
                    time.monotonic() - t)
     pred.outside = envelope.outside(server.shape, [s.shape for s in cal.servers], params, ns.rate,
                                     nominal_rate(plan.workload.requests), batch=pred.server["running_peak"],
-                                    calibrated_batch=cal.largest_batch)
+                                    calibrated_batch=cal.largest_batch, data_parallel=dp)
     if len(cal.runs) == 1:
         pred.bands = BAND_ONE_RUN
     measured = _measured(plan, same) if same is not None and ns.rate is None else None

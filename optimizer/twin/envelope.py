@@ -42,10 +42,11 @@ def median_prompt(requests) -> float | None:
 def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
             calibrated_rate: float | None = None, prompt: float | None = None,
             calibrated_prompt: float | None = None, batch: float | None = None,
-            calibrated_batch: float | None = None) -> list[str]:
+            calibrated_batch: float | None = None, data_parallel: bool = False) -> list[str]:
     """Why `shape` (a SchedulerShape) lies outside the envelope of `calibrated_shapes`; empty when inside.
     `prompt` and `calibrated_prompt` are median prompt lengths (median_prompt), where the workloads differ;
-    `batch` the prediction's running peak (without it, only a batch where none was seen is said),
+    `batch` the prediction's running peak (without it, only a batch where none was seen is said;
+    with DP engines, `data_parallel`, one engine's peak),
     `calibrated_batch` the largest a calibration run held (Calibrated.largest_batch; without it, the
     calibration runs' largest max-num-seqs stands for it)."""
     out = []
@@ -71,7 +72,9 @@ def outside(shape, calibrated_shapes, params: dict, rate: float | None = None,
         out.append(f"attention-backend {params['attention-backend']}: its speed is not modelled")
     for knob in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"):
         if int(params.get(knob) or 1) > 1:
-            out.append(f"{knob} {params[knob]}: parallel ranks are not modelled")
+            out.append(f"data-parallel-size {params[knob]}: engines behind vLLM's balancer, checked against a real DP "
+                       "server on a 2-core CPU only, where they were optimistic" if knob == "data-parallel-size"
+                       and data_parallel else f"{knob} {params[knob]}: parallel ranks are not modelled")
     if params.get("speculative-config") not in (None, "", "off"):
         out.append("speculative decoding is not modelled")
     return out

@@ -36,6 +36,19 @@ from optimizer.twin.simulation import Simulated
 PASSES = 3  # on the workloads tried, a third pass moved a request or two and no capacity
 
 
+def engines(build, params: dict):
+    """`build(params)` -> the twin of one server; with data-parallel-size N > 1 for a dense model, N
+    engines of the same flags but that one behind vLLM's balancer. Returns (the twin, whether it is
+    DP engines): a mixture-of-experts model's lockstep engines are not modelled, and keep the one twin."""
+    n = int(params.get("data-parallel-size") or 1)
+    if n <= 1:
+        return build(params), False
+    one = build({k: v for k, v in params.items() if k != "data-parallel-size"})
+    if one.config.model_config.is_moe:
+        return build(params), False
+    return DataParallel(one, n), True
+
+
 @dataclass
 class DataParallel:
     engine: object  # the TwinServer of one engine

@@ -244,3 +244,16 @@ def test_the_largest_batch_held_is_the_larger_of_the_sampled_and_the_twins_peak_
     batch = envelope.outside(server.shape, [server.shape], {}, batch=20, calibrated_batch=12)
     fp8 = ["KV dtype fp8 never calibrated"]
     assert envelope.beyond_price(batch) == [] and envelope.beyond_price(batch + fp8) == fp8
+
+
+def test_data_parallel_engines_are_simulated_behind_vllms_balancer_and_marked_outside(study, capsys):
+    assert main(["simulate", "--config", "study.yaml", "--set", "max-num-seqs=4", "--rate", "14", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main(["simulate", "--config", "study.yaml", "--set", "max-num-seqs=4", "--set", "data-parallel-size=2",
+                 "--rate", "14", "--json"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert two["scheduler"].startswith("2 data-parallel engines, each ")
+    assert ("data-parallel-size 2: engines behind vLLM's balancer, checked against a real DP server on a 2-core CPU "
+            "only, where they were optimistic") in two["outside_envelope"]
+    # the same requests on two engines of 4 sequences: each runs at most 4, and no request waits longer than on one
+    assert two["server"]["running_peak"] <= 4 and two["metrics"]["ttft_ms_p95"] < one["metrics"]["ttft_ms_p95"]
