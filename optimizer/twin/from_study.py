@@ -113,7 +113,11 @@ def choose(runs: list[StoredRun]) -> list[StoredRun]:
     when none of those held two sequences in a step, the run that held the most: runs at one
     sequence cannot split a step's fixed cost from its cost per sequence (docs/twin.md, "Fitting").
     Where the batch moved in the chosen runs, another batch was measured to add noise rather than
-    accuracy (BENCHMARKS.md), so none is added."""
+    accuracy (BENCHMARKS.md), so none is added. Only runs of one engine on one rank are chosen
+    where there are any: the step cost is one engine's, and a run with tensor, pipeline or data
+    parallel ranks (a fleet study's) would fit the cost of another server into it."""
+    single = [r for r in runs if not _parallel(r.params)]
+    runs = single or runs
     chosen, dtypes = [], set()
     for r in runs:
         family = "fp8" if is_fp8(r.kv_dtype) else "16-bit"
@@ -125,6 +129,12 @@ def choose(runs: list[StoredRun]) -> list[StoredRun]:
         if most is not None and (most.running_peak or 0) > 1:
             chosen.append(most)
     return chosen
+
+
+def _parallel(params: dict) -> bool:
+    """Whether a run's knobs start more than one rank (tensor, pipeline or data parallel)."""
+    sizes = (params.get(k) for k in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"))
+    return any(str(v).strip().isdigit() and int(v) > 1 for v in sizes if v is not None)
 
 
 def measured_run(plan, run: StoredRun) -> tuple[MeasuredRun, TwinServer]:

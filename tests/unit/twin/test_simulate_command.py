@@ -222,6 +222,11 @@ def test_the_calibration_takes_the_baseline_each_kv_dtype_and_a_batch_where_none
     assert [r.number for r in choose([run(0, 8), run(1, 32)])] == [0]
     assert [r.number for r in choose([run(0, 1), run(1, None), run(2, 1)])] == [0]  # no batch anywhere
     assert [r.number for r in choose([run(0, None), run(1, 32)])] == [0]  # the baseline's batch never read
+    # a fleet study: the first fp8 run has two data-parallel engines, the next one engine
+    dp = StoredRun(1, {"kv-cache-dtype": "fp8", "data-parallel-size": 2}, [], "", 8)
+    tp = StoredRun(2, {"kv-cache-dtype": "fp8", "tensor-parallel-size": "2"}, [], "", 8)
+    assert [r.number for r in choose([run(0, 8), dp, tp, run(3, 8, "fp8")])] == [0, 3]
+    assert [r.number for r in choose([dp, tp])] == [1]  # only parallel runs: the first, as before
 
 
 def test_the_largest_batch_held_is_the_larger_of_the_sampled_and_the_twins_peak_else_max_num_seqs(model):
