@@ -130,14 +130,18 @@ def test_plan_predicts_the_dp_sizes_not_measured_anchored_on_the_measured_engine
     assert lines[-1].startswith("  TP: not predicted on CPU")
 
 
-def test_a_measured_dp_size_is_not_predicted_and_a_dp_plan_predicts_none(study):  # noqa: F811
-    tmp_path, plan = study
+def _measured_dp2(tmp_path) -> None:
+    """Trial 2: trial 1's configuration measured as DP 2 (its flags and figures, a little slower)."""
     stored = optuna.load_study(study_name="tails", storage=f"sqlite:///{tmp_path / 'trials.db'}")
     one = stored.trials[1]
     attrs = {**one.user_attrs, "vllm_args": [*one.user_attrs["vllm_args"], "--data-parallel-size", "2"]}
     attrs.pop("baseline", None)
     stored.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, params={}, distributions={},
                                                value=one.value * 0.9, user_attrs=attrs))
+
+
+def test_a_measured_dp_size_is_not_predicted_and_a_dp_plan_predicts_none(study):  # noqa: F811
+    _measured_dp2(study[0])
     lines = _plan("--peak-qps", "20", "--tokens-per-request", "150", dp="2,4")
     assert any(x.startswith("  DP 2: trial 2,") for x in lines)  # measured
     assert sorted(_dp_rows([x for x in lines if "(predicted)" in x])) == [4]
@@ -156,13 +160,7 @@ def test_plan_predicts_no_dp_size_when_told_none_nor_unasked_on_a_cpu(study):  #
 
 
 def test_every_size_asked_measured_still_says_where_tp_is_predicted(study):  # noqa: F811
-    tmp_path, _ = study
-    stored = optuna.load_study(study_name="tails", storage=f"sqlite:///{tmp_path / 'trials.db'}")
-    one = stored.trials[1]
-    attrs = {**one.user_attrs, "vllm_args": [*one.user_attrs["vllm_args"], "--data-parallel-size", "2"]}
-    attrs.pop("baseline", None)
-    stored.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, params={}, distributions={},
-                                               value=one.value * 0.9, user_attrs=attrs))
+    _measured_dp2(study[0])
     lines = _plan("--peak-qps", "20", "--tokens-per-request", "150", dp="2")
     assert any(x.startswith("Predicted topologies: every data-parallel size asked was measured; TP: not predicted "
                             "on CPU") for x in lines), lines
