@@ -12,17 +12,21 @@ shares of the rate measured there, the prefix cache emptied before each (vLLM's 
 balancer.
 
 Printed: for each replay, the measured and predicted request throughput, p95 TTFT and p50 TPOT;
-and the ratio `plan` uses, DP 2's throughput over one engine's, measured (the DP server's closed
-loop over the study's own run) and predicted. The DP server's API server shares the two cores
+DP 2's closed-loop throughput over one engine's, measured (the DP server's closed loop over the
+study's own run) and predicted; and, with `--burst`, the ratio `plan` itself prints: the
+throughput of the workload replayed twice over (its copies' token ids moved apart:
+twin/peak/topologies.py tiled) all at once on the DP server, over that of the workload all at once
+on one engine bound to core 0 (a third boot), against the twin's capacity ratio without SLOs. The DP server's API server shares the two cores
 with its engines, where the study's had a core to itself: a cost the twin does not model
 (docs/twin.md, "Data-parallel engines"), measured here.
 
-    .venv/bin/python bench/dp_twin.py [--shares 0.5,0.8]
+    .venv/bin/python bench/dp_twin.py [--shares 0.5,0.8] [--burst]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 import sys
 import tempfile
@@ -67,6 +71,7 @@ def _row(name: str, real: dict, one: dict, two: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shares", default="0.5,0.8", help="open-loop rates, as shares of DP 2's closed-loop rate")
+    p.add_argument("--burst", action="store_true", help="also plan's own ratio, read on bursts (one boot more)")
     ns = p.parse_args()
 
     from optimizer.config.schema import load_config
@@ -77,8 +82,10 @@ def main() -> None:
     from optimizer.trial.rate_search import at_rate
     from optimizer.trial.stages import reset_prefix_cache
     from optimizer.twin.from_study import calibrate, stored_runs
+    from optimizer.twin.peak.capacity import capacity
     from optimizer.twin.peak.data_parallel import DataParallel
     from optimizer.twin.peak.tails import open_loop
+    from optimizer.twin.peak.topologies import tiled
     from optimizer.twin.server import TwinServer
 
     root = Path(tempfile.mkdtemp(prefix="dp-twin-"))
@@ -108,6 +115,17 @@ def main() -> None:
             rows.append((f"open loop, {rate:.2f} req/s", real, summarize(one.run(at_rate(stream, rate), None,
                                                                                   cal.cost).result),
                          summarize(two.run(at_rate(stream, rate), None, cal.cost).result)))
+        many = tiled(stream, 2, plan.model.vocab_size)
+        if ns.burst:
+            reset_prefix_cache(srv.base_url)
+            measured["burst2"] = summarize(run_replay(srv.base_url, plan.model.source, at_rate(many, math.inf), None))
+    if ns.burst:
+        with VllmServer(plan.model.source, plan.server_args(params), root / "one.log",
+                        env={"VLLM_SERVER_DEV_MODE": "1", BIND: "0"}) as srv:
+            run_replay(srv.base_url, plan.model.source, plan.workload.warmup, len(plan.workload.warmup))
+            reset_prefix_cache(srv.base_url)
+            measured["burst1"] = summarize(run_replay(srv.base_url, plan.model.source, at_rate(stream, math.inf),
+                                                      None))
     probe = " and its step probe" if cal.runs[0].probe else ""
     print(f"the quickstart's workload ({len(reqs)} requests), its baseline flags, eager, the tiny model; the twin "
           f"calibrated on trial 0 (one engine on core 0, {clients} in flight{probe})")
@@ -119,6 +137,11 @@ def main() -> None:
     print(f"DP 2 over one engine, closed loop: measured {measured['closed']['request_throughput'] / one_real:.2f}x "
           f"(the study's run {one_real:.2f} req/s); twin "
           f"{rows[0][3]['request_throughput'] / twin_one_closed['request_throughput']:.2f}x")
+    if ns.burst:
+        real2, real1 = measured["burst2"]["request_throughput"], measured["burst1"]["request_throughput"]
+        twin_ratio = capacity(two, cal.cost, many, ()).rate / capacity(one, cal.cost, stream, ()).rate
+        print(f"plan's ratio (bursts, no SLO): measured {real2 / real1:.2f}x ({real2:.2f} req/s on DP 2, twice the "
+              f"requests; {real1:.2f} on one engine); twin {twin_ratio:.2f}x")
 
 
 def _study_throughput(plan) -> float:

@@ -24,10 +24,10 @@ from optimizer.twin.peak.tails import TAILS, Tails, open_loop, tails, ttft_slo
 
 DEFAULT_SIZES = (2, 4)
 NOT_VALIDATED = "no real data-parallel server on a GPU has checked the twin's DP yet"
-# bench/dp_twin.py, three times, the 2-core AVX-512 EPYC, 2026-12-07 (BENCHMARKS.md, "Data-parallel engines").
-CPU_CHECKED = ("on a 2-core CPU a real DP 2 server carried 1.35-1.48x one engine's throughput where the twin said "
-               "1.76-1.92x, and decoded 35-44% slower than predicted: its engines' host-side work and its API servers "
-               "share the engines' cores, which the twin does not model (bench/dp_twin.py)")
+# bench/dp_twin.py, four times, the 2-core AVX-512 EPYC, 2026-12-07 (BENCHMARKS.md, "Data-parallel engines").
+CPU_CHECKED = ("on a 2-core CPU a real DP 2 server carried 1.35-1.64x one engine's throughput where the twin said "
+               "1.76-1.92x (on bursts, as this ratio is read: 1.55x against 2.00x): its engines' host-side work and "
+               "its API servers share the engines' cores, which the twin does not model (bench/dp_twin.py)")
 
 
 @dataclass(frozen=True)
