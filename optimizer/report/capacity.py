@@ -98,11 +98,13 @@ def describe_predicted_topologies(rows, trial: int, tp_line: str, caveat: str = 
                          if row.one_carries else f"  DP {row.size}: no ratio to one engine, which the twin says "
                          "keeps the SLOs at no rate here, though it was measured to (predicted)")
             continue
-        m = p.measurement
-        lines.append(f"  DP {row.size}: x{row.ratio:.2f} one engine, {rounded(m.value)} {m.unit} a replica on "
+        m, k = p.measurement, 1 + row.band
+        lines.append(f"  DP {row.size}: x{row.ratio:.2f} [{row.ratio / k:.2f}-{row.ratio * k:.2f}] one engine, "
+                     f"{rounded(m.value)} [{rounded(m.value / k)}-{rounded(m.value * k)}] {m.unit} a replica on "
                      f"{m.gpus_per_replica} device(s); {p.replicas} replica(s), {p.gpus} device(s); each at "
                      f"{rounded(row.tails.rate)} req/s: {_tails_and_knee(row.tails)} (predicted)")
-    lines.append(f"  (bands doubled: {rows[0][0].tails.outside[0]})")
+    lines.append(f"  (bands: one engine's, doubled, the ratio's its throughput band; the knee has none of its own "
+                 f"yet: {rows[0][0].tails.outside[0]})")
     if caveat:
         lines.append(f"  OPTIMISTIC here: {caveat}")
     return lines + [f"  {tp_line}"]

@@ -36,6 +36,7 @@ class PredictedDp:
     ratio: float  # the rate N engines carry against one engine's, the twin's (0: N engines carry none)
     tails: Tails  # each replica's at its share of the peak
     one_carries: bool = True  # whether one engine keeps the SLOs at some rate (else there is no ratio)
+    band: float = 0.0  # the ratio's (and the rate's) band, a share either way: one engine's throughput band x2
 
 
 def predicted_dp(server, cost, requests: tuple, slos: tuple, sizes, peak_for, table: dict) -> list[PredictedDp]:
@@ -51,7 +52,8 @@ def predicted_dp(server, cost, requests: tuple, slos: tuple, sizes, peak_for, ta
         got = tails(dp, cost, many, peak_for(ratio, n), slos, knee=knee)
         bands = {m: (v / (1 + 2 * table[m]), v * (1 + 2 * table[m])) for m, v in got.metrics.items()
                  if m in TAILS and m in table}
-        out.append(PredictedDp(n, ratio, replace(got, bands=bands, outside=(NOT_VALIDATED,)), one > 0))
+        out.append(PredictedDp(n, ratio, replace(got, bands=bands, outside=(NOT_VALIDATED,)), one > 0,
+                               2 * table.get("request_throughput", 0.0)))
     return out
 
 

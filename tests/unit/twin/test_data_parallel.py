@@ -9,6 +9,7 @@ from optimizer.measure.metrics import summarize
 from optimizer.twin.peak.data_parallel import DataParallel, least_in_flight
 from optimizer.twin.step_cost import LinearStepCost
 from optimizer.twin.peak.topologies import tiled
+from optimizer.twin.prediction import BAND_ONE_RUN
 from optimizer.workload.base import Request
 from tests.unit.twin.test_tails import _plan, study  # noqa: F401  (the stored study of two trials)
 
@@ -121,11 +122,15 @@ def test_plan_predicts_the_dp_sizes_not_measured_anchored_on_the_measured_engine
     for n, row in rows.items():
         ratio = float(row.split(": x", 1)[1].split()[0])
         assert 0.8 * n <= ratio <= 1.25 * n, row  # N engines carry about N times one
+        low, high = (float(x) for x in row.split(": x", 1)[1].split()[1].strip("[]").split("-"))
+        share = 2 * BAND_ONE_RUN["request_throughput"]  # one engine's band, calibrated on trial 0 alone, doubled
+        assert low < ratio < high and high / ratio == pytest.approx(1 + share, rel=0.02), row
         value = float(row.split("one engine, ", 1)[1].split()[0].replace(",", ""))
         assert value == pytest.approx(per_replica * ratio, rel=0.01), row
         assert f"a replica on {n} device(s)" in row and row.endswith("(predicted)")
         assert "TTFT p95 " in row and "TPOT p95 " in row and "knee " in row
-    assert "  (bands doubled: no real data-parallel server on a GPU has checked the twin's DP yet)" in lines
+    assert ("  (bands: one engine's, doubled, the ratio's its throughput band; the knee has none of its own yet: no "
+            "real data-parallel server on a GPU has checked the twin's DP yet)") in lines
     assert any(x.startswith("  OPTIMISTIC here: on a 2-core CPU a real DP 2 server carried ") for x in lines)
     assert lines[-1].startswith("  TP: not predicted on CPU")
 
