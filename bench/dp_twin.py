@@ -27,37 +27,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from quickstart_study import one_trial_study  # noqa: E402
+
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
 METRICS = ("request_throughput", "ttft_ms_p95", "tpot_ms_p50")
-
-
-def _study(root: Path) -> Path:
-    quick = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
-    from optimizer.engine.tiny_model import write_tiny_model
-    from optimizer.testing.memory import memory_fraction
-
-    cfg = {"study_name": "dp", "storage": f"sqlite:///{root / 'trials.db'}", "artifacts_dir": str(root / "artifacts"),
-           "n_trials": 1, "model": {"path": str(write_tiny_model(root / "tiny")), "load_format": "dummy",
-                                    "dtype": "bfloat16"},
-           "baseline": {**quick["baseline"], "gpu-memory-utilization": memory_fraction(1.0)},
-           "space": quick["space"], "workload": quick["workload"], "objective": {"name": "throughput"},
-           "early_stop": {"enabled": False}, "confirm": {"top": 0, "minimal": False},
-           "engine": {"extra_args": ["--enforce-eager"], "env": {BIND: "0"}}}
-    path = root / "study.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    subprocess.run([sys.executable, "-m", "optimizer", "run", "--config", str(path)], check=True, cwd=root,
-                   stdout=subprocess.DEVNULL)
-    return path
 
 
 def _row(name: str, real: dict, one: dict, two: dict) -> str:
@@ -89,7 +69,7 @@ def main() -> None:
     from optimizer.twin.server import TwinServer
 
     root = Path(tempfile.mkdtemp(prefix="dp-twin-"))
-    plan = prepare(load_config(str(_study(root))))
+    plan = prepare(load_config(str(one_trial_study(root, "dp", {BIND: "0"}))))
     runs = stored_runs(plan.artifacts)
     cal = calibrate(plan, runs)
     params = runs[0].params

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import replace
+from typing import NamedTuple
 
 from optimizer.cli.common import STUDY_FLAGS, add_flags, load
 from optimizer.cli.whatif_args import WhatIfArgs, parse_whatif
@@ -146,11 +147,20 @@ def _through_twin(ns, w: WhatIfArgs, rows, serving, slos):
                  + (f" (the twin did not answer: {'; '.join(why)})" if why else ""))
 
 
-def _tails(cfg, study, p, slos, trial: int | None) -> tuple[list[str], tuple | None]:
+class PlannedTwin(NamedTuple):
+    """The twin that answered for the configuration planned on, for the predicted topologies."""
+
+    server: object  # its TwinServer
+    cost: object  # the step cost fitted on the study's runs
+    requests: tuple  # the study's workload
+    table: dict  # its band (metric -> share)
+    kind: str  # the device it was calibrated on ("cpu" or "gpu")
+
+
+def _tails(cfg, study, p, slos, trial: int | None) -> tuple[list[str], PlannedTwin | None]:
     """Tails at peak and the knee of the configuration planned on, from the twin calibrated on the
     study's own runs (twin/peak/tails.py); one line saying why not when the twin cannot answer. With the
-    lines, the twin that answered ((server, cost, requests, band table, the device kind it runs on)),
-    or None."""
+    lines, the twin that answered, or None."""
     from optimizer.driver.plan import prepare  # noqa: PLC0415
     from optimizer.report.capacity import describe_tails  # noqa: PLC0415
     from optimizer.trial.rate_search import nominal_rate  # noqa: PLC0415
@@ -184,7 +194,7 @@ def _tails(cfg, study, p, slos, trial: int | None) -> tuple[list[str], tuple | N
         return [f"Tails at peak: not predicted (the twin could not run this configuration: "
                 f"{type(exc).__name__}: {str(exc)[:200]})"], None
     return (describe_tails(got, p.measurement.trial, [r.number for r in cal.runs]),
-            (server, cal.cost, plan_.workload.requests, table, plan_.device.kind))
+            PlannedTwin(server, cal.cost, plan_.workload.requests, table, plan_.device.kind))
 
 
 def parse_dp(text: str | None) -> tuple[int, ...] | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
-from optimizer.config import kv_fit
+from optimizer.config import kv_fit, topology
 from optimizer.config.flags import from_cli_args
 from optimizer.errors import ConfigError
 from optimizer.twin import probe, step_cost
@@ -116,7 +116,7 @@ def choose(runs: list[StoredRun]) -> list[StoredRun]:
     accuracy (BENCHMARKS.md), so none is added. Only runs of one engine on one rank are chosen
     where there are any: the step cost is one engine's, and a run with tensor, pipeline or data
     parallel ranks (a fleet study's) would fit the cost of another server into it."""
-    single = [r for r in runs if not _parallel(r.params)]
+    single = [r for r in runs if topology.ranks(r.params) == 1]
     runs = single or runs
     chosen, dtypes = [], set()
     for r in runs:
@@ -129,12 +129,6 @@ def choose(runs: list[StoredRun]) -> list[StoredRun]:
         if most is not None and (most.running_peak or 0) > 1:
             chosen.append(most)
     return chosen
-
-
-def _parallel(params: dict) -> bool:
-    """Whether a run's knobs start more than one rank (tensor, pipeline or data parallel)."""
-    sizes = (params.get(k) for k in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"))
-    return any(str(v).strip().isdigit() and int(v) > 1 for v in sizes if v is not None)
 
 
 def measured_run(plan, run: StoredRun) -> tuple[MeasuredRun, TwinServer]:

@@ -48,7 +48,7 @@ def predicted_dp(server, cost, requests: tuple, slos: tuple, sizes, peak_for, ta
         dp, many = DataParallel(server, n), tiled(open_loop(requests), n, server.model.vocab_size)
         cap = capacity(dp, cost, many, slos)
         ratio = cap.rate / one if one > 0 else 0.0
-        knee = cap if tuple(slos) == tuple(s for s in slos if s is ttft_slo(slos)) else None  # the same search
+        knee = cap if all(s is ttft_slo(slos) for s in slos) else None  # the knee's own search: the same
         got = tails(dp, cost, many, peak_for(ratio, n), slos, knee=knee)
         bands = {m: (v / (1 + 2 * table[m]), v * (1 + 2 * table[m])) for m, v in got.metrics.items()
                  if m in TAILS and m in table}
