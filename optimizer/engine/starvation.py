@@ -14,7 +14,10 @@ when it never did or that window is shorter than MIN_WINDOW_S, the whole start-u
 cores are the ones it bound itself to, else every core its owner may use. Its processes judged are
 the ones bound there (in the window since the bind: the worker; its API server and engine front
 stay free to run on the owner's other cores, and what they use there says nothing of the bound
-cores), else its whole process group. It was starved when, over the window, all three hold:
+cores), else its whole process group. A server whose ranks (data- or tensor-parallel workers) bound
+themselves to cores of their own is judged rank by rank, each on its own cores, and the rank starved
+worst is the server's: a rank that runs on an idle core hides nothing of one kept off its core. It
+was starved when, over the window, all three hold:
 
     used    those processes used less than STARVED_CORES of one core (a start-up that gets its
             CPU keeps about one core busy: import, weights, compile and the KV cache, one at a time);
@@ -56,6 +59,7 @@ class _Sample:
     bound: frozenset  # cores the group's processes are bound to, narrower than the owner's
     cores: dict  # core -> busy seconds
     bound_members: frozenset = frozenset()  # Keys of the group's processes bound that narrowly
+    member_cores: dict = field(default_factory=dict)  # Key -> the cores it is bound to, for those processes
 
 
 @dataclass(frozen=True)
@@ -119,17 +123,31 @@ class CpuWatch:
         self.samples.append(self._sample())
 
     def judge(self, min_window_s: float | None = None) -> CpuShare:
-        """What the server got of the CPU (module docstring), from a last sample taken now."""
+        """What the server got of the CPU (module docstring), from a last sample taken now. Where its
+        ranks (data- or tensor-parallel workers) bound themselves to cores of their own, each is
+        judged on its cores, and the one starved worst is the server's: one rank that cannot start
+        holds the others' start-up too."""
         min_window_s = MIN_WINDOW_S if min_window_s is None else min_window_s
         self.sample()
         end = self.samples[-1]
         first_bound = next((i for i, s in enumerate(self.samples) if s.bound), None)
         since_bind = first_bound is not None and end.at - self.samples[first_bound].at >= min_window_s
         window = self.samples[first_bound if since_bind else 0:]
-        start, seconds = window[0], max(end.at - window[0].at, 1e-9)
         cores = tuple(sorted(set().union(*(s.bound for s in window)) or self.owner_cores))
-        group_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members})
         judged = set().union(*(s.bound_members for s in window)) if since_bind else None
+        ranks = _ranks(window) if since_bind else {}
+        if len(ranks) > 1:
+            starved = [share for share in (self._share(window, tuple(sorted(c)), keys, True, min_window_s)
+                                           for c, keys in ranks.items()) if share.starved]
+            if starved:
+                return min(starved, key=lambda share: share.used)
+        return self._share(window, cores, judged, since_bind, min_window_s)
+
+    def _share(self, window: list, cores: tuple, judged: set | None, since_bind: bool, min_window_s: float) -> CpuShare:
+        """The share of `cores` the processes `judged` (None: the whole group) got over `window`."""
+        start, end, seconds = window[0], window[-1], max(window[-1].at - window[0].at, 1e-9)
+        elsewhere = _bound_elsewhere(window, set(cores))  # the group's processes that cannot have run there
+        group_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members if k not in elsewhere})
         used_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members if _in(k, judged)})
         waited_s = _group_delta(window, lambda s: {k: v for k, v in s.members.items() if _in(k, judged)})
         busy_s = sum(end.cores.get(c, 0.0) - start.cores.get(c, 0.0) for c in cores)
@@ -146,7 +164,7 @@ class CpuWatch:
                         min(others_busy, 1.0), others, since_bind, min_window_s)
 
     def _sample(self) -> _Sample:
-        cpu, members, bound, bound_members = {}, {}, set(), set()
+        cpu, members, bound, bound_members, member_cores = {}, {}, set(), set(), {}
         for proc in psutil.process_iter(["create_time", "cpu_times"]):
             times = proc.info["cpu_times"]
             if times is None:
@@ -166,7 +184,30 @@ class CpuWatch:
             if allowed and not allowed >= self.owner_cores:
                 bound |= allowed
                 bound_members.add(key)
-        return _Sample(time.monotonic(), cpu, members, frozenset(bound), core_busy_seconds(), frozenset(bound_members))
+                member_cores[key] = frozenset(allowed)
+        return _Sample(time.monotonic(), cpu, members, frozenset(bound), core_busy_seconds(), frozenset(bound_members),
+                       member_cores)
+
+
+def _last_cores(window: list[_Sample]) -> dict:
+    """Each bound process's cores, as last seen in the window."""
+    cores: dict = {}
+    for s in window:
+        cores.update(s.member_cores)
+    return cores
+
+
+def _ranks(window: list[_Sample]) -> dict:
+    """The bound processes grouped by the cores they are bound to: one group a rank."""
+    ranks: dict = {}
+    for key, cores in _last_cores(window).items():
+        ranks.setdefault(cores, set()).add(key)
+    return ranks
+
+
+def _bound_elsewhere(window: list[_Sample], cores: set) -> set:
+    """The bound processes whose cores are none of `cores`."""
+    return {key for key, theirs in _last_cores(window).items() if not theirs & cores}
 
 
 def _in(key: Key, judged: set | None) -> bool:

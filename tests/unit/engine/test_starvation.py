@@ -249,3 +249,33 @@ def test_a_process_pinned_to_the_workers_core_counts_whole_though_the_api_server
     share = watch.judge()
     assert [n.pid for n in share.others] == [hog.pid] and share.others[0].pinned
     assert share.others_busy == pytest.approx(0.98) and share.starved, share.describe()
+
+
+def test_a_rank_kept_off_its_core_starves_the_server_though_the_other_rank_runs_on_its_own():
+    """Two data-parallel ranks, each bound to a core of its own: rank A gets all of core 0, rank B
+    0.02 of core 1 (waiting for it 90% of the time) while a process free to run anywhere keeps core
+    1 busy. Summed, the ranks used 1.02 of a core: judged together, nothing looks starved. Judged
+    rank by rank, B is, and the server with it; the other rank's core of work is not taken off core
+    1's busy time (it cannot have run there). Samples as the watch takes them, written here."""
+    from optimizer.engine.starvation import _Sample
+
+    rank_a, rank_b, front, busy = (999_001, 1.0), (999_002, 1.0), (999_003, 1.0), (999_004, 1.0)
+    watch = CpuWatch(999_003, owner_cores=frozenset({0, 1}))
+
+    def sample(at, b_share=0.02, b_waits=0.9):
+        return _Sample(at, {rank_a: at, rank_b: b_share * at, front: 0.3 * at, busy: (1 - b_share) * at},
+                       {rank_a: 0.01 * at, rank_b: b_waits * at, front: 0.01 * at}, frozenset({0, 1}),
+                       {0: at, 1: at}, frozenset({rank_a, rank_b}),
+                       {rank_a: frozenset({0}), rank_b: frozenset({1})})
+
+    watch.samples = [sample(float(t)) for t in range(0, 42, 2)]
+    watch.sample = lambda: None  # judge() takes a last sample: these are the window
+    share = watch.judge()
+    assert share.since_bind and share.cores == (1,), share.describe()
+    assert share.used == pytest.approx(0.02) and share.waited == pytest.approx(0.9)
+    assert share.others_busy == pytest.approx(0.68)  # core 1's time less B's and the unbound front's
+    assert share.starved, share.describe()
+
+    watch.samples = [sample(float(t), b_share=0.9, b_waits=0.05) for t in range(0, 42, 2)]  # both ranks ran
+    both = watch.judge()
+    assert both.cores == (0, 1) and both.used == pytest.approx(1.9) and not both.starved
