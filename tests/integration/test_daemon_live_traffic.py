@@ -252,7 +252,7 @@ def _idle(base_url: str, timeout: float = 300.0) -> None:
 
 def _rejected_then_capped(out: dict, root: Path, model: str, vocab: Vocabulary, prod, daemons: list, prom) -> None:
     """A third daemon watches production's /metrics (min_requests 300, SLO ttft:500) through two phases:
-    prompts past --max-model-len 4096, which production answers 400 (30 s at 2 req/s); then clients
+    prompts past --max-model-len 4096, which production answers 400 (2 req/s until the daemon names them); then clients
     that keep at most CAP requests in flight, of shape C's prompts: the backlog cannot grow, and 8
     requests wait at every read. It must name the rejections, then the saturation, and start a
     generation on that window, and, reading on while it tunes, call a whole window of the full, still
@@ -265,14 +265,16 @@ def _rejected_then_capped(out: dict, root: Path, model: str, vocab: Vocabulary, 
     r.until("observing", lambda s: s.get("state") == "observing", 120)
     rng = random.Random(5)
     too_long = tuple(Request(f"too-long-{i}", tuple(vocab.random_ids(rng, 4200)), 4, i * 0.5) for i in range(60))
-    sent = threading.Thread(target=run_replay, args=(prod.base_url, model, too_long, None),
-                            kwargs={"request_timeout": 30.0}, daemon=True)
+    named = threading.Event()  # the rest of the 30 s burst is not sent once the daemon has named it
+    sent = threading.Thread(target=run_replay, args=(prod.base_url, model, too_long, None), daemon=True,
+                            kwargs={"request_timeout": 30.0, "stop_when": lambda f: "named" if named.is_set() else ""})
     t = time.monotonic()
     sent.start()
     out["rejecting"] = r.until("the rejections named", lambda s: ((s.get("watch") or {}).get("window") or {})
                                .get("rejecting"), 120)
     out["figures"]["seconds_from_rejections_to_named"] = round(time.monotonic() - t, 1)
     out["prom_rejecting"] = _through_prometheus(prom)
+    named.set()
     sent.join(timeout=60)
     stop = threading.Event()
     capped = tuple(Request(f"capped-{i}", tuple(vocab.random_ids(rng, rng.randint(*C_PROMPT))), rng.randint(4, 8), 0.0)

@@ -49,7 +49,7 @@ def _study(root, name: str, workload: dict, regression: dict | None = None, env:
         "early_stop": {"enabled": False},
         "confirm": {"top": 0, "minimal": False},
         "regression": regression or {"enabled": False},
-        "engine": {"extra_args": ["--max-num-seqs", "32", "--gpu-memory-utilization", str(fraction),
+        "engine": {"extra_args": ["--max-num-seqs", "4", "--gpu-memory-utilization", str(fraction),
                                   "--max-model-len", "1024", "--enforce-eager"], "env": env or {}},
     }
     path = root / f"{name}.yaml"
