@@ -58,6 +58,7 @@ from optimizer.engine.tiny_model import write_tiny_model
 from optimizer.record import of_trial
 from optimizer.testing.memory import memory_fraction
 from optimizer.testing.one_process import ONE_PROCESS_ENV
+from optimizer.testing.sampler_eager import SAMPLER_EAGER_ENV
 from optimizer.twin.prediction import BAND, BAND_ONE_RUN
 from optimizer.verdict.recommendation import MINIMAL, recommend
 from optimizer.workload.materialize import read_workload
@@ -91,7 +92,9 @@ def finished_study(tmp_path_factory):
         "early_stop": {"stages": 4, "margin": 0},  # exact: the slow trial is far behind anyway
         "confirm": {"top": 1, "repeats": 1, "minimal_boots": 4},
         "regression": {"enabled": True, "prompts": 4, "max_tokens": 16},
-        "engine": {"extra_args": ["--enforce-eager"], "env": ONE_PROCESS_ENV},  # no torch.compile: ~20 s less a boot; start-up is not what is tested
+        # no torch.compile, of the model (~20 s less a boot) or of the sampler (the first output check 11 s sooner):
+        # start-up is not what is tested
+        "engine": {"extra_args": ["--enforce-eager"], "env": {**ONE_PROCESS_ENV, **SAMPLER_EAGER_ENV}},
     }
     path = root / "study.yaml"
     path.write_text(yaml.safe_dump(cfg))
