@@ -5,11 +5,12 @@ Each try boots the tiny model (random weights, eager, `--max-num-seqs 8`) as the
 do, then stops it:
 
     one-process   VLLM_ENABLE_V1_MULTIPROCESSING=0 (optimizer/testing/one_process.py), 0.5 GiB of KV
+    no-compile    the same with TORCH_COMPILE_DISABLE=1 (optimizer/testing/sampler_eager.py)
     as-vllm       vLLM as it starts itself, 0.5 GiB of KV
     default-kv    vLLM as it starts itself at its default memory fraction (its KV cache sized to the
                   node: allocating it is most of the start-up)
 
-    .venv/bin/python bench/boot_time.py [--tries 2] [--modes one-process as-vllm default-kv]
+    .venv/bin/python bench/boot_time.py [--tries 2] [--modes one-process no-compile as-vllm default-kv]
 
 Each mode boots once first, untimed. About 5 min with the defaults.
 """
@@ -30,8 +31,10 @@ from optimizer.engine.tiny_model import write_tiny_model  # noqa: E402
 from optimizer.engine.vllm import VllmServer  # noqa: E402
 from optimizer.testing.memory import memory_fraction  # noqa: E402
 from optimizer.testing.one_process import ONE_PROCESS_ENV  # noqa: E402
+from optimizer.testing.sampler_eager import SAMPLER_EAGER_ENV  # noqa: E402
 
-MODES = ("one-process", "as-vllm", "default-kv")
+MODES = ("one-process", "no-compile", "as-vllm", "default-kv")
+ENV = {"one-process": ONE_PROCESS_ENV, "no-compile": {**ONE_PROCESS_ENV, **SAMPLER_EAGER_ENV}}
 
 
 def boot(model: str, mode: str, log: Path) -> tuple[float, dict]:
@@ -39,7 +42,7 @@ def boot(model: str, mode: str, log: Path) -> tuple[float, dict]:
     if mode != "default-kv":
         args += ["--gpu-memory-utilization", str(memory_fraction(0.5))]
     t = time.monotonic()
-    with VllmServer(model, args, log, env=ONE_PROCESS_ENV if mode == "one-process" else None) as server:
+    with VllmServer(model, args, log, env=ENV.get(mode)) as server:
         assert server.state == "ready", server.log_text()[-2000:]
         ready = time.monotonic() - t
         text = server.log_text()
