@@ -14,10 +14,8 @@ when it never did or that window is shorter than MIN_WINDOW_S, the whole start-u
 cores are the ones it bound itself to, else every core its owner may use. Its processes judged are
 the ones bound there (in the window since the bind: the worker; its API server and engine front
 stay free to run on the owner's other cores, and what they use there says nothing of the bound
-cores), else its whole process group. A server whose ranks (data- or tensor-parallel workers) bound
-themselves to cores of their own is judged rank by rank, each on its own cores, and the rank starved
-worst is the server's: a rank that runs on an idle core hides nothing of one kept off its core. It
-was starved when, over the window, all three hold:
+cores), else its whole process group; a server of several ranks, rank by rank (`judge()`). It was
+starved when, over the window, all three hold:
 
     used    those processes used less than STARVED_CORES of one core (a start-up that gets its
             CPU keeps about one core busy: import, weights, compile and the KV cache, one at a time);
@@ -32,7 +30,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psutil
 
@@ -84,6 +82,7 @@ class CpuShare:
     others: tuple[Neighbour, ...] = ()  # the busiest of them, busiest first
     since_bind: bool = False  # the window starts where the server bound itself to its cores
     min_window_s: float = MIN_WINDOW_S  # a shorter window says nothing
+    server_cores: tuple[int, ...] = ()  # every core the server's ranks hold, where `cores` is one rank's
 
     @property
     def starved(self) -> bool:
@@ -140,21 +139,20 @@ class CpuWatch:
             starved = [share for share in (self._share(window, tuple(sorted(c)), keys, True, min_window_s)
                                            for c, keys in ranks.items()) if share.starved]
             if starved:
-                return min(starved, key=lambda share: share.used)
+                return replace(min(starved, key=lambda share: share.used), server_cores=cores)
         return self._share(window, cores, judged, since_bind, min_window_s)
 
     def _share(self, window: list, cores: tuple, judged: set | None, since_bind: bool, min_window_s: float) -> CpuShare:
         """The share of `cores` the processes `judged` (None: the whole group) got over `window`."""
         start, end, seconds = window[0], window[-1], max(window[-1].at - window[0].at, 1e-9)
-        elsewhere = _bound_elsewhere(window, set(cores))  # the group's processes that cannot have run there
-        group_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members if k not in elsewhere})
+        group_s = _group_cpu_there(window, set(cores))
         used_s = _group_delta(window, lambda s: {k: s.cpu.get(k, 0.0) for k in s.members if _in(k, judged)})
         waited_s = _group_delta(window, lambda s: {k: v for k, v in s.members.items() if _in(k, judged)})
         busy_s = sum(end.cores.get(c, 0.0) - start.cores.get(c, 0.0) for c in cores)
         own_s = _group_delta(window, lambda s: {k: v for k, v in s.cpu.items() if k[0] == os.getpid()})
-        # All of the group's CPU, and this process's (the trial's own: it replays the workload), is
-        # taken off those cores' busy time, though some may have run on others (its unbound
-        # processes): a lower bound of the others' share. Processes pinned to those cores used them
+        # All of the group's CPU (but what a process used while bound to other cores only), and this
+        # process's (the trial's own: it replays the workload), is taken off those cores' busy time,
+        # though some may have run on others (its unbound processes): a lower bound of the others' share. Processes pinned to those cores used them
         # for certain: their CPU is another (an unbound API server busy elsewhere hides nothing).
         members = set().union(*(s.members for s in window))
         others = _neighbours(start, end, members, set(cores), seconds)
@@ -189,25 +187,24 @@ class CpuWatch:
                        member_cores)
 
 
-def _last_cores(window: list[_Sample]) -> dict:
-    """Each bound process's cores, as last seen in the window."""
-    cores: dict = {}
-    for s in window:
-        cores.update(s.member_cores)
-    return cores
-
-
 def _ranks(window: list[_Sample]) -> dict:
-    """The bound processes grouped by the cores they are bound to: one group a rank."""
+    """The processes bound at the window's end, grouped by the cores they are bound to: one group a rank."""
     ranks: dict = {}
-    for key, cores in _last_cores(window).items():
+    for key, cores in window[-1].member_cores.items():
         ranks.setdefault(cores, set()).add(key)
     return ranks
 
 
-def _bound_elsewhere(window: list[_Sample], cores: set) -> set:
-    """The bound processes whose cores are none of `cores`."""
-    return {key for key, theirs in _last_cores(window).items() if not theirs & cores}
+def _group_cpu_there(window: list[_Sample], cores: set) -> float:
+    """The group's CPU seconds over the window that may have run on `cores`: each sample interval's,
+    less what a process used while bound (at the interval's start) to other cores only."""
+    total = 0.0
+    for a, b in zip(window, window[1:]):
+        for key in b.members:
+            theirs = a.member_cores.get(key)
+            if theirs is None or theirs & cores:
+                total += b.cpu.get(key, 0.0) - a.cpu.get(key, 0.0)
+    return total
 
 
 def _in(key: Key, judged: set | None) -> bool:
@@ -300,7 +297,8 @@ def cpu_list(cores) -> str:
 
 def starved_failure(share: CpuShare, owner_cores=None) -> Failure:
     """The failure of a start-up that timed out starved (`share.starved`): infrastructure, never the flags."""
-    spare = sorted(set(owner_cores if owner_cores is not None else os.sched_getaffinity(0)) - set(share.cores))
+    held = set(share.server_cores or share.cores)
+    spare = sorted(set(owner_cores if owner_cores is not None else os.sched_getaffinity(0)) - held)
     bind = (f'bind trial servers to other cores (engine.env {BIND_VAR}: "{cpu_list(spare)}"), or ' if spare
             else "no other core is free here: ")
     return Failure("infra", f"start-up starved of CPU: {share.describe()}"[:1000],

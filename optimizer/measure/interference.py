@@ -5,7 +5,7 @@ again rather than pooled with the runs that had them.
 The trial records what the server got of the CPU while it was measured (engine/starvation.py
 CpuWatch, judged over the replay: `replay_cpu`): the share of its cores' time that other processes
 took (the trial's own process, which sends the requests, and the server's are not others), and the
-busiest of them by name. A quiet 2-core machine showed 0-0.06 there; a busy loop pinned to the
+busiest of them by name; for a server of several ranks, the starved rank's cores where one was. A quiet 2-core machine showed 0-0.06 there; a busy loop pinned to the
 server's core took 0.37-0.40 (bench/disturbed_run.py).
 """
 

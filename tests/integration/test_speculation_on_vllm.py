@@ -66,7 +66,8 @@ def _study(root, name: str, workload: dict, regression: dict | None = None, env:
 def copy_heavy(tmp_path_factory):
     return _study(tmp_path_factory.mktemp("copy"), "copy",
                   {"requests": 8, "copy_share": 1.0, "arrival": {"process": "closed", "concurrency": 2}},
-                  {"enabled": True, "prompts": 4, "max_tokens": 16, "batch": 4}, {**ONE_PROCESS_ENV, **SAMPLER_EAGER_ENV})
+                  {"enabled": True, "prompts": 4, "max_tokens": 16, "batch": 4},
+                  {**ONE_PROCESS_ENV, **SAMPLER_EAGER_ENV})
 
 
 def _trials(study):

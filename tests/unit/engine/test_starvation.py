@@ -251,31 +251,53 @@ def test_a_process_pinned_to_the_workers_core_counts_whole_though_the_api_server
     assert share.others_busy == pytest.approx(0.98) and share.starved, share.describe()
 
 
-def test_a_rank_kept_off_its_core_starves_the_server_though_the_other_rank_runs_on_its_own():
-    """Two data-parallel ranks, each bound to a core of its own: rank A gets all of core 0, rank B
-    0.02 of core 1 (waiting for it 90% of the time) while a process free to run anywhere keeps core
-    1 busy. Summed, the ranks used 1.02 of a core: judged together, nothing looks starved. Judged
-    rank by rank, B is, and the server with it; the other rank's core of work is not taken off core
-    1's busy time (it cannot have run there). Samples as the watch takes them, written here."""
+def test_a_rank_kept_off_its_core_starves_the_server_though_the_other_ranks_run_on_their_own():
+    """Three data-parallel ranks, each bound to a core of its own: rank A gets all of core 0, rank B
+    0.02 of core 1 and rank C 0.1 of core 2 (each waiting for its core 90% of the time) while a
+    process free to run anywhere keeps cores 1 and 2 busy. Summed, the ranks used 1.12 of a core:
+    judged together, nothing looks starved. Judged rank by rank, B and C are, and the server with
+    the worse of them, B; the other ranks' CPU is not taken off core 1's busy time (they cannot
+    have run there), and the remedy offers only a core none of the ranks holds. Samples as the watch
+    takes them, written here."""
     from optimizer.engine.starvation import _Sample
 
-    rank_a, rank_b, front, busy = (999_001, 1.0), (999_002, 1.0), (999_003, 1.0), (999_004, 1.0)
-    watch = CpuWatch(999_003, owner_cores=frozenset({0, 1}))
+    a, b, c, front, busy = ((999_001 + i, 1.0) for i in range(5))
+    watch = CpuWatch(999_004, owner_cores=frozenset({0, 1, 2, 3}))
 
     def sample(at, b_share=0.02, b_waits=0.9):
-        return _Sample(at, {rank_a: at, rank_b: b_share * at, front: 0.3 * at, busy: (1 - b_share) * at},
-                       {rank_a: 0.01 * at, rank_b: b_waits * at, front: 0.01 * at}, frozenset({0, 1}),
-                       {0: at, 1: at}, frozenset({rank_a, rank_b}),
-                       {rank_a: frozenset({0}), rank_b: frozenset({1})})
+        return _Sample(at, {a: at, b: b_share * at, c: 0.1 * at, front: 0.3 * at, busy: (1.9 - b_share) * at},
+                       {a: 0.01 * at, b: b_waits * at, c: 0.9 * at, front: 0.01 * at}, frozenset({0, 1, 2}),
+                       {0: at, 1: at, 2: at, 3: 0.3 * at}, frozenset({a, b, c}),
+                       {a: frozenset({0}), b: frozenset({1}), c: frozenset({2})})
 
     watch.samples = [sample(float(t)) for t in range(0, 42, 2)]
     watch.sample = lambda: None  # judge() takes a last sample: these are the window
+    together = watch._share(watch.samples, (0, 1, 2), {a, b, c}, True, starvation.MIN_WINDOW_S)
+    assert together.used == pytest.approx(1.12) and not together.starved  # what judging the group alone said
     share = watch.judge()
-    assert share.since_bind and share.cores == (1,), share.describe()
+    assert share.since_bind and share.cores == (1,) and share.server_cores == (0, 1, 2), share.describe()
     assert share.used == pytest.approx(0.02) and share.waited == pytest.approx(0.9)
     assert share.others_busy == pytest.approx(0.68)  # core 1's time less B's and the unbound front's
     assert share.starved, share.describe()
+    assert 'VLLM_CPU_OMP_THREADS_BIND: "3"' in starved_failure(share, owner_cores={0, 1, 2, 3}).remedy
 
-    watch.samples = [sample(float(t), b_share=0.9, b_waits=0.05) for t in range(0, 42, 2)]  # both ranks ran
-    both = watch.judge()
-    assert both.cores == (0, 1) and both.used == pytest.approx(1.9) and not both.starved
+    watch.samples = [sample(float(t), b_share=0.9, b_waits=0.05) for t in range(0, 42, 2)]  # B ran: C is the one
+    assert watch.judge().cores == (2,)
+
+
+def test_a_rank_bound_late_counts_as_the_others_cores_until_it_bound():
+    """Rank A binds to core 0 only at the third sample; before that it could run on core 1 too, so
+    the CPU it used then is taken off core 1's busy time (not counted as another's); after it, it
+    is not. Samples as the watch takes them, written here: the arithmetic alone."""
+    from optimizer.engine.starvation import _group_cpu_there, _Sample
+
+    a, b = (999_001, 1.0), (999_002, 1.0)
+
+    def sample(at, a_bound):
+        cores = {b: frozenset({1}), **({a: frozenset({0})} if a_bound else {})}
+        return _Sample(at, {a: at, b: 0.1 * at}, {a: 0.0, b: 0.0}, frozenset({0, 1}), {0: at, 1: at},
+                       frozenset(cores), cores)
+
+    window = [sample(0.0, False), sample(2.0, False), sample(4.0, True), sample(6.0, True)]
+    assert _group_cpu_there(window, {1}) == pytest.approx(0.6 + 4.0)  # B all along, A's first 4 s
+    assert _group_cpu_there(window, {0}) == pytest.approx(6.0)  # A all along; B was bound to core 1 throughout
