@@ -138,21 +138,8 @@ def _running(n: int, phase: str | None = None):
     return test
 
 
-def _server_of(runstate: Path, key: str, timeout: float = 120) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            servers = json.loads(runstate.read_text()).get("servers", {})
-        except (OSError, ValueError):
-            servers = {}
-        if key in servers and group_pids(servers[key]["pgid"]):
-            return servers[key]["pgid"]
-        time.sleep(0.2)
-    raise AssertionError(f"{key} never appeared in {runstate}")
-
-
-def _first_server(runstate: Path, prefix: str, timeout: float = 180) -> tuple[str, int]:
-    """The first server whose key starts with `prefix` to run: (its key, its process group)."""
+def _first_server(runstate: Path, wanted, timeout: float = 180) -> tuple[str, int]:
+    """The first running server whose key `wanted(key)` accepts: (its key, its process group)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -160,10 +147,14 @@ def _first_server(runstate: Path, prefix: str, timeout: float = 180) -> tuple[st
         except (OSError, ValueError):
             servers = {}
         for key, server in servers.items():
-            if key.startswith(prefix) and group_pids(server["pgid"]):
+            if wanted(key) and group_pids(server["pgid"]):
                 return key, server["pgid"]
         time.sleep(0.2)
-    raise AssertionError(f"no server of {prefix} appeared in {runstate}")
+    raise AssertionError(f"no such server appeared in {runstate}")
+
+
+def _server_of(runstate: Path, key: str, timeout: float = 120) -> int:
+    return _first_server(runstate, lambda k: k == key, timeout)[1]
 
 
 def _completed(storage: str, study: str = STUDY) -> dict[int, float]:
@@ -294,7 +285,7 @@ def test_the_daemon_survives_its_faults(tmp_path, small_disk):
             filler.unlink()
 
         # --- 4. kill the Ray worker running generation 2's first trial to boot, as its server appears --
-        key, pgid = _first_server(runstate, f"{STUDY}-g2/")
+        key, pgid = _first_server(runstate, lambda k: k.startswith(f"{STUDY}-g2/"))
         lost_number = int(key.rsplit("/", 1)[1])
         worker = psutil.Process(pgid).parent()
         assert worker is not None and worker.name().startswith("ray::"), worker
