@@ -16,10 +16,14 @@ see what they change:
   same step and the next wave's prompts all prefill together), where a real client and front end
   send them milliseconds apart and the waves drift apart. So the output lengths spread uniformly
   within +-20% of the row's, the mean kept; `--spread 0` is the lockstep.
+A burst whose notes say its server had some of its prompts in the prefix cache before it (the A100
+rows: `benchmark_serving.py` sends prompt 0 once as a test first, and a server that had run the same
+seed before holds that run's prompts, which the engine log's hit rate shows) is replayed after
+those prompts, as its server met it; `--cold` replays every burst on an empty cache.
 Rows the roofline's efficiencies were fitted on (aiconfigurator's own measurements) are reported
 apart from those never fitted on.
 
-    .venv/bin/python bench/twin_published.py [--spread 0.2] [--waves 10]
+    .venv/bin/python bench/twin_published.py [--spread 0.2] [--waves 10] [--cold]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import random
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -74,7 +79,25 @@ def _requests(isl: int, osl: int, n: int, spread: float) -> tuple:
                          max(1, round(osl * rng.uniform(1 - spread, 1 + spread))), 0.0) for i in range(n))
 
 
-def twin_row(case, root: Path, use_library: bool, spread: float, waves: int) -> dict:
+WARM = "cached-before-"
+AFTER_S = 3600.0  # the burst is sent this long after the warm-up, which has long finished by then
+
+
+def _after_warm_cache(requests: tuple, cached: int) -> tuple:
+    """The burst as its server met it: the first `cached` of its prompts sent first, one token each, so
+    that they sit in the prefix cache (vLLM keeps a finished request's blocks cached until it needs them),
+    then the burst itself, AFTER_S later."""
+    warm = tuple(replace(r, id=f"{WARM}{r.id}", max_tokens=1) for r in requests[:cached])
+    return warm + tuple(replace(r, offset_s=AFTER_S) for r in requests)
+
+
+def _window(result) -> float:
+    """The burst's own first send -> last completion."""
+    burst = [r for r in result.records if not r.id.startswith(WARM)]
+    return max(r.end_s for r in burst if r.ok) - min(r.sent_s for r in burst)
+
+
+def twin_row(case, root: Path, use_library: bool, spread: float, waves: int, cold: bool = False) -> dict:
     model = load_model_info(str(_model_dir(case.source, root)), "auto")
     load = case.load
     params = {"max-num-seqs": case.serving.max_num_seqs, "gpu-memory-utilization": case.serving.utilization,
@@ -83,8 +106,13 @@ def twin_row(case, root: Path, use_library: bool, spread: float, waves: int) -> 
     if use_library and why_not:
         return {}
     n = load.concurrency if load.burst else min(2048, max(64, waves * load.concurrency))  # a burst is its requests
-    sim = server.run(_requests(load.isl, load.osl, n, spread), None if load.burst else load.concurrency, cost)
-    m = summarize(sim.result)
+    requests = _requests(load.isl, load.osl, n, spread)
+    if case.cached and load.burst and not cold:
+        sim = server.run(_after_warm_cache(requests, case.cached), None, cost)
+        m = summarize(replace(sim.result, records=tuple(r for r in sim.result.records if not r.id.startswith(WARM)),
+                              window_s=_window(sim.result)))
+    else:
+        m = summarize(server.run(requests, None if load.burst else load.concurrency, cost).result)
     return {"ttft_s": m["ttft_ms_mean"] / 1e3, "tpot_s": m["tpot_ms_mean"] / 1e3, "throughput": m["output_throughput"]}
 
 
@@ -94,8 +122,9 @@ def main() -> None:
                    help="output lengths uniform within +-this share of the row's (0: every request the row's length)")
     p.add_argument("--waves", type=int, default=10,
                    help="a closed loop's requests, in multiples of its concurrency (at least 64, at most 2,048)")
+    p.add_argument("--cold", action="store_true", help="every burst on an empty prefix cache, whatever its notes say")
     ns = p.parse_args()
-    spread, waves = ns.spread, ns.waves
+    spread, waves, cold = ns.spread, ns.waves, ns.cold
     rows = {"fitted on": [], "never fitted on": []}
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases():
@@ -103,8 +132,8 @@ def main() -> None:
                 continue
             try:
                 mean = predict(case.source, case.arch(), case.spec(), case.serving, case.load).estimate
-                answers = dict(zip(ANSWERS, (twin_row(case, Path(tmp), True, spread, waves),
-                                             twin_row(case, Path(tmp), False, spread, waves),
+                answers = dict(zip(ANSWERS, (twin_row(case, Path(tmp), True, spread, waves, cold),
+                                             twin_row(case, Path(tmp), False, spread, waves, cold),
                                              {"ttft_s": mean.ttft_s, "tpot_s": mean.tpot_s,
                                               "throughput": mean.throughput})))
             except Exception as exc:  # noqa: BLE001 - a row vLLM cannot read here is reported, not fatal

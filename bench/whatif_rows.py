@@ -56,6 +56,7 @@ class Case:
     source: str = ""  # config.json's source for the estimate
     quantization: str | None = None
     skip: str = ""  # why the estimate cannot be run on it
+    cached: int = 0  # the first this many of the run's prompts were in the server's prefix cache before it (notes)
 
     def arch(self) -> Architecture:
         arch = architecture.load(self.source)
@@ -96,6 +97,13 @@ def _from_notes(notes: str) -> tuple[int | None, float | None, float | None]:
     return requests, None, None
 
 
+def _cached(notes: str) -> int:
+    """How many of the run's first prompts its server had cached before it, where the notes say (a
+    benchmark's initial test prompt, and the same seed's prompts from the server's earlier runs)."""
+    m = re.search(r"prefix cache before the run: the first (\d+)", notes)
+    return int(m.group(1)) if m else 0
+
+
 def _measured(row: dict) -> dict:
     out = {}
     for key, cols, scale in (("ttft_s", ("ttft_mean_ms", "ttft_median_ms"), 1e-3),
@@ -130,7 +138,7 @@ def cases(path: Path = DATA / "published_vllm.csv") -> list[Case]:
             load = Load(round(isl), round(osl), int(concurrency or requests), burst=not concurrency)
         source, quant = CONFIGS[row["model"]]
         case = Case(i, row["model"], row["device"], int(row["tp"]), load, serving, _measured(row),
-                    "AICONFIGURATOR" in notes, source, quant, skip)
+                    "AICONFIGURATOR" in notes, source, quant, skip, _cached(notes))
         kv = re.search(r"KV cache (\d+\.\d+) GiB", notes)
         if kv and not util and not skip:  # the KV cache the engine log states sets the memory fraction
             case = replace(case, serving=replace(serving, utilization=_fraction_for(case, float(kv.group(1)))))
