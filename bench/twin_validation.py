@@ -260,6 +260,8 @@ class Outcome:
     predict_s: float
     n: int
     by_batch: dict = field(default_factory=dict)  # signed_by_batch of the twin's predictions
+    rho_mean: float | None = None  # the twin's Spearman against each configuration's mean over its runs
+    top3_mean: bool | None = None  # the best by that mean in the twin's top 3
 
 
 SIGNED = ("request_throughput", "tpot_ms_p50")
@@ -306,13 +308,26 @@ def validate(ctx: Context, chosen: list[dict], analytic: bool = True, pool: dict
         metric = spec(ctx.name)["objective"][0]
         ratio = meas[top[0]][metric] / meas[best][metric]
         out[label] = (errors(p, meas, pool if label == "twin" else None), spearman(vals_p, vals_m), best in top, ratio)
+    rho_mean, top3_mean = _against_means(ctx, targets, [objective_value(ctx, x) for x in preds])
     if pool is not None:
         _split_by_batch(ctx, chosen, fitted.cost, preds, servers, meas)
     prefix = max(abs(s["prefix_cache_hit_rate"] - r["server"]["prefix_cache_hit_rate"]) for s, r in zip(servers, targets))
     preempt = max(abs(s["preemptions"] - r["server"]["preemptions"]) for s, r in zip(servers, targets))
     return Outcome(out["twin"][0], out["naive"][0], out["analytic"][0], {k: v[1] for k, v in out.items()},
                    {k: v[2] for k, v in out.items()}, {k: v[3] for k, v in out.items()}, prefix, preempt, fit_s, predict_s,
-                   len(targets), signed_by_batch([r["params"] for r in targets], list(preds), meas))
+                   len(targets), signed_by_batch([r["params"] for r in targets], list(preds), meas), rho_mean, top3_mean)
+
+
+def _against_means(ctx: Context, targets: list, vals_p: list) -> tuple[float | None, bool | None]:
+    """The twin's Spearman against each predicted configuration's objective averaged over all its runs,
+    and whether the best by that average is in its top 3: the ranking with the run-to-run noise averaged
+    down. (None, None) unless every predicted configuration was measured more than once."""
+    runs = [ctx.repeats.get(landscape.key(r["params"])) for r in targets]
+    if not all(runs):
+        return None, None
+    vals_m = [statistics.fmean(objective_value(ctx, measured(ctx, x)) for x in rs) for rs in runs]
+    best = max(range(len(vals_m)), key=lambda i: vals_m[i])
+    return spearman(vals_p, vals_m), best in sorted(range(len(vals_p)), key=lambda i: -vals_p[i])[:3]
 
 
 def _split_by_batch(ctx: Context, chosen: list[dict], cost, preds, servers, meas) -> None:
@@ -431,6 +446,9 @@ def show(ctx: Context, o: Outcome, chosen: list[dict], spread: dict | None) -> N
     if spread:
         print(f"   run-to-run: {spread['configurations']} configurations, {spread['runs']} runs (the spread around "
               "their mean; `a repeat`: each run predicted by the mean of its configuration's other runs)")
+        if o.rho_mean is not None:
+            print(f"   against each configuration's mean over its runs: Spearman {o.rho_mean:.2f}; the best by that "
+                  f"mean in the twin's top 3: {o.top3_mean}")
         ceiling = noise_spearman(ctx)
         if ceiling is not None:
             print(f"   Spearman a perfect predictor reaches against one run of each configuration, on this noise: "
