@@ -92,9 +92,13 @@ def _after_warm_cache(requests: tuple, cached: int) -> tuple:
 
 
 def _window(result) -> float:
-    """The burst's own first send -> last completion."""
-    burst = [r for r in result.records if not r.id.startswith(WARM)]
-    return max(r.end_s for r in burst if r.ok) - min(r.sent_s for r in burst)
+    """The burst's own first send -> last completion, over the requests that finished (as the twin's own
+    window is); the warm-up must have finished before the burst was sent."""
+    warm = [r for r in result.records if r.id.startswith(WARM)]
+    burst = [r for r in result.records if not r.id.startswith(WARM) and r.ok]
+    if not burst or any(not r.ok or r.end_s > AFTER_S for r in warm):
+        raise OptimizerError("the cached prompts' warm-up did not finish before the burst, or no request of it did")
+    return max(r.end_s for r in burst) - min(r.sent_s for r in burst)
 
 
 def twin_row(case, root: Path, use_library: bool, spread: float, waves: int, cold: bool = False) -> dict:

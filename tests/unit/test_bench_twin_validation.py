@@ -43,3 +43,19 @@ def test_the_spearman_ceiling_is_one_without_noise_and_falls_where_configuration
     tied = [100.0 + 0.5 * i for i in range(12)]  # 12 configurations within 6% of each other
     assert tv.noise_spearman(_ctx(tied, noisy)) < 0.8
     assert tv.noise_spearman(_ctx(tied, {})) is None  # no repeats: no noise to say anything with
+
+
+def _target(seqs: int) -> dict:
+    return {"params": {"max-num-seqs": seqs}, "metrics": {"output_throughput": 0.0, "duration_s": 10.0}, "requests": []}
+
+
+def test_the_ranking_against_each_configurations_mean_averages_its_runs_and_needs_repeats_of_every_one():
+    targets = [_target(s) for s in (4, 8, 16)]
+    runs = {4: [100.0, 120.0], 8: [200.0, 100.0, 90.0], 16: [300.0, 280.0]}  # means 110, 130, 290
+    ctx = _ctx([], {tv.landscape.key({"max-num-seqs": s}): vs for s, vs in runs.items()})
+    rho, top = tv._against_means(ctx, targets, [1.0, 2.0, 3.0])  # the twin's order: 4 < 8 < 16
+    assert rho == pytest.approx(1.0) and top is True
+    rho, _ = tv._against_means(ctx, targets, [3.0, 2.0, 1.0])
+    assert rho == pytest.approx(-1.0)
+    del ctx.repeats[tv.landscape.key({"max-num-seqs": 8})]
+    assert tv._against_means(ctx, targets, [1.0, 2.0, 3.0]) == (None, None)  # one configuration ran once
