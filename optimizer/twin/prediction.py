@@ -60,7 +60,8 @@ def gpu_bands(library: bool) -> dict:
 # Said with every prediction: what the twin does not model.
 NOT_MODELLED = ("speculative decoding without a measured acceptance rate", "LoRA adapters",
                 "multimodal encoders", "tensor and pipeline parallel ranks",
-                "host-side stalls (the real server pauses 1-3 s at random on a busy CPU)")
+                "host-side stalls (the real server pauses 1-3 s at random on a busy CPU)",
+                "the front end taking a burst in one request at a time (each request's intake is a constant)")
 
 HEADLINE = ("request_throughput", "output_throughput", "ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50",
             "tpot_ms_p95", "itl_ms_p95", "e2el_ms_p95")
